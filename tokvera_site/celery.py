@@ -1,0 +1,36 @@
+"""The Celery app. Tasks are found in the Django apps; beat reads its schedule from the database."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery, signals
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
+
+app = Celery("tokvera")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+class CountdownTooLong(ValueError):
+    """A countdown/ETA past the broker's visibility timeout would be redelivered early."""
+
+
+def check_countdown(seconds: float) -> float:
+    """Refuse a countdown the broker could redeliver before it is due (Redis/SQS semantics)."""
+    from django.conf import settings
+
+    if seconds >= settings.CELERY_VISIBILITY_TIMEOUT_S:
+        raise CountdownTooLong(
+            f"countdown {seconds}s is not below the broker visibility timeout "
+            f"({settings.CELERY_VISIBILITY_TIMEOUT_S}s)"
+        )
+    return seconds
+
+
+@signals.task_postrun.connect
+def _count_task(sender=None, state=None, **_):
+    from tokvera_site.metrics import TASKS
+
+    TASKS.labels(task=getattr(sender, "name", "unknown"), state=state or "UNKNOWN").inc()

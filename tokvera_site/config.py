@@ -1,0 +1,122 @@
+"""Settings read from the environment.
+
+Every variable is parsed by django-environ; a malformed value stops start-up with
+one line that names the variable and says what it expects (ConfigError).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+
+class ConfigError(Exception):
+    """A malformed environment variable; the message is one line naming it."""
+
+
+env = environ.Env()
+
+DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+BROKER_SCHEMES = ("filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp", "sqla+sqlite")
+CACHE_SCHEMES = ("locmemcache", "redis", "rediss", "dummycache")
+
+
+def _url_with_scheme(name: str, default: str, schemes: tuple[str, ...]) -> str:
+    value = env.str(name, default=default).strip()
+    scheme = urlsplit(value).scheme
+    if scheme not in schemes:
+        raise ConfigError(
+            f"{name}={value!r} is not valid: expected a URL whose scheme is one of "
+            f"{', '.join(schemes)}"
+        )
+    return value
+
+
+def _parse(name: str, parser, expects: str, **kwargs):
+    try:
+        return parser(name, **kwargs)
+    except (ValueError, environ.ImproperlyConfigured) as exc:
+        raw = env.str(name, default="")
+        raise ConfigError(f"{name}={raw!r} is not valid: expected {expects}") from exc
+
+
+def database() -> dict:
+    url = _url_with_scheme(
+        "DATABASE_URL", f"sqlite:///{VAR_DIR / 'tokvera.sqlite3'}", DATABASE_SCHEMES
+    )
+    try:
+        config = env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several kinds here
+        raise ConfigError(f"DATABASE_URL is not valid: {exc}") from exc
+    if config["ENGINE"].endswith("postgresql"):
+        config["CONN_MAX_AGE"] = _parse(
+            "DB_CONN_MAX_AGE", env.int, "a whole number of seconds", default=60
+        )
+        config["CONN_HEALTH_CHECKS"] = True
+    else:
+        # SQLite: wait for a writer rather than failing with "database is locked".
+        config.setdefault("OPTIONS", {})["timeout"] = 20
+    return config
+
+
+def broker_url() -> str:
+    return _url_with_scheme("CELERY_BROKER_URL", "filesystem://", BROKER_SCHEMES)
+
+
+def cache() -> dict:
+    url = _url_with_scheme("CACHE_URL", "locmemcache://tokvera", CACHE_SCHEMES)
+    try:
+        return env.cache_url_config(url)
+    except Exception as exc:
+        raise ConfigError(f"CACHE_URL is not valid: {exc}") from exc
+
+
+def secret_key() -> str:
+    """SECRET_KEY from the environment, or generated once into var/ (never committed)."""
+    key = env.str("SECRET_KEY", default="")
+    if key:
+        if len(key) < 32:
+            raise ConfigError("SECRET_KEY is not valid: expected at least 32 characters")
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def flag(name: str, default: bool = False) -> bool:
+    # env.bool() reads any unknown word as False; a typo must not silently turn DEBUG off.
+    raw = env.str(name, default="1" if default else "0").strip().lower()
+    if raw not in _TRUE | _FALSE:
+        raise ConfigError(f"{name}={raw!r} is not valid: expected true or false (1/0, yes/no, on/off)")
+    return raw in _TRUE
+
+
+def integer(name: str, default: int) -> int:
+    return _parse(name, env.int, "a whole number", default=default)
+
+
+def string_list(name: str, default: list[str]) -> list[str]:
+    return _parse(name, env.list, "a comma-separated list", default=default)
+
+
+def exit_on_config_error(fn):
+    """Run settings code; turn a ConfigError into one clear line and exit status 2."""
+    try:
+        return fn()
+    except ConfigError as exc:
+        sys.stderr.write(f"tokvera: configuration error: {exc}\n")
+        raise SystemExit(2) from None
