@@ -138,8 +138,8 @@ CHECKS: tuple[Check, ...] = (
           "Prometheus metrics served at /metrics on the target's origin", "present",
           "==", True, False),
     Check("repeat_prompt_share", "cost_and_cache",
-          "Share of prompts in the supplied sample that exactly repeat an earlier one "
-          "(share)", "share", "<=", 0.1, 0.25),
+          "Share of prompts in the supplied sample that exactly repeat an earlier one",
+          "share", "<=", 0.1, 0.25),
     Check("gpu_utilization_at_peak", "capacity",
           "Highest GPU utilization seen while the load ran", "share", ">=", 0.6, 0.3,
           counted=False),
