@@ -1,0 +1,130 @@
+"""Shared test helpers: factories for users, teams and tokens, and service markers.
+
+Tests marked `postgres` or `redis` need those services; on the SQLite default they are
+skipped with the reason. CI sets TOKVERA_REQUIRE_SERVICES=1, which turns such a skip into
+a failure, so CI can never pass by silently skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from scans import teams
+from scans.models import Membership, Role, Team
+
+REQUIRE_SERVICES = os.environ.get("TOKVERA_REQUIRE_SERVICES") == "1"
+
+
+def _uses_postgres() -> bool:
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+def _redis_url() -> str | None:
+    url = settings.CELERY_BROKER_URL
+    return url if url.startswith("redis") else None
+
+
+def _skip_or_fail(reason: str):
+    if REQUIRE_SERVICES:
+        pytest.fail(f"CI requires this service: {reason}")
+    pytest.skip(reason)
+
+
+def pytest_configure(config):
+    # Fast hashing: tests create many users; production keeps Django's default hashers.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # The manifest storage needs `collectstatic`; tests serve the files as they are.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _service_markers(request):
+    if request.node.get_closest_marker("postgres") and not _uses_postgres():
+        _skip_or_fail("needs PostgreSQL semantics; DATABASE_URL points at SQLite")
+    if request.node.get_closest_marker("redis") and _redis_url() is None:
+        _skip_or_fail("needs a Redis broker; set CELERY_BROKER_URL=redis://127.0.0.1:6379/N")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_user(name: str | None = None, password: str = "correct horse battery staple"):
+    name = name or f"user-{uuid.uuid4().hex[:8]}"
+    return get_user_model().objects.create_user(
+        username=name, email=f"{name}@example.test", password=password
+    )
+
+
+@dataclass
+class TeamWorld:
+    """A team with one user per role, an outsider (member of another team) and tokens."""
+
+    team: Team
+    other_team: Team
+    owner: object
+    admin: object
+    member: object
+    viewer: object
+    outsider: object
+    target: object  # a plain member whom the role/remove cases act on
+    read_only_token: str
+    read_write_token: str
+    other_team_token: str
+
+    def user(self, role: str):
+        return getattr(self, role)
+
+
+def build_world() -> TeamWorld:
+    tag = uuid.uuid4().hex[:6]
+    owner = make_user(f"owner-{tag}")
+    team = teams.create_team(f"acme-{tag}", "Acme", owner=owner)
+    users = {}
+    for role in (Role.ADMIN, Role.MEMBER, Role.VIEWER):
+        users[role] = make_user(f"{role}-{tag}")
+        Membership.dangerously_unscoped.create(team=team, user=users[role], role=role)
+    target = make_user(f"target-{tag}")
+    Membership.dangerously_unscoped.create(team=team, user=target, role=Role.MEMBER)
+    outsider = make_user(f"outsider-{tag}")
+    other = teams.create_team(f"globex-{tag}", "Globex", owner=outsider)
+    return TeamWorld(
+        team=team,
+        other_team=other,
+        owner=owner,
+        admin=users[Role.ADMIN],
+        member=users[Role.MEMBER],
+        viewer=users[Role.VIEWER],
+        outsider=outsider,
+        target=target,
+        read_only_token=teams.issue_token(team, "read-only")[1],
+        read_write_token=teams.issue_token(team, "read-write")[1],
+        other_team_token=teams.issue_token(other, "read-write")[1],
+    )
+
+
+@pytest.fixture
+def world(db) -> TeamWorld:
+    return build_world()
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+def bearer(token: str) -> dict:
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
