@@ -35,6 +35,7 @@ __all__ = [
     "Check",
     "CheckValue",
     "Graded",
+    "band",
     "check_by_id",
     "docs_block_problem",
     "extract_generated_block",
@@ -264,7 +265,8 @@ def round_points(points: Fraction) -> Decimal:
     return Decimal(tenths) / 10
 
 
-def _band(points: Decimal) -> str:
+def band(points: Decimal | float) -> str:
+    """The letter that (already rounded) points reach."""
     for letter, least in BANDS:
         if points >= least:
             return letter
@@ -321,7 +323,7 @@ def grade(values: Mapping[str, CheckValue]) -> Graded:
     total_weight = sum(PILLAR_WEIGHTS[pillar] for pillar in graded)
     weights = {pillar: Fraction(PILLAR_WEIGHTS[pillar], total_weight) for pillar in graded}
     points = round_points(sum(weights[p] * pillar_exact[p] for p in graded))
-    uncapped = _band(points)
+    uncapped = band(points)
     score.update(
         grade=_worst([uncapped, *(cap.grade_at_best for cap in caps)]),
         points=float(points),
