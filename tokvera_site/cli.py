@@ -59,4 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Re-import so that `python -m tokvera_site.cli` and subcommands share one UsageError class.
+    from tokvera_site.cli import main as _main
+
+    sys.exit(_main())
