@@ -23,15 +23,16 @@ class Command(BaseCommand):
     def handle(self, **options):
         User = get_user_model()
         password_file = VAR_DIR / "demo_password"
+        fresh = not password_file.exists()
+        if fresh:
+            password_file.write_text(secrets.token_urlsafe(12))
+            password_file.chmod(0o600)
+        password = password_file.read_text().strip()
         user = User.objects.filter(username=DEMO_USERNAME).first()
-        if user is None or not password_file.exists():
-            password = secrets.token_urlsafe(12)
+        if user is None or fresh:
             user = user or User(username=DEMO_USERNAME, email=DEMO_EMAIL)
             user.set_password(password)
             user.save()
-            password_file.write_text(password)
-            password_file.chmod(0o600)
-        password = password_file.read_text().strip()
         team = Team.dangerously_unscoped.filter(slug=DEMO_TEAM).first()
         if team is None:
             team = teams.create_team(DEMO_TEAM, "Demo team", owner=user)

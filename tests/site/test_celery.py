@@ -1,0 +1,100 @@
+"""Celery wiring: the database schedule, the acks_late policy, countdown bounds and a real
+worker delivering a task over Redis against the real database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from scans.models import Invitation
+from scans.schedules import PERIODIC_TASKS, ensure_periodic_tasks
+from tokvera_site.celery import CountdownTooLong, app, check_countdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Tasks that may be acknowledged late because running them twice is harmless. A task added with
+# acks_late=True must be listed here with the reason it is idempotent.
+IDEMPOTENT_TASKS = {
+    "scans.tasks.delete_expired_invitations": "deletes what is expired; a rerun deletes nothing",
+}
+
+
+@pytest.mark.django_db
+def test_periodic_tasks_live_in_the_database():
+    names = set(PeriodicTask.objects.values_list("name", flat=True))
+    assert {name for name, _, _ in PERIODIC_TASKS} <= names
+
+
+@pytest.mark.django_db
+def test_an_admins_edit_to_the_schedule_survives_the_next_migrate():
+    task = PeriodicTask.objects.get(name=PERIODIC_TASKS[0][0])
+    task.enabled = False
+    task.save()
+    ensure_periodic_tasks()
+    task.refresh_from_db()
+    assert task.enabled is False
+
+
+def test_only_idempotent_tasks_acknowledge_late():
+    app.loader.import_default_modules()
+    late = {name for name, task in app.tasks.items()
+            if not name.startswith("celery.") and getattr(task, "acks_late", False)}
+    assert late <= set(IDEMPOTENT_TASKS), f"acks_late on tasks not known to be idempotent: {late}"
+    assert settings.CELERY_TASK_ACKS_LATE is False
+
+
+def test_a_countdown_at_or_past_the_visibility_timeout_is_refused():
+    assert check_countdown(60) == 60
+    with pytest.raises(CountdownTooLong):
+        check_countdown(settings.CELERY_VISIBILITY_TIMEOUT_S)
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_a_task_sent_through_redis():
+    expired = Invitation.dangerously_unscoped.create(
+        team=_team(), email="old@example.test", role="member", secret_hash="x" * 64,
+        expires_at=timezone.now() - timedelta(hours=1),
+    )
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        # the worker must use the test database that this test wrote to
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}",
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    }
+    app.control.purge()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "solo",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        app.send_task("scans.tasks.delete_expired_invitations")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not Invitation.dangerously_unscoped.filter(pk=expired.pk).exists():
+                break
+            time.sleep(0.2)
+        assert not Invitation.dangerously_unscoped.filter(pk=expired.pk).exists()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def _team():
+    from scans import teams
+    from tests.conftest import make_user
+
+    return teams.create_team("celery-team", "Celery Team", owner=make_user())

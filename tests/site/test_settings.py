@@ -1,0 +1,73 @@
+"""Settings come from the environment; a malformed value stops start-up with one clear line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start(**env_overrides) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in {
+        "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DEBUG", "SECRET_KEY"}}
+    env.update(env_overrides)
+    code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE":
+                                                      "tokvera_site.settings"},
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expects"),
+    [
+        ("DATABASE_URL", "mysql://root@localhost/x", "scheme is one of sqlite, postgres"),
+        ("DATABASE_URL", "not a url", "scheme is one of"),
+        ("CELERY_BROKER_URL", "kafka://localhost", "scheme is one of filesystem, redis"),
+        ("CACHE_URL", "memcache://localhost", "scheme is one of"),
+        ("DEBUG", "maybe", "true or false"),
+        ("SECRET_KEY", "short", "at least 32 characters"),
+        ("INVITE_MAX_AGE_HOURS", "three days", "a whole number"),
+    ],
+)
+def test_malformed_setting_stops_startup_with_one_line_naming_it(variable, value, expects):
+    result = _start(**{variable: value})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tokvera: configuration error:")
+    assert variable in lines[0] and expects in lines[0]
+
+
+def test_debug_is_off_unless_turned_on():
+    assert _start().stdout.strip() == "False"
+    assert _start(DEBUG="1").stdout.strip() == "True"
+
+
+def test_secret_key_is_generated_once_into_var_and_kept_private():
+    _start()
+    key_file = ROOT / "var" / "secret_key"
+    first = key_file.read_text()
+    _start()
+    assert key_file.read_text() == first
+    assert len(first) >= 50
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(key_file)], cwd=ROOT)
+    assert ignored.returncode == 0, "var/secret_key must never be committed"
+
+
+def test_postgres_url_selects_psycopg_backend():
+    code = (
+        "from tokvera_site import config; c = config.database(); "
+        "print(c['ENGINE'], c['NAME'], c['HOST'], c['PORT'])"
+    )
+    env = {**os.environ, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/somedb"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["django.db.backends.postgresql", "somedb", "127.0.0.1", "5432"]
