@@ -144,3 +144,207 @@ class ApiToken(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+
+# --- endpoints and scans ---------------------------------------------------------------------
+
+GRADE_CHOICES = [(g, g) for g in ("A", "B", "C", "D", "F")]
+MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 15, 24 * 60
+
+
+def new_badge_key() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(18)
+
+
+class EndpointMode(models.TextChoices):
+    SCHEDULED = "scheduled", "Scheduled (the site scans it)"
+    PUSHED = "pushed", "Pushed (scans uploaded from inside the network)"
+
+
+class Endpoint(models.Model):
+    """An inference endpoint a team tracks. Secrets are stored encrypted (scans/encryption.py)
+    and are write-only: forms and the API never render them back."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="endpoints")
+    name = models.CharField(max_length=100)
+    base_url = models.URLField(max_length=500)
+    model = models.CharField(max_length=200)
+    mode = models.CharField(max_length=10, choices=EndpointMode.choices,
+                            default=EndpointMode.SCHEDULED)
+    api_key_encrypted = models.TextField(blank=True, default="")
+    # scan profile
+    levels = models.JSONField(default=list)  # e.g. [1, 4, 16]; validated by the engine's plan
+    requests_per_level = models.PositiveIntegerField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(default=128)
+    timeout_s = models.FloatField(default=60.0)
+    interval_minutes = models.PositiveIntegerField(default=60)
+    enabled = models.BooleanField(default=True)
+    price_input_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True,
+                                               blank=True)
+    price_output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True,
+                                                blank=True)
+    # The team's export of real traffic: never sent anywhere; only for repeat_prompt_share.
+    prompt_sample_encrypted = models.TextField(blank=True, default="")
+    # SLO targets
+    slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")
+    slo_ttft_p95_ms = models.FloatField(null=True, blank=True)
+    slo_error_rate = models.FloatField(null=True, blank=True)
+    # share of scans in a window that must meet every target (the rest is the error budget)
+    slo_objective = models.FloatField(default=0.9)
+    # badges and alerts
+    badge_key = models.CharField(max_length=40, unique=True, default=new_badge_key)
+    alert_email = models.BooleanField(default=True)
+    webhook_url = models.URLField(max_length=500, blank=True, default="")
+    webhook_secret_encrypted = models.TextField(blank=True, default="")
+    alert_after_errors = models.PositiveSmallIntegerField(default=3)
+    below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
+    erroring = models.BooleanField(default=False)  # alert state: N errored scans in a row
+    # scheduling
+    next_scan_at = models.DateTimeField(null=True, blank=True)
+    last_manual_scan_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    team_lookup = "team"
+    objects = TeamScopedManager()
+    dangerously_unscoped = models.Manager()
+
+    class Meta:
+        default_manager_name = "dangerously_unscoped"
+        base_manager_name = "dangerously_unscoped"
+        ordering = ["name"]
+        indexes = [
+            # the every-minute due-scan finder reads only enabled scheduled rows by due time
+            models.Index(fields=["next_scan_at"], name="endpoint_due",
+                         condition=Q(enabled=True, mode="scheduled")),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(interval_minutes__gte=MIN_INTERVAL_MINUTES,
+                            interval_minutes__lte=MAX_INTERVAL_MINUTES),
+                name="endpoint_interval_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model})"
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key_encrypted)
+
+    @property
+    def has_prompt_sample(self) -> bool:
+        return bool(self.prompt_sample_encrypted)
+
+
+class ScanTrigger(models.TextChoices):
+    SCHEDULE = "schedule", "Schedule"
+    MANUAL = "manual", "Manual"
+    API = "api", "API"
+    PUSH = "push", "Pushed report"
+
+
+class ScanStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"  # ran to the end, whatever the grade
+    ERRORED = "errored", "Errored"  # our side failed: dead worker, refused address…
+
+
+class Scan(models.Model):
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="scans")
+    trigger = models.CharField(max_length=10, choices=ScanTrigger.choices)
+    # The schedule slot this scan fills; unique per endpoint so a doubled beat makes one scan.
+    slot = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=ScanStatus.choices,
+                              default=ScanStatus.QUEUED)
+    error_reason = models.TextField(blank=True, default="")
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # A running scan not finished by then is presumed dead (worker killed) and reaped.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(null=True, blank=True)
+    # denormalized from report["score"] for lists, charts and SLO windows
+    grade = models.CharField(max_length=25, blank=True, default="")  # A–F or insufficient_evidence
+    points = models.DecimalField(max_digits=4, decimal_places=1, null=True, blank=True)
+    uncapped_grade = models.CharField(max_length=1, blank=True, default="")
+    scoring_version = models.CharField(max_length=20, blank=True, default="")
+    provisional = models.BooleanField(default=True)
+    pushed = models.BooleanField(default=False)
+    tool_version = models.CharField(max_length=40, blank=True, default="")
+
+    team_lookup = "endpoint__team"
+    objects = TeamScopedManager()
+    dangerously_unscoped = models.Manager()
+
+    class Meta:
+        default_manager_name = "dangerously_unscoped"
+        base_manager_name = "dangerously_unscoped"
+        ordering = ["-queued_at"]
+        indexes = [
+            # history, sparklines and SLO windows: one endpoint's scans by time
+            models.Index(fields=["endpoint", "-queued_at"], name="scan_endpoint_time"),
+            # the reaper looks only at unfinished scans
+            models.Index(fields=["status", "deadline_at"], name="scan_unfinished",
+                         condition=Q(status__in=["queued", "running"])),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "slot"], name="one_scan_per_slot",
+                                    condition=Q(slot__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"scan {self.public_id} of {self.endpoint_id} ({self.status})"
+
+    @property
+    def has_letter(self) -> bool:
+        return self.grade in {"A", "B", "C", "D", "F"}
+
+
+class CheckResult(models.Model):
+    """One check of one finished scan: a check's history is one indexed query."""
+
+    scan = models.ForeignKey(Scan, on_delete=models.CASCADE, related_name="check_results")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
+    check_id = models.CharField(max_length=60)
+    value = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=25)
+    counted = models.BooleanField()
+    measured_at = models.DateTimeField()
+    scoring_version = models.CharField(max_length=20)
+
+    team_lookup = "endpoint__team"
+    objects = TeamScopedManager()
+    dangerously_unscoped = models.Manager()
+
+    class Meta:
+        default_manager_name = "dangerously_unscoped"
+        base_manager_name = "dangerously_unscoped"
+        indexes = [
+            models.Index(fields=["endpoint", "check_id", "measured_at"], name="check_history"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["scan", "check_id"], name="one_result_per_check"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.check_id}={self.value} ({self.status})"
+
+
+class OriginLock(models.Model):
+    """At most one running scan per target origin (scheme://host:port), across all workers.
+
+    A row is the lock: inserting it is atomic on every database, and a lock whose holder died
+    is taken over once it expires."""
+
+    origin = models.CharField(max_length=300, unique=True)
+    scan_id = models.BigIntegerField()
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.origin} held by scan {self.scan_id}"

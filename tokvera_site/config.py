@@ -97,6 +97,31 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def field_encryption_keys() -> list[str]:
+    """Fernet keys for secrets at rest: FIELD_ENCRYPTION_KEY (comma-separated; the first
+    encrypts), or one generated once into var/field_key."""
+    from cryptography.fernet import Fernet
+
+    raw = env.str("FIELD_ENCRYPTION_KEY", default="")
+    if not raw:
+        path = VAR_DIR / "field_key"
+        if not path.exists():
+            VAR_DIR.mkdir(parents=True, exist_ok=True)
+            path.write_text(Fernet.generate_key().decode())
+            path.chmod(0o600)
+        raw = path.read_text().strip()
+    keys = [key.strip() for key in raw.split(",") if key.strip()]
+    for key in keys:
+        try:
+            Fernet(key)
+        except ValueError:
+            raise ConfigError(
+                "FIELD_ENCRYPTION_KEY is not valid: expected comma-separated Fernet keys "
+                "(32 url-safe base64-encoded bytes each)"
+            ) from None
+    return keys
+
+
 def flag(name: str, default: bool = False) -> bool:
     # env.bool() reads any unknown word as False; a typo must not silently turn DEBUG off.
     raw = env.str(name, default="1" if default else "0").strip().lower()

@@ -9,6 +9,10 @@ from tokvera_site.config import BASE_DIR, VAR_DIR
 def _load():
     return {
         "SECRET_KEY": config.secret_key(),
+        "FIELD_ENCRYPTION_KEYS": config.field_encryption_keys(),
+        # Which private ranges the site's scanner may reach: "" (public internet only) or a
+        # comma-separated subset of: loopback, private. The run command and tests use loopback.
+        "OUTBOUND_ALLOW": config.string_list("OUTBOUND_ALLOW", []),
         "DEBUG": config.flag("DEBUG", default=False),
         "DATABASES": {"default": config.database()},
         "CACHES": {"default": config.cache()},

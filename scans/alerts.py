@@ -1,0 +1,135 @@
+"""Alerts: an endpoint falling below its SLO grade floor, or scans erroring N times in a row.
+
+Each is a state on the endpoint (below_floor, erroring) flipped by a conditional UPDATE, so a
+message goes out once per change of state, with a recovery message when it flips back.
+Messages go by email to the team's owners and admins and, optionally, to a webhook signed
+with HMAC-SHA256 and sent through the site's outbound guard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+
+from scans import encryption
+from scans.models import Endpoint, Membership, Role, Scan, ScanStatus
+from scans.scoring import is_below_floor
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Tokvera-Signature"
+
+
+def _flip(endpoint: Endpoint, field: str, new: bool) -> bool:
+    """Set the alert state; True only for the one caller that changed it."""
+    won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, **{field: not new}).update(
+        **{field: new}
+    )
+    return bool(won)
+
+
+def _errored_streak(endpoint: Endpoint, limit: int) -> int:
+    recent = (
+        Scan.dangerously_unscoped.filter(
+            endpoint=endpoint, status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED]
+        )
+        .order_by("-finished_at")
+        .values_list("status", flat=True)[:limit]
+    )
+    streak = 0
+    for status in recent:
+        if status != ScanStatus.ERRORED:
+            break
+        streak += 1
+    return streak
+
+
+def after_scan(scan: Scan) -> None:
+    endpoint = Endpoint.dangerously_unscoped.select_related("team").get(pk=scan.endpoint_id)
+    events = []
+    if scan.status == ScanStatus.ERRORED:
+        if _errored_streak(endpoint, endpoint.alert_after_errors) >= endpoint.alert_after_errors:
+            if _flip(endpoint, "erroring", True):
+                events.append(("erroring", f"{endpoint.alert_after_errors} scans in a row errored; "
+                                           f"last reason: {scan.error_reason}"))
+    elif scan.status == ScanStatus.SUCCEEDED:
+        if endpoint.erroring and _flip(endpoint, "erroring", False):
+            events.append(("erroring_recovered", "scans are running again"))
+        below = is_below_floor(scan.grade, endpoint.slo_grade_floor)
+        if below != endpoint.below_floor and _flip(endpoint, "below_floor", below):
+            if below:
+                events.append(("below_floor", f"grade {scan.grade} is below the floor "
+                                              f"{endpoint.slo_grade_floor}"))
+            else:
+                events.append(("floor_recovered", f"grade {scan.grade} meets the floor "
+                                                  f"{endpoint.slo_grade_floor} again"))
+    for kind, detail in events:
+        transaction.on_commit(lambda k=kind, d=detail: notify(endpoint.pk, scan.pk, k, d))
+
+
+def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
+    return {
+        "event": kind,
+        "detail": detail,
+        "endpoint": {"id": str(endpoint.public_id), "name": endpoint.name},
+        "scan": {"id": str(scan.public_id), "status": scan.status, "grade": scan.grade or None,
+                 "scoring_version": scan.scoring_version or None},
+        "url": f"{settings.SITE_URL}/scans/{scan.public_id}/",
+    }
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
+    endpoint = Endpoint.dangerously_unscoped.select_related("team").get(pk=endpoint_id)
+    scan = Scan.dangerously_unscoped.get(pk=scan_id)
+    message = payload(endpoint, scan, kind, detail)
+    if endpoint.alert_email:
+        recipients = list(
+            Membership.dangerously_unscoped.filter(
+                team_id=endpoint.team_id, role__in=[Role.OWNER, Role.ADMIN]
+            ).exclude(user__email="").values_list("user__email", flat=True)
+        )
+        if recipients:
+            send_mail(
+                subject=f"[Tokvera] {endpoint.name}: {kind.replace('_', ' ')}",
+                message=f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n{message['url']}\n",
+                from_email=None,
+                recipient_list=recipients,
+            )
+    if endpoint.webhook_url:
+        from scans.tasks import send_webhook
+
+        send_webhook.delay(endpoint_id, message)
+
+
+def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
+    """POST the signed message through the outbound guard; returns the HTTP status."""
+    import asyncio
+
+    import httpx
+
+    from scans.engine.transport import ScanTransport
+    from scans.outbound import guard
+
+    body = json.dumps(message, separators=(",", ":"), sort_keys=True).encode()
+    secret = encryption.decrypt(endpoint.webhook_secret_encrypted)
+    headers = {"Content-Type": "application/json"}
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(secret, body)
+
+    async def post() -> int:
+        transport = ScanTransport(connect_guard=guard)
+        async with httpx.AsyncClient(transport=transport, timeout=10, follow_redirects=False) as c:
+            response = await c.post(endpoint.webhook_url, content=body, headers=headers)
+            return response.status_code
+
+    return asyncio.run(post())

@@ -1,0 +1,56 @@
+"""The site's outbound guard (SSRF): every connection our servers open to a user-given URL.
+
+The scanner calls `guard(host, port, ip)` for each *resolved* address of every connection,
+redirects and the /metrics probe included, so a name that resolves to an internal address is
+refused however it is spelled. Loopback, private, link-local, CGNAT, multicast and reserved
+ranges are refused unless OUTBOUND_ALLOW names them ("loopback", "private").
+
+The `tokvera scan` command line does not use this guard: it scans what its user points it
+at. The guard protects the site, whose servers must not become a proxy into their network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from django.conf import settings
+
+CGNAT = ipaddress.ip_network("100.64.0.0/10")
+
+
+class OutboundRefused(Exception):
+    """A connection to an address the site may not reach."""
+
+
+def classify(ip: str) -> str | None:
+    """The name of the forbidden range `ip` falls in, or None when it is public."""
+    address = ipaddress.ip_address(ip)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "loopback"
+    if address in CGNAT:
+        return "cgnat"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_private:
+        return "private"
+    if address.is_reserved or address.is_unspecified or not address.is_global:
+        return "reserved"
+    return None
+
+
+def check_address(ip: str, allow: frozenset[str] | None = None) -> None:
+    allow = frozenset(settings.OUTBOUND_ALLOW) if allow is None else allow
+    kind = classify(ip)
+    if kind is not None and kind not in allow:
+        raise OutboundRefused(
+            f"refused to connect to {ip}: {kind} addresses are not reachable from this site"
+        )
+
+
+def guard(host: str, port: int, ip: str) -> None:
+    """The connect guard handed to the scan engine (ConnectGuard signature)."""
+    check_address(ip)

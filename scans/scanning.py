@@ -1,0 +1,281 @@
+"""Scan services: turning an endpoint into a plan, scheduling, claiming, storing and reaping.
+
+Every state change of a scan is a conditional UPDATE whose row count says who won, so a beat
+that fires twice, a task delivered twice or two workers racing make exactly one scan.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from scans import encryption
+from scans.models import (
+    CheckResult,
+    Endpoint,
+    EndpointMode,
+    OriginLock,
+    Scan,
+    ScanStatus,
+    ScanTrigger,
+)
+
+log = logging.getLogger(__name__)
+
+# How long a queued scan may wait for a worker before the reaper calls it lost.
+QUEUED_GRACE = timedelta(minutes=30)
+# Extra time a running scan gets beyond its worst case before it is presumed dead.
+RUNNING_GRACE = timedelta(minutes=5)
+# Manual "scan now" at most this often per endpoint.
+MANUAL_SCAN_COOLDOWN = timedelta(minutes=2)
+
+
+class ScanRateLimited(Exception):
+    def __init__(self, retry_after: timedelta):
+        self.retry_after = retry_after
+        super().__init__(f"a scan was started recently; try again in {int(retry_after.total_seconds())} s")
+
+
+def next_slot(after: datetime, interval_minutes: int) -> datetime:
+    """The next schedule slot: `after` plus the interval, truncated to the minute."""
+    return (after + timedelta(minutes=interval_minutes)).replace(second=0, microsecond=0)
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+
+def due_endpoints(now: datetime):
+    return Endpoint.dangerously_unscoped.filter(
+        enabled=True, mode=EndpointMode.SCHEDULED, next_scan_at__lte=now
+    ).only("pk", "next_scan_at", "interval_minutes")
+
+
+def enqueue_due(now: datetime | None = None) -> list[int]:
+    """Create one queued scan per due endpoint slot and return their ids (to send to workers).
+
+    Safe to run twice at once: advancing next_scan_at is conditional on its old value, and the
+    (endpoint, slot) unique constraint refuses a second scan for the same slot."""
+    now = now or timezone.now()
+    created = []
+    for endpoint in due_endpoints(now).iterator(chunk_size=500):
+        slot = endpoint.next_scan_at
+        following = next_slot(max(slot, now), endpoint.interval_minutes)
+        try:
+            with transaction.atomic():
+                won = Endpoint.dangerously_unscoped.filter(
+                    pk=endpoint.pk, next_scan_at=slot
+                ).update(next_scan_at=following)
+                if not won:
+                    continue
+                scan = Scan.dangerously_unscoped.create(
+                    endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot
+                )
+        except IntegrityError:
+            continue  # another beat made this slot's scan already
+        created.append(scan.pk)
+    return created
+
+
+def request_scan(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> Scan:
+    """A manual or API scan, at most one per MANUAL_SCAN_COOLDOWN per endpoint."""
+    now = now or timezone.now()
+    cutoff = now - MANUAL_SCAN_COOLDOWN
+    with transaction.atomic():
+        won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).filter(
+            models_q_last_manual_before(cutoff)
+        ).update(last_manual_scan_at=now)
+        if not won:
+            endpoint.refresh_from_db(fields=["last_manual_scan_at"])
+            raise ScanRateLimited(endpoint.last_manual_scan_at + MANUAL_SCAN_COOLDOWN - now)
+        return Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger)
+
+
+def models_q_last_manual_before(cutoff: datetime):
+    return Q(last_manual_scan_at__isnull=True) | Q(last_manual_scan_at__lte=cutoff)
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+def worst_case_duration(endpoint: Endpoint) -> timedelta:
+    """An upper bound on how long the scan may run: every request of every level timing out
+    one after another, at that level's concurrency."""
+    from scans.engine.plan import default_requests
+
+    seconds = 60.0  # probes (metrics, GPU) and bookkeeping
+    for level in endpoint.levels or [1]:
+        count = endpoint.requests_per_level or default_requests(level)
+        waves = -(-count // level)
+        seconds += waves * endpoint.timeout_s
+    return timedelta(seconds=seconds)
+
+
+def origin_of(base_url: str) -> str:
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def acquire_origin(origin: str, scan_id: int, hold: timedelta) -> bool:
+    """Take the origin's lock for this scan; False while another live scan holds it."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            OriginLock.objects.create(origin=origin, scan_id=scan_id, expires_at=now + hold)
+        return True
+    except IntegrityError:
+        # Held already: by this scan (a redelivery), or by one whose time is up.
+        taken = OriginLock.objects.filter(origin=origin).filter(
+            Q(scan_id=scan_id) | Q(expires_at__lt=now)
+        ).update(scan_id=scan_id, expires_at=now + hold)
+        return bool(taken)
+
+
+def release_origin(origin: str, scan_id: int) -> None:
+    OriginLock.objects.filter(origin=origin, scan_id=scan_id).delete()
+
+
+def claim(scan_id: int, now: datetime | None = None) -> Scan | None:
+    """Move a queued scan to running; None if someone else already did (duplicate delivery)."""
+    now = now or timezone.now()
+    scan = Scan.dangerously_unscoped.select_related("endpoint").filter(pk=scan_id).first()
+    if scan is None:
+        return None
+    deadline = now + worst_case_duration(scan.endpoint) + RUNNING_GRACE
+    won = Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+        status=ScanStatus.RUNNING, started_at=now, deadline_at=deadline
+    )
+    if not won:
+        return None
+    scan.refresh_from_db()
+    return scan
+
+
+def fail(scan_id: int, reason: str) -> bool:
+    """Mark an unfinished scan errored (our side failed). False if it had already finished."""
+    won = Scan.dangerously_unscoped.filter(
+        pk=scan_id, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
+    ).update(status=ScanStatus.ERRORED, error_reason=reason[:2000], finished_at=timezone.now())
+    if won:
+        from scans import alerts
+
+        alerts.after_scan(Scan.dangerously_unscoped.get(pk=scan_id))
+    return bool(won)
+
+
+@dataclass(frozen=True)
+class ScoreFields:
+    grade: str
+    points: object
+    uncapped_grade: str
+    scoring_version: str
+    provisional: bool
+
+
+def score_fields(report: dict) -> ScoreFields:
+    score = report["score"]
+    return ScoreFields(
+        grade=score["grade"],
+        points=score.get("points"),
+        uncapped_grade=score.get("uncapped_grade") or "",
+        scoring_version=score["scoring_version"],
+        provisional=bool(score["provisional"]),
+    )
+
+
+def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
+    """Record a finished scan's report, its denormalized score and one row per check."""
+    fields = score_fields(report)
+    finished = timezone.now()
+    with transaction.atomic():
+        updated = Scan.dangerously_unscoped.filter(
+            pk=scan.pk, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
+        ).update(
+            status=ScanStatus.SUCCEEDED,
+            finished_at=finished,
+            report=report,
+            grade=fields.grade,
+            points=fields.points,
+            uncapped_grade=fields.uncapped_grade,
+            scoring_version=fields.scoring_version,
+            provisional=fields.provisional,
+            pushed=pushed,
+            tool_version=str(report.get("tool_version", ""))[:40],
+        )
+        if not updated:
+            scan.refresh_from_db()
+            return scan  # the reaper got there first; keep its verdict
+        CheckResult.dangerously_unscoped.bulk_create(
+            CheckResult(
+                scan_id=scan.pk,
+                endpoint_id=scan.endpoint_id,
+                check_id=check["id"],
+                value=_numeric(check.get("value")),
+                status=check["status"],
+                counted=bool(check["counted"]),
+                measured_at=finished,
+                scoring_version=fields.scoring_version,
+            )
+            for check in report["checks"]
+        )
+    scan.refresh_from_db()
+    from scans import alerts
+
+    alerts.after_scan(scan)
+    return scan
+
+
+def _numeric(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return float(value)
+
+
+def reap(now: datetime | None = None) -> int:
+    """Error out scans whose worker died (running past the deadline) or that never started."""
+    now = now or timezone.now()
+    dead = list(
+        Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING, deadline_at__lt=now)
+        .values_list("pk", flat=True)
+    )
+    lost = list(
+        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED, queued_at__lt=now - QUEUED_GRACE)
+        .values_list("pk", flat=True)
+    )
+    count = 0
+    for scan_id in dead:
+        count += fail(scan_id, "the worker stopped before the scan finished (reaped after its deadline)")
+    for scan_id in lost:
+        count += fail(scan_id, "no worker picked the scan up within 30 minutes")
+    return count
+
+
+def prompt_sample(endpoint: Endpoint) -> list[str] | None:
+    text = encryption.decrypt(endpoint.prompt_sample_encrypted)
+    return text.splitlines() if text else None
+
+
+def plan_for(endpoint: Endpoint):
+    """The engine's plan for an endpoint (the API key decrypted in memory only)."""
+    from scans.engine.plan import DEFAULT_LEVELS, ScanPlan
+
+    return ScanPlan(
+        base_url=endpoint.base_url,
+        model=endpoint.model,
+        levels=tuple(endpoint.levels or DEFAULT_LEVELS),
+        requests=endpoint.requests_per_level,
+        max_tokens=endpoint.max_tokens,
+        timeout_s=endpoint.timeout_s,
+        api_key=encryption.decrypt(endpoint.api_key_encrypted) or None,
+        use_nvidia_smi=False,  # the site's workers never sample their own GPUs
+        price_input_per_mtok=endpoint.price_input_per_mtok,
+        price_output_per_mtok=endpoint.price_output_per_mtok,
+    )
