@@ -1,0 +1,243 @@
+"""What a scan measured: per-request named timestamps and what is derived from them.
+
+Every request keeps its own timeline (``time.perf_counter()`` seconds, comparable within one
+scan) and every summary -- TTFT, chunk gaps, rates -- is derived from those timestamps, so the
+raw data and the percentiles always agree.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from scans.stats import percentile
+
+__all__ = [
+    "FAILURE_CLASSES",
+    "CostFigure",
+    "GpuReading",
+    "LevelResult",
+    "Measurement",
+    "MetricsProbe",
+    "RequestRecord",
+]
+
+#: Failure classes besides ``http_status_<code>``.
+FAILURE_CLASSES = (
+    "timeout",            # the request did not finish within --timeout
+    "transport_error",    # no response: connection refused/reset, DNS, TLS, refused by the guard
+    "incomplete_stream",  # the body ended (or broke) before [DONE] or a finish_reason
+    "stream_error",       # an `error` object in the stream, or an event too large to buffer
+    "not_sse",            # a 2xx whose body is not an SSE stream (e.g. a JSON error body)
+    "empty_reply",        # a clean stream without one non-empty content chunk
+)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's named timestamps and outcome.
+
+    Timestamps (seconds, ``perf_counter``; None when the moment never came):
+    ``scheduled_at`` a worker took the request; ``sent_at`` the request was handed to httpx;
+    ``body_written_at`` the last byte of the request body was written (httpcore trace);
+    ``headers_at`` the response headers were read; ``first_content_at`` / ``last_content_at``
+    the first / last chunk with non-empty ``choices[0].delta.content`` arrived; ``done_at`` the
+    stream said it was done (``[DONE]``); ``ended_at`` the request was over, whatever the outcome.
+    """
+
+    level: int
+    index: int
+    scheduled_at: float = 0.0
+    sent_at: float | None = None
+    body_written_at: float | None = None
+    headers_at: float | None = None
+    first_content_at: float | None = None
+    last_content_at: float | None = None
+    done_at: float | None = None
+    ended_at: float | None = None
+    content_times: array = field(default_factory=lambda: array("d"))
+    status_code: int | None = None
+    failure: str | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    reused_connection: bool | None = None
+    retried: bool = False
+    ignored_lines: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failure is None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        if self.first_content_at is None or self.body_written_at is None:
+            return None
+        return (self.first_content_at - self.body_written_at) * 1000.0
+
+    def gaps_ms(self) -> list[float]:
+        times = self.content_times
+        return [(times[i] - times[i - 1]) * 1000.0 for i in range(1, len(times))]
+
+    @property
+    def reported_usage(self) -> bool:
+        return self.completion_tokens is not None
+
+    def rate(self, basis: str) -> float | None:
+        """(units - 1) / (last content - first content), units being completion tokens
+        (``basis == "tokens"``) or content chunks; None below 2 units or with no elapsed time."""
+        units = self.completion_tokens if basis == "tokens" else len(self.content_times)
+        if units is None or units < 2 or self.first_content_at is None:
+            return None
+        elapsed = (self.last_content_at or 0.0) - self.first_content_at
+        if elapsed <= 0:
+            return None
+        return (units - 1) / elapsed
+
+    def timeline_ms(self, origin: float) -> dict:
+        """The named timestamps in ms from `origin` (for report.json's raw data)."""
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round((t - origin) * 1000.0, 3)
+
+        return {
+            "index": self.index,
+            "outcome": self.failure or "succeeded",
+            "status_code": self.status_code,
+            "scheduled_at_ms": rel(self.scheduled_at),
+            "sent_at_ms": rel(self.sent_at),
+            "body_written_at_ms": rel(self.body_written_at),
+            "headers_at_ms": rel(self.headers_at),
+            "first_content_at_ms": rel(self.first_content_at),
+            "last_content_at_ms": rel(self.last_content_at),
+            "done_at_ms": rel(self.done_at),
+            "ended_at_ms": rel(self.ended_at),
+            "content_chunks": len(self.content_times),
+            "completion_tokens": self.completion_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "finish_reason": self.finish_reason,
+            "retried": self.retried,
+            "error": self.error,
+        }
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level: its requests, and how the scanner itself fared (loop lag)."""
+
+    concurrency: int
+    requests: list[RequestRecord]
+    started_at: float = 0.0   # perf_counter
+    finished_at: float = 0.0
+    loop_lag_ms: array = field(default_factory=lambda: array("d"))
+    loop_lag_threshold_ms: float = 0.0
+
+    @property
+    def succeeded(self) -> list[RequestRecord]:
+        return [r for r in self.requests if r.failure is None]
+
+    @property
+    def failed_by_class(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.requests:
+            if r.failure is not None:
+                counts[r.failure] = counts.get(r.failure, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @property
+    def failure_examples(self) -> dict[str, str]:
+        """The first error message seen for each failure class."""
+        examples: dict[str, str] = {}
+        for r in self.requests:
+            if r.failure is not None and r.failure not in examples:
+                examples[r.failure] = r.error or r.failure
+        return dict(sorted(examples.items()))
+
+    def ttft_samples_ms(self) -> list[float]:
+        return [t for r in self.succeeded if (t := r.ttft_ms) is not None]
+
+    def gap_samples_ms(self) -> list[float]:
+        gaps: list[float] = []
+        for r in self.succeeded:
+            gaps.extend(r.gaps_ms())
+        return gaps
+
+    def rates(self, basis: str) -> list[float]:
+        return [v for r in self.succeeded if (v := r.rate(basis)) is not None]
+
+    @property
+    def loop_lag_p99_ms(self) -> float | None:
+        return percentile(self.loop_lag_ms, 99)
+
+    @property
+    def loop_lag_max_ms(self) -> float | None:
+        return max(self.loop_lag_ms) if self.loop_lag_ms else None
+
+    @property
+    def client_bound(self) -> bool:
+        """The scanner's own event loop fell behind: its p99 lag exceeded the threshold."""
+        p99 = self.loop_lag_p99_ms
+        return p99 is not None and p99 > self.loop_lag_threshold_ms
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+
+@dataclass
+class MetricsProbe:
+    """``GET {origin}/metrics``: present only for a 200 that parses as Prometheus text with at
+    least one sample."""
+
+    url: str
+    present: bool
+    detail: str
+    samples: int = 0
+
+
+@dataclass
+class GpuReading:
+    """GPU utilization sampled while the load ran; ``peak`` is a share (0..1), highest across
+    GPUs and samples; None with ``reason`` when there was no source or no sample."""
+
+    source: str | None
+    peak: float | None
+    reason: str | None
+    samples: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class CostFigure:
+    """USD per 1,000 requests from measured usage and the given prices, or None and why."""
+
+    usd_per_1000_requests: Decimal | None
+    reason: str | None
+    streams_priced: int = 0
+
+
+@dataclass
+class Measurement:
+    """Everything one scan measured. No check values, no grade: see scans.checks."""
+
+    base_url: str
+    model: str
+    started_at: str   # ISO 8601 UTC
+    finished_at: str
+    levels: list[LevelResult]
+    metrics: MetricsProbe
+    gpu: GpuReading
+    cost: CostFigure
+    loop_lag_threshold_ms: float
+    origin_time: float   # perf_counter at the start: timelines are relative to it
+    scanner: dict = field(default_factory=dict)
+
+    @property
+    def all_requests(self) -> list[RequestRecord]:
+        return [r for level in self.levels for r in level.requests]
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        for level in self.levels:
+            if level.concurrency == concurrency:
+                return level
+        return None

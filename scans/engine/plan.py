@@ -1,0 +1,186 @@
+"""What a scan will do: the scan plan, its defaults and its validation."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_TIMEOUT_S",
+    "PlanError",
+    "ScanPlan",
+    "builtin_prompt",
+    "default_requests",
+]
+
+DEFAULT_LEVELS: tuple[int, ...] = (1, 4, 16)
+DEFAULT_MAX_TOKENS = 128
+DEFAULT_TIMEOUT_S = 60.0
+MAX_LEVEL = 4096
+
+
+class PlanError(ValueError):
+    """A plan that cannot be run; the message is one line meant for the user."""
+
+
+def default_requests(level: int) -> int:
+    """Requests per level when none are given: at least 20 (so p95 at concurrency 1 rests on
+    20 samples), and four rounds of the level's concurrency above that."""
+    return max(20, 4 * level)
+
+
+_TOPICS = (
+    "the water cycle", "how a compiler works", "the history of the printing press",
+    "photosynthesis", "the rules of chess", "how vaccines train the immune system",
+    "plate tectonics", "the causes of inflation", "how a hash table works", "the French Revolution",
+    "black holes", "how bread rises", "the TCP handshake", "the life of honey bees",
+    "how batteries store energy", "the Silk Road", "how radar works", "coral reefs",
+)
+_ASKS = (
+    "Explain {topic} to a curious twelve-year-old.",
+    "Write a short essay about {topic}.",
+    "List the five most important facts about {topic}, with one sentence on each.",
+    "Describe {topic} as if you were teaching a class, step by step.",
+)
+
+
+def builtin_prompt(index: int) -> str:
+    """The built-in load prompt for request `index`: every request of a scan gets a different
+    one (the index is part of the text), so a prompt cache cannot flatter the latency."""
+    topic = _TOPICS[index % len(_TOPICS)]
+    ask = _ASKS[(index // len(_TOPICS)) % len(_ASKS)]
+    return f"{ask.format(topic=topic)} (Request {index + 1}.)"
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """Everything a scan needs. The API key is held in memory only: it is excluded from
+    ``repr`` and from comparisons, and nothing in the engine writes it anywhere but the
+    ``Authorization`` header of requests to ``base_url``."""
+
+    base_url: str
+    model: str
+    levels: tuple[int, ...] = DEFAULT_LEVELS
+    requests: int | tuple[int, ...] | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    prompts: tuple[str, ...] | None = None
+    dcgm_url: str | None = None
+    use_nvidia_smi: bool = True
+    price_input_per_mtok: Decimal | None = None
+    price_output_per_mtok: Decimal | None = None
+    extra_headers: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        object.__setattr__(self, "levels", tuple(self.levels))
+        if isinstance(self.requests, Sequence):
+            object.__setattr__(self, "requests", tuple(self.requests))
+
+    # -- derived -------------------------------------------------------------------------------
+    def requests_at(self, level: int) -> int:
+        """How many requests the level `level` sends."""
+        if self.requests is None:
+            return default_requests(level)
+        if isinstance(self.requests, int):
+            return self.requests
+        return self.requests[self.levels.index(level)]
+
+    @property
+    def requests_per_level(self) -> list[int]:
+        return [self.requests_at(level) for level in self.levels]
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def origin(self) -> str:
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.base_url).hostname or ""
+
+    def prompt(self, index: int) -> str:
+        if self.prompts:
+            return self.prompts[index % len(self.prompts)]
+        return builtin_prompt(index)
+
+    # -- validation ----------------------------------------------------------------------------
+    def validate(self) -> ScanPlan:
+        """Raise PlanError (one line) when the plan cannot run; return self otherwise."""
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PlanError(f"bad URL {self.base_url!r}: expected http(s)://host[:port]/path")
+        if parts.username or parts.password:
+            raise PlanError("bad URL: credentials in the URL are not accepted; "
+                            "pass the key with --api-key-env")
+        if parts.query or parts.fragment:
+            raise PlanError(f"bad URL {self.base_url!r}: no query or fragment expected")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise PlanError(f"bad URL {self.base_url!r}: {exc}") from exc
+        if not self.model or not self.model.strip():
+            raise PlanError("a model name is required")
+        levels = self.levels
+        if not levels:
+            raise PlanError("at least one concurrency level is required")
+        if any(not isinstance(lv, int) or lv < 1 or lv > MAX_LEVEL for lv in levels):
+            raise PlanError(f"concurrency levels must be integers from 1 to {MAX_LEVEL}")
+        if levels[0] != 1:
+            raise PlanError("concurrency levels must start at 1")
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
+            raise PlanError("concurrency levels must be strictly ascending")
+        if isinstance(self.requests, tuple) and len(self.requests) != len(levels):
+            raise PlanError("one request count per level is required")
+        if any(n < 1 for n in self.requests_per_level):
+            raise PlanError("requests per level must be at least 1")
+        if not 1 <= self.max_tokens <= 1_000_000:
+            raise PlanError("max tokens must be between 1 and 1000000")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise PlanError("the timeout must be a positive number of seconds")
+        for name in ("price_input_per_mtok", "price_output_per_mtok"):
+            price = getattr(self, name)
+            if price is not None and (not price.is_finite() or price < 0):
+                raise PlanError("prices must be non-negative numbers (USD per million tokens)")
+        if self.dcgm_url is not None:
+            dcgm = urlsplit(self.dcgm_url)
+            if dcgm.scheme not in ("http", "https") or not dcgm.hostname:
+                raise PlanError(f"bad --dcgm-url {self.dcgm_url!r}: expected http(s)://host...")
+        return self
+
+    def public_dict(self) -> dict:
+        """The plan as report.json records it (never the key)."""
+        return {
+            "levels": list(self.levels),
+            "requests_per_level": self.requests_per_level,
+            "max_tokens": self.max_tokens,
+            "timeout_s": self.timeout_s,
+            "prompts": "built-in" if not self.prompts else f"{len(self.prompts)} given",
+            "dcgm_url": self.dcgm_url,
+            "price_input_per_mtok": _price(self.price_input_per_mtok),
+            "price_output_per_mtok": _price(self.price_output_per_mtok),
+            "api_key_given": bool(self.api_key),
+        }
+
+
+def _price(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def api_key_from_env(var: str | None) -> str | None:
+    """The key from environment variable `var` (None when unset or empty)."""
+    if not var:
+        return None
+    value = os.environ.get(var)
+    return value or None

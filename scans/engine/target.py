@@ -1,0 +1,343 @@
+"""The reference target: a small, fast OpenAI-compatible streaming server.
+
+Real sockets, real HTTP/1.1, real SSE (chunked transfer encoding), real Prometheus text at
+``/metrics``. It exists for demos, calibration and tests, so it is built on raw asyncio streams to
+stay cheap enough that a scanner on the same machine measures itself, not the target.
+
+Timing model: a request is parsed at ``t0``; the first content chunk is due at
+``t0 + ttft``, chunk *i* at ``t0 + ttft + i * itl`` (an absolute schedule, so sleep overshoot never
+accumulates), each delay plus a uniform jitter in ``[0, jitter]``. With ``max_concurrency`` set, at
+most that many streams generate at once and the others wait for a slot before ``t0`` (queueing shows
+up as time to first token under load, as it does on a real server with a fixed batch size).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+__all__ = ["TargetConfig", "TargetServer", "running_target"]
+
+_WORDS = (
+    " the", " model", " streams", " a", " token", " at", " steady", " pace", " while", " load",
+    " grows", " and", " latency", " stays", " low", " for", " every", " request", " it", " serves",
+)
+_MAX_HEADER_BYTES = 64 * 1024
+_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    ttft_ms: float = 200.0
+    itl_ms: float = 20.0
+    tokens: int = 64
+    jitter_ms: float = 0.0
+    error_rate: float = 0.0
+    usage: bool = True
+    metrics: bool = True
+    role_chunk: bool = False
+    max_concurrency: int | None = None
+    seed: int | None = None
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class TargetServer:
+    """One server instance; no global state (its Prometheus registry is its own)."""
+
+    def __init__(self, config: TargetConfig | None = None) -> None:
+        self.config = config or TargetConfig()
+        self._rng = random.Random(self.config.seed)  # noqa: S311 - simulated errors, not crypto
+        self._server: asyncio.base_events.Server | None = None
+        self._slots = (
+            asyncio.Semaphore(self.config.max_concurrency) if self.config.max_concurrency else None
+        )
+        self._counter = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._m_requests = Counter(
+            "tokvera_target_requests", "Chat completion requests answered, by status code",
+            ["status"], registry=self.registry,
+        )
+        self._m_tokens = Counter(
+            "tokvera_target_completion_tokens", "Completion tokens streamed",
+            registry=self.registry,
+        )
+        self._m_running = Gauge(
+            "tokvera_target_streams_running", "Streams generating now", registry=self.registry
+        )
+        self._m_waiting = Gauge(
+            "tokvera_target_streams_waiting", "Streams waiting for a slot", registry=self.registry
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        self._server = await asyncio.start_server(
+            self._handle_connection, host, port, backlog=1024, limit=_MAX_HEADER_BYTES
+        )
+        sock = self._server.sockets[0]
+        bound_host, bound_port = sock.getsockname()[:2]
+        return bound_host, bound_port
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        async with self._server:
+            await self._server.serve_forever()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _handle_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                try:
+                    method, path, headers = _parse_head(head)
+                    length = int(headers.get("content-length", "0") or 0)
+                    if length < 0 or length > _MAX_BODY_BYTES:
+                        raise _BadRequest("bad content-length")
+                except (_BadRequest, ValueError):
+                    _write_simple(writer, 400, b'{"error":{"message":"bad request"}}', close=True)
+                    await writer.drain()
+                    return
+                body = await reader.readexactly(length) if length else b""
+                keep_alive = headers.get("connection", "").lower() != "close"
+                await self._route(method, path, body, writer, keep_alive)
+                await writer.drain()
+                if not keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _route(
+        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool
+    ) -> None:
+        path = path.split("?", 1)[0]
+        if method == "GET" and path == "/metrics" and self.config.metrics:
+            _write_simple(writer, 200, generate_latest(self.registry),
+                          content_type=b"text/plain; version=0.0.4; charset=utf-8",
+                          close=not keep_alive)
+        elif method == "GET" and path.endswith("/models"):
+            data = {"object": "list", "data": [{"id": "tokvera-target", "object": "model"}]}
+            _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
+        elif method == "POST" and path.endswith("/chat/completions"):
+            await self._chat(body, writer, keep_alive)
+        else:
+            _write_simple(writer, 404, b'{"error":{"message":"not found"}}', close=not keep_alive)
+
+    async def _chat(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
+        cfg = self.config
+        try:
+            req = json.loads(body)
+            if not isinstance(req, dict):
+                raise ValueError
+        except ValueError:
+            self._m_requests.labels("400").inc()
+            _write_simple(writer, 400, b'{"error":{"message":"body is not JSON"}}',
+                          close=not keep_alive)
+            return
+        if cfg.error_rate and self._rng.random() < cfg.error_rate:
+            self._m_requests.labels("500").inc()
+            _write_simple(writer, 500, b'{"error":{"message":"simulated failure",'
+                          b'"type":"server_error"}}', close=not keep_alive)
+            return
+        max_tokens = req.get("max_tokens") or req.get("max_completion_tokens") or cfg.tokens
+        try:
+            n_tokens = max(0, min(int(cfg.tokens), int(max_tokens)))
+        except (TypeError, ValueError):
+            n_tokens = cfg.tokens
+        finish = "length" if n_tokens < cfg.tokens else "stop"
+        model = str(req.get("model") or "tokvera-target")
+        prompt_tokens = _count_prompt_words(req.get("messages"))
+        stream = bool(req.get("stream"))
+        include_usage = cfg.usage and bool((req.get("stream_options") or {}).get("include_usage"))
+
+        if self._slots is not None:
+            self._m_waiting.inc()
+            try:
+                await self._slots.acquire()
+            finally:
+                self._m_waiting.dec()
+        self._m_running.inc()
+        try:
+            self._counter += 1
+            ident = f"chatcmpl-tv{self._counter}"
+            if not stream:
+                await self._sleep_until(time.perf_counter() + (cfg.ttft_ms + cfg.itl_ms *
+                                        max(0, n_tokens - 1)) / 1000.0)
+                text = "".join(_WORDS[i % len(_WORDS)] for i in range(n_tokens))
+                data = {
+                    "id": ident, "object": "chat.completion", "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": finish,
+                                 "message": {"role": "assistant", "content": text}}],
+                }
+                if cfg.usage:
+                    data["usage"] = _usage(prompt_tokens, n_tokens)
+                _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
+            else:
+                await self._stream(writer, ident, model, n_tokens, finish, prompt_tokens,
+                                   include_usage, keep_alive)
+            self._m_requests.labels("200").inc()
+            self._m_tokens.inc(n_tokens)
+        finally:
+            self._m_running.dec()
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str, n_tokens: int,
+                      finish: str, prompt_tokens: int, include_usage: bool,
+                      keep_alive: bool) -> None:
+        cfg = self.config
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            b"transfer-encoding: chunked\r\n"
+            + (b"connection: keep-alive\r\n" if keep_alive else b"connection: close\r\n")
+            + b"\r\n"
+        )
+        prefix = (
+            '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
+            '"choices":[{"index":0,"delta":' % (ident, int(time.time()), json.dumps(model))
+        )
+        t0 = time.perf_counter()
+        ttft = cfg.ttft_ms / 1000.0
+        itl = cfg.itl_ms / 1000.0
+        jitter = cfg.jitter_ms / 1000.0
+        rng = self._rng
+        if cfg.role_chunk:
+            _write_event(writer, prefix + '{"role":"assistant","content":""},'
+                         '"finish_reason":null}]}')
+        due = t0
+        for i in range(n_tokens):
+            nominal = t0 + ttft + i * itl + (rng.random() * jitter if jitter else 0.0)
+            due = max(due, nominal)
+            await self._sleep_until(due)
+            word = _WORDS[i % len(_WORDS)]
+            if i == 0 and not cfg.role_chunk:
+                delta = '{"role":"assistant","content":"%s"}' % word
+            else:
+                delta = '{"content":"%s"}' % word
+            _write_event(writer, prefix + delta + ',"finish_reason":null}]}')
+            if writer.transport.get_write_buffer_size() > 256 * 1024:
+                await writer.drain()
+        _write_event(writer, prefix + '{},"finish_reason":"%s"}]}' % finish)
+        if include_usage:
+            usage = json.dumps(_usage(prompt_tokens, n_tokens), separators=(",", ":"))
+            _write_event(
+                writer,
+                '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
+                '"choices":[],"usage":%s}' % (ident, int(time.time()), json.dumps(model), usage),
+            )
+        _write_event(writer, "[DONE]")
+        writer.write(b"0\r\n\r\n")
+
+    @staticmethod
+    async def _sleep_until(deadline: float) -> None:
+        delay = deadline - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _count_prompt_words(messages: object) -> int:
+    total = 0
+    if isinstance(messages, list):
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                total += len(content.split())
+    return max(1, total)
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes everything
+        raise _BadRequest("head") from exc
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest("request line")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise _BadRequest("header line")
+        headers[name.strip().lower()] = value.strip()
+    return parts[0], parts[1], headers
+
+
+def _write_event(writer: asyncio.StreamWriter, data: str) -> None:
+    payload = b"data: " + data.encode() + b"\n\n"
+    writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 500: b"Internal Server Error"}
+
+
+def _write_simple(writer: asyncio.StreamWriter, status: int, body: bytes, *,
+                  content_type: bytes = b"application/json", close: bool = False) -> None:
+    writer.write(
+        b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
+        % (status, _REASONS.get(status, b"Status"), content_type, len(body),
+           b"connection: close\r\n" if close else b"")
+        + body
+    )
+
+
+@contextlib.contextmanager
+def running_target(
+    config: TargetConfig | None = None, host: str = "127.0.0.1"
+) -> Iterator[tuple[str, int]]:
+    """Run a target on its own event loop in a background thread; yields ``(host, port)``.
+
+    For tests and demos that drive the scanner synchronously from the main thread.
+    """
+    loop = asyncio.new_event_loop()
+    server = TargetServer(config)
+    ready = threading.Event()
+    bound: dict[str, tuple[str, int]] = {}
+
+    def _run() -> None:
+        asyncio.set_event_loop(loop)
+        bound["addr"] = loop.run_until_complete(server.start(host, 0))
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=_run, name="tokvera-target", daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield bound["addr"]
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
