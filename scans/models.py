@@ -149,7 +149,7 @@ class ApiToken(models.Model):
 # --- endpoints and scans ---------------------------------------------------------------------
 
 GRADE_CHOICES = [(g, g) for g in ("A", "B", "C", "D", "F")]
-MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 15, 24 * 60
+MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 5, 24 * 60
 
 
 def new_badge_key() -> str:
