@@ -32,6 +32,7 @@ class TeamViewSet(
     scoped_model = Team
     serializer_class = TeamSerializer
     lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
     needs_manage = True  # writes here are team administration
 
 

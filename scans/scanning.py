@@ -279,3 +279,12 @@ def plan_for(endpoint: Endpoint):
         price_input_per_mtok=endpoint.price_input_per_mtok,
         price_output_per_mtok=endpoint.price_output_per_mtok,
     )
+
+
+def regrade_report(report: dict) -> dict:
+    """A copy of `report` whose checks and score are recomputed under this site's scoring
+    code from the measured values it carries (a pushed report's own grade is never trusted)."""
+    from scans import scoring
+
+    graded = scoring.grade(scoring.values_from_checks(report["checks"]))
+    return {**report, "checks": graded.checks, "score": graded.score}

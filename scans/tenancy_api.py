@@ -32,6 +32,7 @@ class TeamScopedViewSet(viewsets.GenericViewSet):
     scoped_model: type[models.Model]
     permission_classes = [permissions.IsAuthenticated, TeamRolePermission]
     lookup_field = "public_id"
+    lookup_value_regex = "[0-9a-fA-F-]{36}"  # a malformed id is a 404, not a database error
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -9,10 +9,11 @@ Admin URLs (namespace `admin`) are staff-only and checked in test_admin_is_staff
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from scans.models import ApiToken, Invitation, Membership, Role, Team
+from scans.models import ApiToken, Endpoint, Invitation, Membership, Role, Scan, Team
+from tests.factories import make_endpoint, make_report, make_scan
 
 PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept"}
 ACCOUNT = {"home", "api-whoami"}
@@ -30,10 +31,30 @@ class Case:
     # For writes: did the request take effect? Asserted true for allowed callers, false otherwise.
     effect: Callable | None = None
     listing: bool = False  # a list: outsiders get 200 without the team's rows, not 404
+    query: str = ""  # appended to the URL (e.g. required query parameters)
 
 
 def _membership(w, user) -> Membership:
     return Membership.dangerously_unscoped.get(team=w.team, user=user)
+
+
+def _endpoint(w) -> Endpoint:
+    existing = Endpoint.dangerously_unscoped.filter(team=w.team).first()
+    return existing or make_endpoint(w.team)
+
+
+def _endpoint_id(w) -> dict:
+    return {"public_id": _endpoint(w).public_id}
+
+
+def _scan_id(w) -> dict:
+    scan = Scan.dangerously_unscoped.filter(endpoint__team=w.team).first()
+    return {"public_id": (scan or make_scan(_endpoint(w))).public_id}
+
+
+def _endpoint_with_scan_id(w) -> dict:
+    _scan_id(w)
+    return _endpoint_id(w)
 
 
 def _spare_token(w) -> ApiToken:
@@ -101,4 +122,47 @@ TEAM: dict[str, list[Case]] = {
             effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).name == "Renamed Acme",
         ),
     ],
+    "api-endpoint-list": [
+        Case("api", "GET", "read", kwargs=lambda w: _endpoint(w) and {}, listing=True),
+        Case(
+            "api", "POST", "write", kwargs=lambda w: {},
+            data=lambda w: {"team": w.team.slug, "name": "made-by-test",
+                            "base_url": "http://127.0.0.1:9/v1", "model": "m", "levels": [1, 2]},
+            ok=frozenset({201}),
+            effect=lambda w: Endpoint.dangerously_unscoped.filter(
+                team=w.team, name="made-by-test").exists(),
+        ),
+    ],
+    "api-endpoint-detail": [
+        Case("api", "GET", "read", kwargs=_endpoint_id),
+        Case(
+            "api", "PATCH", "write", kwargs=_endpoint_id, data=lambda w: {"name": "renamed"},
+            effect=lambda w: _endpoint(w).name == "renamed",
+        ),
+        Case(
+            "api", "DELETE", "write", kwargs=_endpoint_id, ok=frozenset({204}),
+            effect=lambda w: not Endpoint.dangerously_unscoped.filter(team=w.team).exists(),
+        ),
+    ],
+    "api-endpoint-scans": [
+        Case("api", "GET", "read", kwargs=_endpoint_id),
+        Case(
+            "api", "POST", "write", kwargs=_endpoint_id, ok=frozenset({202}),
+            effect=lambda w: Scan.dangerously_unscoped.filter(
+                endpoint__team=w.team, trigger="api").exists(),
+        ),
+    ],
+    "api-endpoint-history": [
+        Case("api", "GET", "read", kwargs=_endpoint_with_scan_id, query="?check=error_rate"),
+    ],
+    "api-endpoint-reports": [
+        Case(
+            "api", "POST", "write", kwargs=_endpoint_id, data=lambda w: make_report(),
+            ok=frozenset({201}),
+            effect=lambda w: Scan.dangerously_unscoped.filter(
+                endpoint__team=w.team, pushed=True).exists(),
+        ),
+    ],
+    "api-scan-detail": [Case("api", "GET", "read", kwargs=_scan_id)],
+    "api-scan-report": [Case("api", "GET", "read", kwargs=_scan_id)],
 }

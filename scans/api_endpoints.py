@@ -1,0 +1,314 @@
+"""REST API for endpoints and scans (DRF). Every view derives from TeamScopedViewSet, so each
+object is reached through the team scoping layer; writes need a writing role."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+from django.db import transaction
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+
+from scans import encryption, scanning, scoring
+from scans.engine.plan import PlanError
+from scans.models import (
+    MAX_INTERVAL_MINUTES,
+    MIN_INTERVAL_MINUTES,
+    CheckResult,
+    Endpoint,
+    EndpointMode,
+    Scan,
+    ScanTrigger,
+    Team,
+)
+from scans.tenancy import Access
+from scans.tenancy_api import TeamScopedViewSet
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "report.schema.json"
+MAX_HISTORY_POINTS = 5000
+
+
+@cache
+def report_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="public_id", read_only=True)
+    # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
+    team = serializers.SlugField(source="team.slug", required=False)
+    # Secrets are write-only: accepted, stored encrypted, never returned.
+    api_key = serializers.CharField(write_only=True, required=False, allow_blank=True,
+                                    trim_whitespace=True, max_length=4000)
+    webhook_secret = serializers.CharField(write_only=True, required=False, allow_blank=True,
+                                           max_length=500)
+    has_api_key = serializers.BooleanField(read_only=True)
+    has_prompt_sample = serializers.BooleanField(read_only=True)
+    levels = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False)
+    interval_minutes = serializers.IntegerField(min_value=MIN_INTERVAL_MINUTES,
+                                                max_value=MAX_INTERVAL_MINUTES, required=False)
+    latest_scan = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Endpoint
+        fields = [
+            "id", "team", "name", "base_url", "model", "mode", "api_key", "has_api_key",
+            "levels", "requests_per_level", "max_tokens", "timeout_s", "interval_minutes",
+            "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
+            "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
+            "webhook_url", "webhook_secret", "alert_email", "alert_after_errors",
+            "next_scan_at", "created_at", "latest_scan",
+        ]
+        read_only_fields = ["next_scan_at", "created_at"]
+
+    def get_latest_scan(self, endpoint) -> dict | None:
+        scan = endpoint.scans.exclude(status__in=["queued", "running"]).order_by("-queued_at").first()
+        return ScanSerializer(scan).data if scan else None
+
+    def validate_slo_objective(self, value):
+        if not 0 < value <= 1:
+            raise serializers.ValidationError("expected a share between 0 and 1, e.g. 0.95")
+        return value
+
+    def validate_slo_error_rate(self, value):
+        if value is not None and not 0 <= value <= 1:
+            raise serializers.ValidationError("expected a share between 0 and 1")
+        return value
+
+    def validate_base_url(self, value):
+        if not value.startswith(("http://", "https://")):
+            raise serializers.ValidationError("expected an http(s) URL such as https://host/v1")
+        return value.rstrip("/")
+
+    def validate(self, attrs):
+        merged = {**self._current(), **attrs}
+        try:
+            candidate = Endpoint(**{k: v for k, v in merged.items()
+                                    if k not in {"api_key", "webhook_secret", "team"}})
+            scanning.plan_for(candidate).validate()
+        except PlanError as exc:
+            raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
+        return attrs
+
+    def _current(self) -> dict:
+        if self.instance is None:
+            return {}
+        names = ["name", "base_url", "model", "levels", "requests_per_level", "max_tokens",
+                 "timeout_s", "price_input_per_mtok", "price_output_per_mtok"]
+        return {name: getattr(self.instance, name) for name in names}
+
+    def _encrypt_secrets(self, validated):
+        if "api_key" in validated:
+            validated["api_key_encrypted"] = encryption.encrypt(validated.pop("api_key"))
+        if "webhook_secret" in validated:
+            validated["webhook_secret_encrypted"] = encryption.encrypt(
+                validated.pop("webhook_secret"))
+        return validated
+
+    def create(self, validated):
+        validated = self._encrypt_secrets(validated)
+        validated.setdefault("levels", [1, 4, 16])
+        endpoint = Endpoint(**validated)
+        if endpoint.mode == EndpointMode.SCHEDULED and endpoint.enabled:
+            from django.utils import timezone
+
+            endpoint.next_scan_at = timezone.now()  # first scan at the next beat
+        endpoint.save()
+        return endpoint
+
+    def update(self, instance, validated):
+        validated.pop("team", None)  # an endpoint never moves between teams
+        return super().update(instance, self._encrypt_secrets(validated))
+
+
+class ScanSerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="public_id", read_only=True)
+    endpoint = serializers.UUIDField(source="endpoint.public_id", read_only=True)
+
+    class Meta:
+        model = Scan
+        fields = [
+            "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
+            "finished_at", "grade", "points", "uncapped_grade", "scoring_version",
+            "provisional", "pushed", "tool_version",
+        ]
+        read_only_fields = fields
+
+
+class ScanCursor(CursorPagination):
+    ordering = "-queued_at"
+    page_size = 50
+    max_page_size = 500
+    page_size_query_param = "page_size"
+
+
+def _time_param(request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    value = parse_datetime(raw)
+    if value is None:
+        raise exceptions.ValidationError({name: ["expected an ISO 8601 time, e.g. 2026-11-01T00:00:00Z"]})
+    return value
+
+
+TIME_PARAMS = [
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="only scans queued at or after"),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="only scans queued before"),
+]
+
+
+class EndpointViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.UpdateModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet,
+):
+    """Endpoints of the caller's teams. Creating one needs a writing role in its team (a
+    team token's own team, or `team` by slug for a logged-in user)."""
+
+    scoped_model = Endpoint
+    serializer_class = EndpointSerializer
+
+    def narrow_queryset(self, queryset):
+        return queryset.select_related("team")
+
+    def perform_create(self, serializer):
+        access = Access.for_request(self.request)
+        slug = serializer.validated_data.pop("team", {}).get("slug")
+        visible = Team.objects.visible_to(access)
+        if slug is not None:
+            team = visible.filter(slug=slug).first()
+        elif len(access.team_ids) == 1:  # a token, or a user in one team: no need to say
+            team = visible.first()
+        else:
+            raise exceptions.ValidationError({"team": ["say which team (its slug)"]})
+        if team is None:
+            raise exceptions.NotFound("No such team.")
+        if not access.can_write(team.pk):
+            raise exceptions.PermissionDenied("Your role in this team is read-only.")
+        serializer.save(team=team)
+
+    @extend_schema(parameters=TIME_PARAMS, responses=ScanSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="scans")
+    def scans(self, request, public_id=None):
+        """The endpoint's scans, newest first (cursor-paginated; filter with since/until)."""
+        endpoint = self.get_object()
+        queryset = endpoint.scans.select_related("endpoint")
+        if (since := _time_param(request, "since")) is not None:
+            queryset = queryset.filter(queued_at__gte=since)
+        if (until := _time_param(request, "until")) is not None:
+            queryset = queryset.filter(queued_at__lt=until)
+        paginator = ScanCursor()
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(ScanSerializer(page, many=True).data)
+
+    @extend_schema(request=None, responses={202: ScanSerializer})
+    @scans.mapping.post
+    def trigger_scan(self, request, public_id=None):
+        """Start a scan now (rate-limited per endpoint; 429 with Retry-After when too soon)."""
+        endpoint = self.get_object()
+        if endpoint.mode != EndpointMode.SCHEDULED:
+            raise exceptions.ValidationError(
+                {"mode": ["this endpoint is pushed: upload reports with POST …/reports"]})
+        try:
+            scan = scanning.request_scan(endpoint, ScanTrigger.API)
+        except scanning.ScanRateLimited as exc:
+            seconds = max(1, int(exc.retry_after.total_seconds()))
+            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(seconds)})
+        from scans.tasks import run_scan
+
+        transaction.on_commit(lambda: run_scan.delay(scan.pk))
+        return Response(ScanSerializer(scan).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("check", str, required=True,
+                             description="a check id, e.g. ttft_p95_at_concurrency_1"),
+            *TIME_PARAMS,
+        ],
+        responses=inline_serializer("CheckHistory", {
+            "endpoint": serializers.UUIDField(),
+            "check": serializers.CharField(),
+            "points": serializers.ListField(child=serializers.DictField()),
+        }),
+    )
+    @action(detail=True, methods=["get"], url_path="history")
+    def history(self, request, public_id=None):
+        """One check's values over time, oldest first, each with its scoring_version (values
+        of different versions are not comparable)."""
+        endpoint = self.get_object()
+        check = request.query_params.get("check", "")
+        known = {c.id for c in scoring.CHECKS}
+        if check not in known:
+            raise exceptions.ValidationError({"check": [f"expected one of {', '.join(sorted(known))}"]})
+        rows = CheckResult.objects.for_team(endpoint.team_id).filter(endpoint=endpoint,
+                                                                     check_id=check)
+        if (since := _time_param(request, "since")) is not None:
+            rows = rows.filter(measured_at__gte=since)
+        if (until := _time_param(request, "until")) is not None:
+            rows = rows.filter(measured_at__lt=until)
+        rows = rows.order_by("-measured_at").values(
+            "measured_at", "value", "status", "counted", "scoring_version", "scan__public_id"
+        )[:MAX_HISTORY_POINTS]
+        points = [
+            {"at": r["measured_at"], "value": r["value"], "status": r["status"],
+             "counted": r["counted"], "scoring_version": r["scoring_version"],
+             "scan": r["scan__public_id"]}
+            for r in reversed(rows)
+        ]
+        return Response({"endpoint": endpoint.public_id, "check": check, "points": points})
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: ScanSerializer})
+    @action(detail=True, methods=["post"], url_path="reports")
+    def reports(self, request, public_id=None):
+        """Upload a report made by `tokvera scan --publish` inside a private network. It is
+        validated against the report schema and re-graded here; its own grade is ignored."""
+        endpoint = self.get_object()
+        report = request.data
+        if not isinstance(report, dict):
+            raise exceptions.ValidationError({"report": ["expected a report.json object"]})
+        errors = sorted(jsonschema.Draft202012Validator(report_schema()).iter_errors(report),
+                        key=lambda e: list(e.absolute_path))
+        if errors:
+            raise exceptions.ValidationError({
+                "report": [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+                           for e in errors[:20]]})
+        if report["target"]["model"] != endpoint.model:
+            raise exceptions.ValidationError(
+                {"report": [f"target.model {report['target']['model']!r} is not this endpoint's "
+                            f"model {endpoint.model!r}"]})
+        try:
+            regraded = scanning.regrade_report(report)
+        except ValueError as exc:
+            raise exceptions.ValidationError({"report": [str(exc)]}) from None
+        with transaction.atomic():
+            scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.PUSH)
+            scan = scanning.store_report(scan, regraded, pushed=True)
+        return Response(ScanSerializer(scan).data, status=status.HTTP_201_CREATED)
+
+
+class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """A scan's summary, and its stored report.json."""
+
+    scoped_model = Scan
+    serializer_class = ScanSerializer
+
+    def narrow_queryset(self, queryset):
+        return queryset.select_related("endpoint")
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"], url_path="report.json")
+    def report(self, request, public_id=None):
+        scan = self.get_object()
+        if scan.report is None:
+            raise exceptions.NotFound("This scan has no report (it has not finished, or errored).")
+        return Response(scan.report)

@@ -1,0 +1,64 @@
+"""Factories for endpoints, reports and scans (no fixture files)."""
+
+from __future__ import annotations
+
+from scans import scanning, scoring
+from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
+from scans.scoring import CheckValue
+
+GOOD_VALUES = {
+    "ttft_p95_at_concurrency_1": CheckValue(210.0),
+    "ttft_p99_load_ratio": CheckValue(1.4),
+    "inter_chunk_p95_at_concurrency_1": CheckValue(22.0),
+    "error_rate": CheckValue(0.0),
+    "error_rate_at_peak": CheckValue(0.0),
+    "generation_rate_load_ratio": CheckValue(0.9, basis="tokens"),
+    "usage_reported_share": CheckValue(1.0),
+    "metrics_endpoint": CheckValue(True),
+    "repeat_prompt_share": CheckValue(None, "no --prompts sample"),
+    "gpu_utilization_at_peak": CheckValue(None, "no GPU utilization source"),
+}
+
+
+def make_report(values=None, base_url="http://127.0.0.1:8080/v1", model="tiny") -> dict:
+    graded = scoring.grade(GOOD_VALUES if values is None else values)
+    return {
+        "tool_version": "0.1.0",
+        "target": {"base_url": base_url, "model": model},
+        "started_at": "2026-11-29T10:00:00Z",
+        "finished_at": "2026-11-29T10:01:00Z",
+        "plan": {"levels": [1, 4], "requests_per_level": [20, 40], "max_tokens": 64},
+        "levels": [
+            {"concurrency": 1, "requests": 20, "succeeded": 20, "failed": {},
+             "ttft_ms": {"p50": 201.0, "p95": 210.0, "p99": 212.0},
+             "chunk_gap_ms": {"p50": 20.0, "p95": 21.0, "p99": 25.0},
+             "generation_rate": {"median": 49.5, "basis": "tokens"}},
+            {"concurrency": 4, "requests": 40, "succeeded": 40, "failed": {},
+             "ttft_ms": {"p50": 230.0, "p95": 280.0, "p99": 297.0},
+             "chunk_gap_ms": {"p50": 20.0, "p95": 24.0, "p99": 30.0},
+             "generation_rate": {"median": 45.0, "basis": "tokens"}},
+        ],
+        "checks": graded.checks,
+        "measurements": {"cost_per_1000_requests": None, "cost_reason": "no prices given"},
+        "score": graded.score,
+    }
+
+
+def make_endpoint(team, **fields) -> Endpoint:
+    defaults = {
+        "name": "llama on box", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
+        "levels": [1, 4], "requests_per_level": 4, "max_tokens": 16, "timeout_s": 10.0,
+        "interval_minutes": 60,
+    }
+    return Endpoint.dangerously_unscoped.create(team=team, **{**defaults, **fields})
+
+
+def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTrigger.SCHEDULE,
+              error_reason="") -> Scan:
+    scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger)
+    if status == ScanStatus.SUCCEEDED:
+        return scanning.store_report(scan, report or make_report(model=endpoint.model))
+    if status == ScanStatus.ERRORED:
+        scanning.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1")
+        scan.refresh_from_db()
+    return scan
