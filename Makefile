@@ -20,7 +20,7 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
 	rm -rf var/prometheus && mkdir -p var/prometheus
-	DEBUG=1 PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
+	DEBUG=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
 
 test: install
 	$(BIN)/ruff check .

@@ -30,6 +30,7 @@ from scans.models import (
     ScanTrigger,
     Team,
 )
+from scans.report import regrade
 from scans.tenancy import Access
 from scans.tenancy_api import TeamScopedViewSet
 
@@ -127,7 +128,13 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def update(self, instance, validated):
         validated.pop("team", None)  # an endpoint never moves between teams
-        return super().update(instance, self._encrypt_secrets(validated))
+        validated = self._encrypt_secrets(validated)
+        for name, value in validated.items():
+            setattr(instance, name, value)
+        # Save only what was sent: alert state and schedule fields belong to the workers.
+        if validated:
+            instance.save(update_fields=list(validated))
+        return instance
 
 
 class ScanSerializer(serializers.ModelSerializer):
@@ -287,7 +294,7 @@ class EndpointViewSet(
                 {"report": [f"target.model {report['target']['model']!r} is not this endpoint's "
                             f"model {endpoint.model!r}"]})
         try:
-            regraded = scanning.regrade_report(report)
+            regraded = regrade(report)
         except ValueError as exc:
             raise exceptions.ValidationError({"report": [str(exc)]}) from None
         with transaction.atomic():

@@ -12,6 +12,8 @@ at. The guard protects the site, whose servers must not become a proxy into thei
 from __future__ import annotations
 
 import ipaddress
+import socket
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -35,10 +37,10 @@ def classify(ip: str) -> str | None:
         return "link-local"
     if address.is_multicast:
         return "multicast"
-    if address.is_private:
-        return "private"
-    if address.is_reserved or address.is_unspecified or not address.is_global:
+    if address.is_reserved or address.is_unspecified:
         return "reserved"
+    if address.is_private or not address.is_global:
+        return "private"
     return None
 
 
@@ -54,3 +56,26 @@ def check_address(ip: str, allow: frozenset[str] | None = None) -> None:
 def guard(host: str, port: int, ip: str) -> None:
     """The connect guard handed to the scan engine (ConnectGuard signature)."""
     check_address(ip)
+
+
+def check_url(url: str) -> None:
+    """Resolve the URL's host now and refuse it if any address is forbidden (a clear error
+    before any load is sent; the guard still checks every connection during the scan)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return  # unresolvable: the scan itself reports the target unreachable
+    for info in infos:
+        check_address(info[4][0])
+
+
+def refusal_in(measurement) -> str | None:
+    """The guard's refusal message if any request of the scan was refused by it."""
+    for level in measurement.levels:
+        for record in level.requests:
+            if record.error and "refused to connect to" in record.error:
+                return record.error
+    return None

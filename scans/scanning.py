@@ -258,9 +258,42 @@ def reap(now: datetime | None = None) -> int:
     return count
 
 
-def prompt_sample(endpoint: Endpoint) -> list[str] | None:
+def prompt_sample(endpoint: Endpoint):
+    """The team's prompt sample, decrypted in memory; it only feeds repeat_prompt_share."""
+    from scans.engine.prompts import parse_prompts_text
+
     text = encryption.decrypt(endpoint.prompt_sample_encrypted)
-    return text.splitlines() if text else None
+    return parse_prompts_text(text, source="the endpoint's prompt sample") if text else None
+
+
+def execute(scan: Scan) -> str:
+    """Run a claimed scan with the engine, through the site's outbound guard, and store it.
+
+    An unreachable target is the endpoint's result (succeeded, graded F); an address the guard
+    refuses, or our own failure, is an errored scan with the reason."""
+    from scans import outbound
+    from scans.engine import PlanError, run_scan
+    from scans.report import report_from_measurement
+
+    endpoint = scan.endpoint
+    try:
+        plan = plan_for(endpoint).validate()
+        outbound.check_url(plan.base_url)
+        measurement = run_scan(plan, connect_guard=outbound.guard)
+        refused = outbound.refusal_in(measurement)
+        if refused:
+            fail(scan.pk, refused)
+            return "errored"
+        report = report_from_measurement(plan, measurement, prompt_sample(endpoint))
+    except (PlanError, outbound.OutboundRefused, encryption.UnreadableSecret) as exc:
+        fail(scan.pk, str(exc))
+        return "errored"
+    except Exception as exc:
+        log.exception("scan %s failed on our side", scan.pk)
+        fail(scan.pk, f"internal error while scanning: {type(exc).__name__}")
+        return "errored"
+    store_report(scan, report)
+    return "succeeded"
 
 
 def plan_for(endpoint: Endpoint):
@@ -280,11 +313,3 @@ def plan_for(endpoint: Endpoint):
         price_output_per_mtok=endpoint.price_output_per_mtok,
     )
 
-
-def regrade_report(report: dict) -> dict:
-    """A copy of `report` whose checks and score are recomputed under this site's scoring
-    code from the measured values it carries (a pushed report's own grade is never trusted)."""
-    from scans import scoring
-
-    graded = scoring.grade(scoring.values_from_checks(report["checks"]))
-    return {**report, "checks": graded.checks, "score": graded.score}

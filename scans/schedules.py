@@ -9,6 +9,8 @@ from __future__ import annotations
 PERIODIC_TASKS: list[tuple[str, str, int]] = [
     # (name shown in the admin, task, every N seconds)
     ("Delete expired invitations", "scans.tasks.delete_expired_invitations", 3600),
+    ("Enqueue due scans", "scans.tasks.enqueue_due_scans", 60),
+    ("Reap dead scans", "scans.tasks.reap_scans", 60),
 ]
 
 

@@ -157,5 +157,8 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "filters": ["redact"]},
     },
     "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},  # a scan makes thousands of requests
+    },
 }

@@ -17,6 +17,7 @@ __all__ = [
     "PromptSample",
     "PromptsFileError",
     "load_prompts_file",
+    "parse_prompts_text",
     "normalize_prompt",
     "repeat_prompt_share",
 ]
@@ -114,9 +115,15 @@ def load_prompts_file(path: str | Path) -> PromptSample:
         raise PromptsFileError(
             f"prompts file {path} is not UTF-8 text (invalid byte at line {line}); "
             "save it as UTF-8") from None
+    return parse_prompts_text(text, source=f"prompts file {path}", path=str(path))
+
+
+def parse_prompts_text(text: str, source: str = "prompt sample", path: str = "") -> PromptSample:
+    """Parse a prompt sample already in memory (the site keeps its teams' samples encrypted
+    and never writes them to disk). `source` names it in error messages."""
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
-        raise PromptsFileError(f"prompts file {path} has no prompts")
+        raise PromptsFileError(f"{source} has no prompts")
     parsed: list[object] = []
     for _, line in lines:
         try:
@@ -130,11 +137,11 @@ def load_prompts_file(path: str | Path) -> PromptSample:
                     isinstance(item, dict) and not isinstance(item.get("prompt"), str)
                     and not isinstance(item.get("messages"), list)):
                 raise PromptsFileError(
-                    f'prompts file {path}, line {number}: expected a string, '
+                    f'{source}, line {number}: expected a string, '
                     '{"prompt": ...} or {"messages": [...]}')
             try:
                 prompts.append(normalize_prompt(item))
             except PromptsFileError as exc:
-                raise PromptsFileError(f"prompts file {path}, line {number}: {exc}") from None
-        return PromptSample(str(path), "jsonl", tuple(prompts))
-    return PromptSample(str(path), "text", tuple(_squash(line) for _, line in lines))
+                raise PromptsFileError(f"{source}, line {number}: {exc}") from None
+        return PromptSample(path, "jsonl", tuple(prompts))
+    return PromptSample(path, "text", tuple(_squash(line) for _, line in lines))

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # acks_late=True must be listed here with the reason it is idempotent.
 IDEMPOTENT_TASKS = {
     "scans.tasks.delete_expired_invitations": "deletes what is expired; a rerun deletes nothing",
+    "scans.tasks.reap_scans": "errors out only scans still unfinished (conditional UPDATE)",
+    "scans.tasks.run_scan": "claims the scan by UPDATE … WHERE status='queued'; a rerun no-ops",
 }
 
 

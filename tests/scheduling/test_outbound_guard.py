@@ -1,0 +1,44 @@
+"""The site's outbound guard refuses internal addresses; no traffic leaves loopback here."""
+
+from __future__ import annotations
+
+import pytest
+
+from scans.outbound import OutboundRefused, check_address, check_url, classify
+
+
+@pytest.mark.parametrize(
+    ("ip", "kind"),
+    [
+        ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"), ("172.16.0.1", "private"), ("192.168.1.1", "private"),
+        ("fd00::1", "private"),
+        ("100.64.0.1", "cgnat"), ("100.127.255.254", "cgnat"),
+        ("169.254.169.254", "link-local"), ("fe80::1", "link-local"),
+        ("224.0.0.1", "multicast"), ("ff02::1", "multicast"),
+        ("0.0.0.0", "reserved"), ("240.0.0.1", "reserved"), ("192.0.2.1", "private"),
+        ("8.8.8.8", None), ("2606:4700:4700::1111", None),
+    ],
+)
+def test_addresses_are_classified_by_range(ip, kind):
+    assert classify(ip) == kind
+
+
+def test_a_forbidden_address_is_refused_with_a_clear_reason():
+    with pytest.raises(OutboundRefused, match="169.254.169.254: link-local"):
+        check_address("169.254.169.254", allow=frozenset())
+
+
+def test_loopback_is_reachable_only_when_allowed():
+    check_address("127.0.0.1", allow=frozenset({"loopback"}))
+    with pytest.raises(OutboundRefused):
+        check_address("127.0.0.1", allow=frozenset())
+    with pytest.raises(OutboundRefused):
+        check_address("10.0.0.1", allow=frozenset({"loopback"}))
+
+
+def test_a_name_is_judged_by_the_address_it_resolves_to(settings):
+    settings.OUTBOUND_ALLOW = []
+    with pytest.raises(OutboundRefused, match="loopback"):
+        check_url("http://localhost:8080/v1")  # resolves locally; nothing is sent
