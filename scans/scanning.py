@@ -123,17 +123,18 @@ def origin_of(base_url: str) -> str:
 
 
 def acquire_origin(origin: str, scan_id: int, hold: timedelta) -> bool:
-    """Take the origin's lock for this scan; False while another live scan holds it."""
+    """Take the origin's lock for this scan; False while any live scan holds it (including
+    this scan itself: a second delivery must not run it twice)."""
     now = timezone.now()
     try:
         with transaction.atomic():
             OriginLock.objects.create(origin=origin, scan_id=scan_id, expires_at=now + hold)
         return True
     except IntegrityError:
-        # Held already: by this scan (a redelivery), or by one whose time is up.
-        taken = OriginLock.objects.filter(origin=origin).filter(
-            Q(scan_id=scan_id) | Q(expires_at__lt=now)
-        ).update(scan_id=scan_id, expires_at=now + hold)
+        # Held already; take it over only once its holder's time is up.
+        taken = OriginLock.objects.filter(origin=origin, expires_at__lt=now).update(
+            scan_id=scan_id, expires_at=now + hold
+        )
         return bool(taken)
 
 
@@ -253,6 +254,8 @@ def reap(now: datetime | None = None) -> int:
     count = 0
     for scan_id in dead:
         count += fail(scan_id, "the worker stopped before the scan finished (reaped after its deadline)")
+    # A dead scan's origin lock would otherwise block the origin until it expires.
+    OriginLock.objects.filter(scan_id__in=dead).delete()
     for scan_id in lost:
         count += fail(scan_id, "no worker picked the scan up within 30 minutes")
     return count

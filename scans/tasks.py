@@ -55,12 +55,11 @@ def run_scan(self, scan_id: int) -> str:
     origin = scanning.origin_of(scan.endpoint.base_url)
     hold = scanning.worst_case_duration(scan.endpoint) + scanning.RUNNING_GRACE
     if not scanning.acquire_origin(origin, scan_id, hold):
+        # Another scan of this origin (or this very scan, delivered twice) is running.
         raise self.retry(countdown=check_countdown(ORIGIN_BUSY_RETRY_S))
     try:
         claimed = scanning.claim(scan_id)
-        if claimed is None:
-            return "claimed elsewhere"
-        return scanning.execute(claimed)
+        return "claimed elsewhere" if claimed is None else scanning.execute(claimed)
     finally:
         scanning.release_origin(origin, scan_id)
 
