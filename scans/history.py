@@ -1,0 +1,401 @@
+"""An endpoint's grades and check values over time, for charts, sparklines and the history API.
+
+Long ranges are downsampled in SQL, never in Python: when a range holds more rows than
+`max_points`, the rows are grouped into equal time buckets by an expression the database
+computes (seconds since `since`, divided by the bucket width), and each bucket becomes one
+point carrying the mean, min and max and the count of scans it stands for.
+
+Rows of different scoring versions are never merged: the grouping is by (bucket, version), so a
+bucket that straddles a version change yields one point per version, and every point carries
+its `scoring_version` (grades of different versions are not comparable). To keep the promise
+of at most `max_points` points even then, the number of buckets is `max_points` divided by the
+number of versions present in the range (one version, the usual case: all of `max_points`).
+
+Times: a scan is placed at its `queued_at` (indexed with its endpoint, "scan_endpoint_time");
+a check result at its `measured_at` (indexed with endpoint and check id, "check_history").
+Only succeeded scans have grades and check rows; errored scans are not part of any history.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from django.db import NotSupportedError
+from django.db.models import (
+    Avg,
+    BigIntegerField,
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Cast, RowNumber
+from django.utils import timezone
+
+from scans import scoring
+from scans.models import CheckResult, Endpoint, Scan, ScanStatus
+
+__all__ = [
+    "DEFAULT_MAX_POINTS",
+    "CheckPoint",
+    "GradePoint",
+    "check_history",
+    "grade_history",
+    "latest_grades",
+    "scoped_to_teams",
+]
+
+DEFAULT_MAX_POINTS = 200
+LETTERS = tuple(letter for letter, _ in scoring.BANDS)
+# Worst first: the status a bucket shows is the worst of the statuses it holds.
+_STATUS_ORDER = ("fail", "warn", "pass", scoring.INSUFFICIENT_EVIDENCE, "preview")
+
+
+class _TimeBucket(Func):
+    """floor((epoch seconds of `expression`) - since_epoch) / width): the bucket index.
+
+    Written per database because neither SQLite nor PostgreSQL has a portable "seconds since
+    the epoch" that Django exposes. Rows are filtered to [since, until], so the dividend is
+    never negative and SQLite's CAST (which truncates) is a floor there.
+    """
+
+    output_field = BigIntegerField()
+
+    def __init__(self, expression, since_epoch: float, width_s: int):
+        super().__init__(expression, Value(float(since_epoch)), Value(float(width_s)))
+
+    def as_sql(self, compiler, connection, **extra):  # pragma: no cover - other databases
+        raise NotSupportedError(f"history downsampling is not written for {connection.vendor}")
+
+    def as_sqlite(self, compiler, connection, **extra):
+        field_sql, field_params = compiler.compile(self.source_expressions[0])
+        since_sql, since_params = compiler.compile(self.source_expressions[1])
+        width_sql, width_params = compiler.compile(self.source_expressions[2])
+        sql = (f"CAST((((julianday({field_sql}) - 2440587.5) * 86400.0) - {since_sql}) "
+               f"/ {width_sql} AS INTEGER)")
+        return sql, (*field_params, *since_params, *width_params)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        field_sql, field_params = compiler.compile(self.source_expressions[0])
+        since_sql, since_params = compiler.compile(self.source_expressions[1])
+        width_sql, width_params = compiler.compile(self.source_expressions[2])
+        sql = (f"FLOOR((EXTRACT(EPOCH FROM {field_sql}) - {since_sql}) / {width_sql})"
+               f"::bigint")
+        return sql, (*field_params, *since_params, *width_params)
+
+
+@dataclass(frozen=True)
+class GradePoint:
+    """One point of a grade history: one scan, or (downsampled) a bucket of scans.
+
+    - `at` / `last_at`: the scan's time, or the first and last scan times in the bucket.
+    - `scans`: how many succeeded scans the point stands for (1 when not downsampled).
+    - `points`: the scan's points, or the mean over the bucket's scans that have a letter;
+      None when none has (a scan graded insufficient_evidence has no points).
+    - `grade`: the scan's grade, or the worst in the bucket ("insufficient_evidence", no
+      letter, counts as the worst of all, as it does against an SLO floor).
+    - `uncapped_grade`: the band the points earned (one scan only; "" for a bucket).
+    - `capped`: how many of its scans a cap bound (grade worse than the uncapped grade).
+    - `caps`: the ids of the caps that applied (one scan only; () for a bucket).
+    - `no_letter`: how many of its scans were graded insufficient_evidence.
+    - `scan_id`: the scan's public id (one scan only; None for a bucket).
+    """
+
+    at: datetime
+    last_at: datetime
+    scans: int
+    points: float | None
+    points_min: float | None
+    points_max: float | None
+    grade: str
+    uncapped_grade: str
+    capped: int
+    caps: tuple[str, ...]
+    no_letter: int
+    scoring_version: str
+    provisional: bool
+    scan_id: uuid.UUID | None = None
+
+    @property
+    def has_letter(self) -> bool:
+        return self.grade in LETTERS
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckPoint:
+    """One point of a check's history: one scan's value, or a bucket of them.
+
+    - `value`: the measured value (a boolean check reads 1.0 present / 0.0 absent), or the mean
+      of the measured values in the bucket; None when nothing in it was measured.
+    - `status`: the scan's status, or the worst in the bucket (fail, warn, pass, then
+      insufficient_evidence, preview).
+    - `passed` / `warned` / `failed` / `unmeasured`: how many of its scans had each status
+      (`unmeasured` counts insufficient_evidence and preview alike).
+    """
+
+    at: datetime
+    last_at: datetime
+    scans: int
+    value: float | None
+    value_min: float | None
+    value_max: float | None
+    status: str
+    passed: int
+    warned: int
+    failed: int
+    unmeasured: int
+    scoring_version: str
+    scan_id: uuid.UUID | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _window(since: datetime | None, until: datetime | None, earliest) -> tuple[datetime, datetime]:
+    until = until or timezone.now()
+    if since is None:
+        since = earliest() or until
+    return since, until
+
+
+def _bucket_width_s(since: datetime, until: datetime, buckets: int) -> int:
+    """Whole seconds per bucket, so that a row at exactly `until` still falls in the last one."""
+    span = max(0.0, (until - since).total_seconds())
+    return max(1, math.ceil((span + 1) / max(1, buckets)))
+
+
+def _versions(rows) -> int:
+    return max(1, rows.values("scoring_version").distinct().count())
+
+
+def _check_max_points(max_points: int) -> None:
+    if max_points < 1:
+        raise ValueError(f"max_points must be at least 1, got {max_points!r}")
+
+
+def scoped_to_teams(model, team_ids: Iterable[int]):
+    """`model`'s rows of these teams through the scoped manager (one `for_team` per team)."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return model.objects.for_team(None).none()
+    return functools.reduce(operator.or_, (model.objects.for_team(t) for t in team_ids))
+
+
+# --- grades ----------------------------------------------------------------------------------
+
+
+def _graded_scans(endpoint: Endpoint):
+    # The caller holds an endpoint it was allowed to see; its rows are read through the scoped
+    # manager, narrowed to that endpoint's team and then to the endpoint itself.
+    return Scan.objects.for_team(endpoint.team_id).filter(
+        endpoint=endpoint, status=ScanStatus.SUCCEEDED)
+
+
+def grade_history(endpoint: Endpoint, since: datetime | None = None, until: datetime | None = None,
+                  max_points: int = DEFAULT_MAX_POINTS) -> list[GradePoint]:
+    """The endpoint's grades between `since` and `until` (inclusive), oldest first.
+
+    `endpoint` must be one the caller was allowed to see (fetched through the scoping layer).
+    At most `max_points` points: one per scan when they fit, else time buckets computed in SQL
+    (see the module docstring). `since` None means from the first scan; `until` None, now.
+    """
+    _check_max_points(max_points)
+    scans = _graded_scans(endpoint)
+    since, until = _window(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
+    rows = scans.filter(queued_at__gte=since, queued_at__lte=until)
+    if rows.count() <= max_points:
+        return [
+            GradePoint(
+                at=r["queued_at"], last_at=r["queued_at"], scans=1,
+                points=_float(r["points"]), points_min=_float(r["points"]),
+                points_max=_float(r["points"]), grade=r["grade"],
+                uncapped_grade=r["uncapped_grade"],
+                capped=int(_is_capped(r["grade"], r["uncapped_grade"])),
+                caps=tuple(c.get("id", "") for c in (r["caps"] or []) if isinstance(c, dict)),
+                no_letter=int(r["grade"] not in LETTERS),
+                scoring_version=r["scoring_version"], provisional=r["provisional"],
+                scan_id=r["public_id"],
+            )
+            for r in rows.order_by("queued_at").values(
+                "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
+                "provisional", "public_id", caps=F("report__score__caps_applied"))
+        ]
+    width = _bucket_width_s(since, until, max_points // _versions(rows))
+    bucketed = (
+        rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width))
+        .values("bucket", "scoring_version")
+        .annotate(
+            at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
+            mean=Avg("points", output_field=FloatField()), low=Min("points"), high=Max("points"),
+            # Letters sort A < B < … < F < "insufficient_evidence": Max is the worst grade.
+            worst=Max("grade"),
+            capped=Sum(Case(When(~Q(uncapped_grade="") & _capped_q(), then=Value(1)),
+                            default=Value(0), output_field=IntegerField())),
+            no_letter=Sum(Case(When(~Q(grade__in=LETTERS), then=Value(1)),
+                               default=Value(0), output_field=IntegerField())),
+            # PostgreSQL has no max(boolean); an integer cast works everywhere.
+            provisional_any=Max(Cast("provisional", IntegerField())),
+        )
+        .order_by("bucket", "at")
+    )
+    return [
+        GradePoint(
+            at=r["at"], last_at=r["last_at"], scans=r["scans"], points=_float(r["mean"], 1),
+            points_min=_float(r["low"]), points_max=_float(r["high"]), grade=r["worst"],
+            uncapped_grade="", capped=r["capped"] or 0, caps=(), no_letter=r["no_letter"] or 0,
+            scoring_version=r["scoring_version"], provisional=bool(r["provisional_any"]),
+        )
+        for r in bucketed
+    ]
+
+
+def _capped_q() -> Q:
+    """A cap bound the grade: the grade is a worse letter than the uncapped band, or there is
+    no letter while points were earned (cannot happen under 0.9.0, kept for safety)."""
+    worse = Q()
+    for i, uncapped in enumerate(LETTERS):
+        worse |= Q(uncapped_grade=uncapped, grade__in=LETTERS[i + 1:])
+    return worse
+
+
+def _is_capped(grade: str, uncapped: str) -> bool:
+    return (grade in LETTERS and uncapped in LETTERS
+            and LETTERS.index(grade) > LETTERS.index(uncapped))
+
+
+def _float(value, digits: int | None = None) -> float | None:
+    if value is None:
+        return None
+    return round(float(value), digits) if digits is not None else float(value)
+
+
+def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[GradePoint]]:
+    """The last `n` succeeded scans of each endpoint, oldest first, keyed by endpoint id.
+
+    One query for all endpoints (no N+1): a window function numbers each endpoint's scans from
+    the newest, and only the first `n` are read. Endpoints without a scan map to [].
+    """
+    endpoints = list(endpoints)
+    result: dict[int, list[GradePoint]] = {e.pk: [] for e in endpoints}
+    if not endpoints or n < 1:
+        return result
+    scans = scoped_to_teams(Scan, {e.team_id for e in endpoints})
+    ranked = (
+        scans.filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("endpoint_id")],
+                              order_by=[F("queued_at").desc(), F("pk").desc()]))
+        .filter(rank__lte=n)
+        .values("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
+                "scoring_version", "provisional", "public_id")
+    )
+    for r in ranked:
+        points = _float(r["points"])
+        result[r["endpoint_id"]].append(GradePoint(
+            at=r["queued_at"], last_at=r["queued_at"], scans=1, points=points,
+            points_min=points, points_max=points, grade=r["grade"],
+            uncapped_grade=r["uncapped_grade"],
+            capped=int(_is_capped(r["grade"], r["uncapped_grade"])), caps=(),
+            no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
+            provisional=r["provisional"], scan_id=r["public_id"],
+        ))
+    for points in result.values():
+        points.sort(key=lambda p: p.at)
+    return result
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = None,
+                  until: datetime | None = None,
+                  max_points: int = DEFAULT_MAX_POINTS) -> list[CheckPoint]:
+    """One check's values for `endpoint` between `since` and `until` (inclusive), oldest first.
+
+    `endpoint` must be one the caller was allowed to see (fetched through the scoping layer);
+    `check_id` one of `scans.scoring.CHECKS` (ValueError otherwise, e.g. a 400 in the API).
+    At most `max_points` points: one per scan when they fit, else time buckets computed in SQL,
+    each with the mean/min/max of the measured values and the count of each status. Every
+    point carries its `scoring_version`: thresholds may differ between versions, so values of
+    different versions are never merged into one point. `since` None means from the first
+    value; `until` None, now. Use `CheckPoint.as_dict()` to serialize.
+    """
+    _check_max_points(max_points)
+    if check_id not in {c.id for c in scoring.CHECKS}:
+        known = ", ".join(c.id for c in scoring.CHECKS)
+        raise ValueError(f"unknown check {check_id!r}: expected one of {known}")
+    results = CheckResult.objects.for_team(endpoint.team_id).filter(endpoint=endpoint,
+                                                                     check_id=check_id)
+    since, until = _window(since, until,
+                           lambda: results.aggregate(t=Min("measured_at"))["t"])
+    rows = results.filter(measured_at__gte=since, measured_at__lte=until)
+    if rows.count() <= max_points:
+        return [
+            CheckPoint(
+                at=r["measured_at"], last_at=r["measured_at"], scans=1, value=r["value"],
+                value_min=r["value"], value_max=r["value"], status=r["status"],
+                passed=int(r["status"] == "pass"), warned=int(r["status"] == "warn"),
+                failed=int(r["status"] == "fail"),
+                unmeasured=int(r["status"] not in ("pass", "warn", "fail")),
+                scoring_version=r["scoring_version"], scan_id=r["scan__public_id"],
+            )
+            for r in rows.order_by("measured_at", "pk").values(
+                "measured_at", "value", "status", "scoring_version", "scan__public_id")
+        ]
+    width = _bucket_width_s(since, until, max_points // _versions(rows))
+
+    def count(status_q: Q):
+        return Sum(Case(When(status_q, then=Value(1)), default=Value(0),
+                        output_field=IntegerField()))
+
+    bucketed = (
+        rows.annotate(bucket=_TimeBucket("measured_at", since.timestamp(), width))
+        .values("bucket", "scoring_version")
+        .annotate(
+            at=Min("measured_at"), last_at=Max("measured_at"), scans=Count("pk"),
+            mean=Avg("value"), low=Min("value"), high=Max("value"),
+            passed=count(Q(status="pass")), warned=count(Q(status="warn")),
+            failed=count(Q(status="fail")),
+            unmeasured=count(~Q(status__in=["pass", "warn", "fail"])),
+            insufficient=count(Q(status=scoring.INSUFFICIENT_EVIDENCE)),
+        )
+        .order_by("bucket", "at")
+    )
+    points = []
+    for r in bucketed:
+        counts = {"fail": r["failed"], "warn": r["warned"], "pass": r["passed"],
+                  scoring.INSUFFICIENT_EVIDENCE: r["insufficient"],
+                  "preview": r["unmeasured"] - r["insufficient"]}
+        status = next(s for s in _STATUS_ORDER if counts[s]) if r["scans"] else "preview"
+        points.append(CheckPoint(
+            at=r["at"], last_at=r["last_at"], scans=r["scans"], value=_float(r["mean"]),
+            value_min=_float(r["low"]), value_max=_float(r["high"]), status=status,
+            passed=r["passed"], warned=r["warned"], failed=r["failed"],
+            unmeasured=r["unmeasured"], scoring_version=r["scoring_version"],
+        ))
+    return points
+
+
+def default_since(days: int = 90, now: datetime | None = None) -> datetime:
+    """The start of the default chart range: the last `days` days."""
+    return (now or timezone.now()) - timedelta(days=days)
