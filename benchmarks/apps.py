@@ -1,6 +1,28 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class BenchmarksConfig(AppConfig):
     name = "benchmarks"
     verbose_name = "Network and public benchmarks"
+
+    def ready(self):
+        from benchmarks.hosts import forget_catalog_ids
+        from benchmarks.models import CatalogModel
+        from scans.schedules import PERIODIC_TASKS
+
+        for entry in NETWORK_PERIODIC_TASKS:
+            if entry not in PERIODIC_TASKS:
+                PERIODIC_TASKS.append(entry)
+        post_save.connect(forget_catalog_ids, sender=CatalogModel,
+                          dispatch_uid="benchmarks-catalog-saved")
+        post_delete.connect(forget_catalog_ids, sender=CatalogModel,
+                            dispatch_uid="benchmarks-catalog-deleted")
+
+
+NETWORK_PERIODIC_TASKS = [
+    # Lease expiry, queue deadline and an assignment pass, even when no host calls in.
+    ("Network: expire leases and assign jobs", "benchmarks.tasks.network_tick", 5),
+    # Folds whatever a lost fold task left behind (each completion queues its own fold).
+    ("Network: fold EWMAs left behind", "benchmarks.tasks.sweep_unfolded", 30),
+]

@@ -15,5 +15,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("scans.api_urls")),
+    path("", include("benchmarks.urls")),
     path("", include("scans.urls")),
 ]

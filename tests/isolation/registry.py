@@ -17,7 +17,7 @@ from tests.factories import make_endpoint, make_report, make_scan
 
 PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept"}
 ACCOUNT = {"home", "api-whoami"}
-HOST_TOKEN: set[str] = set()
+HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete", "job-fail"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,30 @@ def _scan_id(w) -> dict:
 def _endpoint_with_scan_id(w) -> dict:
     _scan_id(w)
     return _endpoint_id(w)
+
+
+def _network_job(w):
+    from benchmarks.models import CatalogModel, Job
+
+    model, _ = CatalogModel.objects.get_or_create(
+        id="isolation-model", defaults={"display_name": "Isolation", "quant": "q4", "context_len": 4096})
+    return Job.dangerously_unscoped.create(
+        team=w.team, model=model, max_tokens=8, request_json={"messages": [], "max_tokens": 8})
+
+
+def _network_submission(w) -> dict:
+    from benchmarks.models import CatalogModel
+
+    CatalogModel.objects.get_or_create(
+        id="isolation-model", defaults={"display_name": "Isolation", "quant": "q4", "context_len": 4096})
+    return {"team": w.team.slug, "model": "isolation-model", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _network_job_submitted(w) -> bool:
+    from benchmarks.models import Job
+
+    return Job.dangerously_unscoped.filter(team=w.team).exists()
 
 
 def _spare_token(w) -> ApiToken:
@@ -165,4 +189,16 @@ TEAM: dict[str, list[Case]] = {
     ],
     "api-scan-detail": [Case("api", "GET", "read", kwargs=_scan_id)],
     "api-scan-report": [Case("api", "GET", "read", kwargs=_scan_id)],
+    "job-submit": [
+        Case(
+            "api", "POST", "write",
+            kwargs=lambda w: {},
+            data=_network_submission,
+            ok=frozenset({202}),
+            effect=_network_job_submitted,
+        )
+    ],
+    "job-detail": [
+        Case("api", "GET", "read", kwargs=lambda w: {"job_id": _network_job(w).id}),
+    ],
 }

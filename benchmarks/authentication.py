@@ -1,0 +1,53 @@
+"""Host token authentication for the host API (`Authorization: Bearer tkh_…`).
+
+Host views use only this class, and buyer views never use it: a host token cannot act for a
+team, and a team token cannot act as a host. Malformed, unknown or revoked tokens get 401.
+"""
+
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions, permissions
+
+from benchmarks import hosts
+from scans import credentials
+
+
+class HostPrincipal:
+    """Stands in for request.user on host requests: authenticated, but nobody's account."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    is_superuser = False
+    pk = None
+    id = None
+
+    def __init__(self, host):
+        self.host = host
+
+    def __str__(self) -> str:
+        return f"host {self.host.public_id}"
+
+
+class HostTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None  # IsHost then answers 401 with the Bearer challenge
+        token = credentials.split_bearer(header, hosts.TOKEN_KIND)
+        if token is None:
+            raise exceptions.AuthenticationFailed("Malformed host token.")
+        host = hosts.authenticate(token)
+        if host is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked host token.")
+        return (HostPrincipal(host), host)
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class IsHost(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.user, HostPrincipal)

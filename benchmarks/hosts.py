@@ -1,0 +1,198 @@
+"""Host services: creating hosts, their tokens, trust, suspension, and recording heartbeats.
+
+Every change an admin or an operator command makes goes through here and is audited
+(benchmarks/audit.py). Each function owns its transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from benchmarks import audit
+from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
+from scans import credentials
+
+TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
+HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}
+_CATALOG_IDS_KEY = "benchmarks:catalog-ids"
+
+
+class HostError(ValueError):
+    """A host change that breaks a rule; the message is shown to the caller."""
+
+
+class TrustNotGrantable(HostError):
+    """Only none, software and edr can be granted; hardware is reserved."""
+
+
+class UnknownModels(HostError):
+    def __init__(self, ids: list[str]):
+        self.ids = ids
+        super().__init__(f"unknown catalog ids: {', '.join(ids)}")
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+def authenticate(token: str) -> Host | None:
+    """The host whose current token this is, or None (unknown, wrong or revoked)."""
+    row = (
+        Host.dangerously_unscoped.filter(token_prefix=token[: credentials.PREFIX_CHARS])
+        .only(
+            "id", "public_id", "team_id", "name", "token_hmac", "revoked_at", "suspended",
+            "trust_level", "last_heartbeat_at", "slots", "advertised", "gpu_model", "vram_mb",
+            "cpu_model", "ram_mb",
+        )
+        .first()
+    )
+    if row is None or row.revoked_at is not None or not row.token_hmac:
+        return None
+    if not credentials.matches(token, row.token_hmac):
+        return None
+    return row
+
+
+def _check_trust(level: str) -> str:
+    if level not in {t.value for t in GRANTABLE_TRUST}:
+        if level == TrustLevel.HARDWARE:
+            raise TrustNotGrantable("hardware trust is reserved and is never granted")
+        raise TrustNotGrantable(f"unknown trust level {level!r}: expected none, software or edr")
+    return level
+
+
+@transaction.atomic
+def create_host(team, name: str, trust_level: str = TrustLevel.NONE, actor=None) -> tuple[Host, str]:
+    """A new host and its token. The token is returned once and never stored."""
+    _check_trust(trust_level)
+    new = credentials.new_secret(TOKEN_KIND)
+    host = Host.dangerously_unscoped.create(
+        team=team, name=name, trust_level=trust_level, token_prefix=new.prefix,
+        token_hmac=new.digest, token_issued_at=timezone.now(),
+    )
+    audit.record(actor, host, "create", {"team": [None, team.slug], "trust_level": [None, trust_level]})
+    return host, new.token
+
+
+@transaction.atomic
+def rotate_token(host: Host, actor=None) -> str:
+    """Issue a new token; the old one stops working at once. A revoked host is re-enabled."""
+    new = credentials.new_secret(TOKEN_KIND)
+    Host.dangerously_unscoped.filter(pk=host.pk).update(
+        token_prefix=new.prefix, token_hmac=new.digest, token_issued_at=timezone.now(),
+        revoked_at=None,
+    )
+    audit.record(actor, host, "rotate token", {"token_prefix": [host.token_prefix, new.prefix]})
+    host.refresh_from_db()
+    return new.token
+
+
+def revoke_token(host: Host, actor=None) -> None:
+    """The token stops working at once; the host's leased and running jobs go back to the queue."""
+    from benchmarks import jobs
+
+    with transaction.atomic():
+        now = timezone.now()
+        Host.dangerously_unscoped.filter(pk=host.pk).update(
+            token_prefix=None, token_hmac="", revoked_at=now
+        )
+        audit.record(actor, host, "revoke token", {"token_prefix": [host.token_prefix, None]})
+    jobs.release_host_jobs(host.pk, include_running=True)
+    host.refresh_from_db()
+
+
+@transaction.atomic
+def set_trust(host: Host, level: str, actor=None) -> None:
+    _check_trust(level)
+    old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).trust_level
+    if old != level:
+        Host.dangerously_unscoped.filter(pk=host.pk).update(trust_level=level)
+        audit.record(actor, host, "set trust", {"trust_level": [old, level]})
+    host.trust_level = level
+
+
+def set_suspended(host: Host, suspended: bool, actor=None) -> None:
+    """A suspended host is not online and gets no jobs; its unstarted jobs are requeued."""
+    from benchmarks import jobs
+
+    with transaction.atomic():
+        old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).suspended
+        if old != suspended:
+            Host.dangerously_unscoped.filter(pk=host.pk).update(suspended=suspended)
+            audit.record(actor, host, "suspend" if suspended else "unsuspend",
+                         {"suspended": [old, suspended]})
+    host.suspended = suspended
+    if suspended:
+        jobs.release_host_jobs(host.pk, include_running=False)
+
+
+@transaction.atomic
+def set_connect_ready(host: Host, ready: bool, actor=None) -> None:
+    old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).connect_ready
+    if old != ready:
+        Host.dangerously_unscoped.filter(pk=host.pk).update(connect_ready=ready)
+        audit.record(actor, host, "set connect readiness", {"connect_ready": [old, ready]})
+    host.connect_ready = ready
+
+
+# --- the catalog -----------------------------------------------------------------------------
+
+
+def catalog_ids() -> frozenset[str]:
+    """Every catalog id (active or not), cached briefly: heartbeats check against it."""
+    ids = cache.get(_CATALOG_IDS_KEY)
+    if ids is None:
+        ids = frozenset(CatalogModel.objects.values_list("id", flat=True))
+        cache.set(_CATALOG_IDS_KEY, ids, timeout=30)
+    return ids
+
+
+def forget_catalog_ids(**_kwargs) -> None:
+    cache.delete(_CATALOG_IDS_KEY)
+
+
+@transaction.atomic
+def add_catalog_model(model_id: str, quant: str, context_len: int, display_name: str = "",
+                      active: bool = True, actor=None) -> CatalogModel:
+    if CatalogModel.objects.filter(pk=model_id).exists():
+        raise HostError(f"catalog id {model_id!r} already exists")
+    row = CatalogModel(id=model_id, display_name=display_name or model_id, quant=quant,
+                       context_len=context_len, active=active)
+    row.full_clean()
+    row.save()
+    audit.record(actor, row, "create", {
+        "quant": [None, quant], "context_len": [None, context_len], "active": [None, active]})
+    return row
+
+
+# --- heartbeats ------------------------------------------------------------------------------
+
+
+def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
+                     now: datetime | None = None) -> bool:
+    """Store what the host reports. Returns whether it is online now.
+
+    `host` is the row loaded by authentication; the model list is rewritten only when it
+    changed, so a steady host costs one UPDATE per heartbeat.
+    """
+    now = now or timezone.now()
+    wanted = sorted(set(models))
+    unknown = sorted(set(wanted) - catalog_ids())
+    if unknown:
+        raise UnknownModels(unknown)
+    fields: dict = {"last_heartbeat_at": now, "slots": slots}
+    for name in HARDWARE_FIELDS:
+        if name in hardware and hardware[name] != getattr(host, name):
+            fields[name] = hardware[name]
+    changed_models = wanted != list(host.advertised or [])
+    with transaction.atomic():
+        if changed_models:
+            fields["advertised"] = wanted
+            host.catalog_models.set(wanted)
+        Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(host, name, value)
+    return host.is_online(now)

@@ -1,0 +1,311 @@
+r"""Job services: submit, hand out, start, complete, fail, and the clocks that expire leases.
+
+The life of a job (docs/routing.md):
+
+    queued --assignment pass--> leased --start--> running --complete--> completed
+       ^                          |                  |         \--fail--> failed
+       |   lease or run deadline  |                  |
+       +------- passed -----------+------------------+   (at most NETWORK_MAX_ATTEMPTS hosts,
+                                                          then failed: attempts_exhausted)
+    queued longer than the queue deadline --> failed: no_host
+
+Every transition is a conditional UPDATE or happens under a row lock, so two callers can never
+both win. Locks are always taken host row first, then job row (never the other way round).
+Completion records the job first; the host's EWMAs are folded later (benchmarks/ewma.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from benchmarks import policy
+from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
+
+REASON_NO_HOST = "no_host"
+REASON_ATTEMPTS = "attempts_exhausted"
+HOST_REASON_PREFIX = "host: "
+# A completion may count a few tokens over max_tokens (stop tokens, tokenizer differences);
+# "far above" is more than max_tokens + max(8, 10 %).
+TOKEN_SLACK_MIN, TOKEN_SLACK_SHARE = 8, 0.10
+# A host's own elapsed time cannot exceed the time since the coordinator assigned the job,
+# give or take this much (request latency, clock granularity).
+ELAPSED_SLACK_MS = 5_000
+# No consumer machine streams faster than this; a higher figure is a bad report, not a sample.
+MAX_PLAUSIBLE_TPS = 20_000
+
+
+class JobError(Exception):
+    """Base class; the API turns each subclass into one status code."""
+
+
+class UnknownCatalogModel(JobError):
+    pass
+
+
+class NotYourJob(JobError):
+    """The job does not exist or is not leased to the calling host (404)."""
+
+
+class JobConflict(JobError):
+    """The call does not fit the job's state, e.g. completing a failed job (409)."""
+
+
+class BadFigures(JobError):
+    """Negative or absurd figures in a completion (400); nothing is recorded."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    ttft_ms: float | None
+    completion_tokens: int
+    elapsed_ms: float
+
+
+# --- buyers ----------------------------------------------------------------------------------
+
+
+def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime | None = None) -> Job:
+    """Queue a job and run an assignment pass, so an idle best host gets it at once."""
+    from benchmarks import routing
+
+    catalog = CatalogModel.objects.filter(pk=model_id, active=True).first()
+    if catalog is None:
+        raise UnknownCatalogModel(f"unknown or inactive catalog id: {model_id}")
+    if max_tokens > catalog.context_len:
+        raise UnknownCatalogModel(
+            f"max_tokens {max_tokens} exceeds the context length of {model_id} ({catalog.context_len})"
+        )
+    now = now or timezone.now()
+    job = Job.dangerously_unscoped.create(
+        team=team, model=catalog, max_tokens=max_tokens,
+        request_json={"messages": messages, "max_tokens": max_tokens},
+        created_at=now, queued_at=now,
+    )
+    routing.assignment_pass(now)
+    return job
+
+
+# --- hosts -----------------------------------------------------------------------------------
+
+
+def lease(host: Host, now: datetime | None = None) -> Job | None:
+    """Run a pass, then hand the host the oldest job assigned to it that it has not received.
+
+    SKIP LOCKED lets concurrent lease calls of one host (several slots) take different jobs
+    instead of waiting on each other; the conditional UPDATE makes sure only one of them wins.
+    """
+    from benchmarks import routing
+
+    now = now or timezone.now()
+    if host.suspended:
+        return None
+    routing.assignment_pass(now)
+    with transaction.atomic():
+        job = (
+            Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,
+                                            delivered_at__isnull=True)
+            .order_by("leased_at", "created_at", "id")
+            .select_for_update(skip_locked=True)
+            .first()
+        )
+        if job is None:
+            return None
+        won = Job.dangerously_unscoped.filter(
+            pk=job.pk, host_id=host.pk, status=JobStatus.LEASED, delivered_at__isnull=True
+        ).update(delivered_at=now)
+        if not won:
+            return None
+        job.delivered_at = now
+        return job
+
+
+def _locked(host: Host, job_id) -> Job:
+    """Lock the host row, then the job row; the job must be this host's (else 404)."""
+    Host.dangerously_unscoped.select_for_update().filter(pk=host.pk).values_list("pk").first()
+    job = Job.dangerously_unscoped.select_for_update().filter(pk=job_id, host_id=host.pk).first()
+    if job is None:
+        raise NotYourJob("no such job leased to this host")
+    return job
+
+
+def start(host: Host, job_id, now: datetime | None = None) -> Job:
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = _locked(host, job_id)
+        if job.status == JobStatus.RUNNING:
+            return job  # a repeated start: same answer, nothing changes
+        if job.status != JobStatus.LEASED:
+            raise JobConflict(f"job is {job.status}")
+        job.status = JobStatus.RUNNING
+        job.started_at = now
+        job.delivered_at = job.delivered_at or now
+        job.lease_expires_at = now + timedelta(seconds=policy.value("NETWORK_RUN_TIMEOUT_S"))
+        job.save(update_fields=["status", "started_at", "delivered_at", "lease_expires_at"])
+        return job
+
+
+def check_figures(job: Job, figures: Figures, now: datetime) -> None:
+    """Refuse negative or absurd figures; zero tokens or zero elapsed time are fine."""
+    ttft, tokens, elapsed = figures.ttft_ms, figures.completion_tokens, figures.elapsed_ms
+    for name, value in (("ttft_ms", ttft), ("elapsed_ms", elapsed), ("completion_tokens", tokens)):
+        if value is None:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFigures(f"{name} must be a finite number")
+        if value < 0:
+            raise BadFigures(f"{name} must not be negative")
+    if ttft is None and tokens > 0:
+        raise BadFigures("ttft_ms is required when completion_tokens > 0")
+    if ttft is not None and ttft > elapsed:
+        raise BadFigures("ttft_ms cannot be greater than elapsed_ms")
+    slack = max(TOKEN_SLACK_MIN, math.ceil(job.max_tokens * TOKEN_SLACK_SHARE))
+    if tokens > job.max_tokens + slack:
+        raise BadFigures(f"completion_tokens {tokens} is far above max_tokens {job.max_tokens}")
+    held_ms = (now - (job.leased_at or now)).total_seconds() * 1000
+    if elapsed > held_ms + ELAPSED_SLACK_MS:
+        raise BadFigures("elapsed_ms is longer than the host has held the job")
+    if elapsed > 0 and tokens / (elapsed / 1000) > MAX_PLAUSIBLE_TPS:
+        raise BadFigures("completion_tokens / elapsed_ms is not a plausible speed")
+
+
+def complete(host: Host, job_id, figures: Figures, result, now: datetime | None = None) -> Job:
+    """Record the completion (settles the job). A repeated call returns the stored job."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = _locked(host, job_id)
+        if job.status == JobStatus.COMPLETED:
+            return job
+        if job.status not in ACTIVE:
+            raise JobConflict(f"job is {job.status}")
+        check_figures(job, figures, now)
+        job.status = JobStatus.COMPLETED
+        job.started_at = job.started_at or job.delivered_at or now
+        job.completed_at = job.settled_at = now
+        job.lease_expires_at = None
+        job.ttft_ms = figures.ttft_ms
+        job.completion_tokens = figures.completion_tokens
+        job.elapsed_ms = figures.elapsed_ms
+        job.result_json = result
+        job.save(update_fields=[
+            "status", "started_at", "completed_at", "settled_at", "lease_expires_at", "ttft_ms",
+            "completion_tokens", "elapsed_ms", "result_json",
+        ])
+        _fold_after_commit(host.pk)
+        return job
+
+
+def fail(host: Host, job_id, reason: str, now: datetime | None = None) -> Job:
+    """The host could not run the job: it settles as failed and lowers the host's reputation."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = _locked(host, job_id)
+        if job.status == JobStatus.FAILED:
+            return job
+        if job.status not in ACTIVE:
+            raise JobConflict(f"job is {job.status}")
+        job.status = JobStatus.FAILED
+        job.settled_at = now
+        job.lease_expires_at = None
+        job.failure_reason = (HOST_REASON_PREFIX + reason.strip())[:200]
+        job.save(update_fields=["status", "settled_at", "lease_expires_at", "failure_reason"])
+        _fold_after_commit(host.pk)
+        return job
+
+
+def _fold_after_commit(host_id: int) -> None:
+    from benchmarks import tasks
+
+    # robust: if the broker is down the job stays recorded and the periodic sweep folds it.
+    transaction.on_commit(lambda: tasks.fold_host_ewmas.delay(host_id), robust=True)
+
+
+# --- clocks: lease expiry, queue deadline ----------------------------------------------------
+
+
+def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
+    """Jobs whose lease or run deadline passed go back to the queue for a different host
+    (or fail once they have used every attempt). Each expiry lowers the host's reputation."""
+    from benchmarks import ewma
+
+    now = now or timezone.now()
+    overdue = list(
+        Job.dangerously_unscoped.filter(status__in=ACTIVE, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", "host_id")[:limit]
+    )
+    expired = 0
+    for job_id, host_id in overdue:
+        with transaction.atomic():
+            host = Host.dangerously_unscoped.select_for_update().filter(pk=host_id).first()
+            job = (
+                Job.dangerously_unscoped.select_for_update(skip_locked=True)
+                .filter(pk=job_id, host_id=host_id, status__in=ACTIVE, lease_expires_at__lt=now)
+                .first()
+            )
+            if job is None or host is None:
+                continue
+            ewma.apply_failure(host)
+            host.save(update_fields=["reputation"])
+            if job.attempts >= policy.value("NETWORK_MAX_ATTEMPTS"):
+                # Its reputation sample was just applied, so there is nothing left to fold.
+                Job.dangerously_unscoped.filter(pk=job.pk).update(
+                    status=JobStatus.FAILED, settled_at=now, folded_at=now,
+                    lease_expires_at=None, failure_reason=REASON_ATTEMPTS,
+                )
+            else:
+                _requeue(job.pk, now)
+            expired += 1
+    return expired
+
+
+def _requeue(job_id, now: datetime) -> None:
+    Job.dangerously_unscoped.filter(pk=job_id).update(
+        status=JobStatus.QUEUED, host=None, queued_at=now, leased_at=None, delivered_at=None,
+        lease_expires_at=None, started_at=None,
+    )
+
+
+def fail_past_queue_deadline(now: datetime | None = None) -> int:
+    """Queued jobs that found no eligible host in time fail with reason `no_host`."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=policy.value("NETWORK_QUEUE_DEADLINE_S"))
+    # One conditional UPDATE: a job a pass assigns meanwhile no longer matches status=queued.
+    return Job.dangerously_unscoped.filter(status=JobStatus.QUEUED, queued_at__lt=cutoff).update(
+        status=JobStatus.FAILED, settled_at=now, folded_at=now, failure_reason=REASON_NO_HOST
+    )
+
+
+def release_host_jobs(host_id: int, include_running: bool, now: datetime | None = None) -> int:
+    """A suspended or revoked host's jobs go back to the queue (this is not the job's fault,
+    so the attempt is given back)."""
+    now = now or timezone.now()
+    statuses = list(ACTIVE) if include_running else [JobStatus.LEASED]
+    with transaction.atomic():
+        Host.dangerously_unscoped.select_for_update().filter(pk=host_id).values_list("pk").first()
+        ids = list(
+            Job.dangerously_unscoped.select_for_update()
+            .filter(host_id=host_id, status__in=statuses)
+            .values_list("pk", flat=True)
+        )
+        for job_id in ids:
+            _requeue(job_id, now)
+        Job.dangerously_unscoped.filter(pk__in=ids, attempts__gt=0).update(attempts=F("attempts") - 1)
+    return len(ids)
+
+
+def housekeeping(now: datetime | None = None) -> tuple[int, int]:
+    """Expire leases and fail jobs past the queue deadline. Returns (expired, no_host)."""
+    now = now or timezone.now()
+    return expire_leases(now), fail_past_queue_deadline(now)
+
+
+def housekeeping_due(now: datetime) -> bool:
+    """At most once a second across the site (the cache decides); the periodic task always runs."""
+    return cache.add(f"benchmarks:housekeeping:{int(now.timestamp())}", 1, timeout=5)

@@ -1,0 +1,45 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from benchmarks import hosts
+from benchmarks.models import CatalogModel, Host
+
+
+class Command(BaseCommand):
+    help = "Manage the network's model catalog: `catalog add ID --quant Q --context-len N`, `catalog list`."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        add = sub.add_parser("add", help="add a catalog model")
+        add.add_argument("id", help="catalog id (a slug), e.g. gemma-3-270m-q4")
+        add.add_argument("--quant", required=True, help="quantization, e.g. Q4_K_M")
+        add.add_argument("--context-len", required=True, type=int, dest="context_len")
+        add.add_argument("--name", default="", help="display name (default: the id)")
+        add.add_argument("--inactive", action="store_true", help="add it without accepting jobs")
+        sub.add_parser("list", help="list catalog models with their online hosts")
+
+    def handle(self, action, **options):
+        if action == "add":
+            try:
+                row = hosts.add_catalog_model(
+                    options["id"], options["quant"], options["context_len"], options["name"],
+                    active=not options["inactive"], actor="command catalog add",
+                )
+            except hosts.HostError as exc:
+                raise CommandError(str(exc)) from exc
+            except Exception as exc:  # full_clean's ValidationError: bad slug, bad length
+                raise CommandError(f"invalid catalog model: {exc}") from exc
+            self.stdout.write(f"added {row.id}")
+            return
+        rows = list(CatalogModel.objects.all())
+        if not rows:
+            self.stdout.write("(no catalog models)")
+            return
+        header = ("ID", "NAME", "QUANT", "CONTEXT", "ACTIVE", "ONLINE HOSTS")
+        table = [header] + [
+            (r.id, r.display_name, r.quant, str(r.context_len), "yes" if r.active else "no",
+             str(Host.dangerously_unscoped.online_for(r.id).count()))
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

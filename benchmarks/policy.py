@@ -1,0 +1,37 @@
+"""The network's documented numbers, in one place (docs/routing.md explains each one).
+
+Each value can be overridden by a Django setting of the same name (for example in a test or
+a deployment's settings); the code always reads them through `value()`.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+DEFAULTS = {
+    # A host is online while its last heartbeat is at most this old (and it is not suspended).
+    "NETWORK_ONLINE_WINDOW_S": 45,
+    # What the agent is told to use between heartbeats.
+    "NETWORK_HEARTBEAT_INTERVAL_S": 15,
+    # A job assigned to a host that has not called `start` within this time goes back to the queue.
+    "NETWORK_LEASE_TIMEOUT_S": 30,
+    # A running job that has not called `complete` within this time goes back to the queue.
+    "NETWORK_RUN_TIMEOUT_S": 300,
+    # How many hosts may hold a job (assignments) before it fails with reason `attempts_exhausted`.
+    "NETWORK_MAX_ATTEMPTS": 3,
+    # A job that has waited this long in the queue without an eligible host fails with `no_host`.
+    "NETWORK_QUEUE_DEADLINE_S": 120,
+    # Per-host fixed-window limits on calls (count per window).
+    "NETWORK_HEARTBEAT_LIMIT": 20,
+    "NETWORK_HEARTBEAT_WINDOW_S": 60,
+    "NETWORK_LEASE_LIMIT": 600,
+    "NETWORK_LEASE_WINDOW_S": 60,
+    # The most jobs one host may run at once, whatever it advertises.
+    "NETWORK_MAX_SLOTS": 64,
+    # The most queued jobs one assignment pass considers (the rest wait for the next pass).
+    "NETWORK_PASS_BATCH": 500,
+}
+
+
+def value(name: str):
+    return getattr(settings, name, DEFAULTS[name])

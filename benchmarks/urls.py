@@ -1,0 +1,15 @@
+from django.urls import path
+
+from benchmarks import api
+
+urlpatterns = [
+    # Host calls (host token).
+    path("v1/hosts/heartbeat", api.HeartbeatView.as_view(), name="host-heartbeat"),
+    path("v1/hosts/lease", api.LeaseView.as_view(), name="host-lease"),
+    path("v1/jobs/<uuid:job_id>/start", api.JobStartView.as_view(), name="job-start"),
+    path("v1/jobs/<uuid:job_id>/complete", api.JobCompleteView.as_view(), name="job-complete"),
+    path("v1/jobs/<uuid:job_id>/fail", api.JobFailView.as_view(), name="job-fail"),
+    # Buyer calls (team token or session).
+    path("v1/jobs", api.JobViewSet.as_view({"post": "create"}), name="job-submit"),
+    path("v1/jobs/<uuid:job_id>", api.JobViewSet.as_view({"get": "retrieve"}), name="job-detail"),
+]

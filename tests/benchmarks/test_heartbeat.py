@@ -1,0 +1,131 @@
+"""POST /v1/hosts/heartbeat: what it records, when a host is online, bad input, rate limits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import time_machine
+
+from benchmarks.models import Host
+from scans import teams
+from tests.benchmarks.conftest import T0, make_catalog
+from tests.conftest import bearer
+
+
+def test_heartbeat_records_models_hardware_and_slots(net):
+    make_catalog("small-q8")
+    host, token = net.host("h1", heartbeat=False)
+    with time_machine.travel(T0, tick=False):
+        response = net.heartbeat(token, ["tiny-q4", "small-q8", "tiny-q4"], slots=3, hardware={
+            "gpu_model": "RTX 4090", "vram_mb": 24576, "cpu_model": "Ryzen 9", "ram_mb": 65536})
+    assert response.status_code == 200
+    assert response.json()["online"] is True
+    assert response.json()["heartbeat_interval_s"] == 15
+    host.refresh_from_db()
+    assert host.last_heartbeat_at == T0
+    assert host.advertised == ["small-q8", "tiny-q4"]
+    assert sorted(host.catalog_models.values_list("id", flat=True)) == ["small-q8", "tiny-q4"]
+    assert (host.slots, host.gpu_model, host.vram_mb, host.cpu_model, host.ram_mb) == (
+        3, "RTX 4090", 24576, "Ryzen 9", 65536)
+
+
+def test_a_changed_model_list_replaces_the_old_one(net):
+    make_catalog("small-q8")
+    host, token = net.host("h1", models=["tiny-q4", "small-q8"])
+    assert net.heartbeat(token, ["small-q8"]).status_code == 200
+    host.refresh_from_db()
+    assert host.advertised == ["small-q8"]
+    assert list(host.catalog_models.values_list("id", flat=True)) == ["small-q8"]
+    assert list(Host.dangerously_unscoped.online_for("tiny-q4")) == []
+
+
+def test_host_is_online_for_45_seconds_after_its_last_heartbeat(net):
+    with time_machine.travel(T0, tick=False) as clock:
+        host, _ = net.host("h1")
+        clock.move_to(T0 + timedelta(seconds=45))
+        assert list(Host.dangerously_unscoped.online_for("tiny-q4")) == [host]
+        clock.move_to(T0 + timedelta(seconds=45, microseconds=1))
+        assert list(Host.dangerously_unscoped.online()) == []
+        host.refresh_from_db()
+        assert host.is_online() is False
+
+
+def test_a_suspended_host_is_not_online_even_while_it_heartbeats(net):
+    host, token = net.host("h1")
+    Host.dangerously_unscoped.filter(pk=host.pk).update(suspended=True)
+    response = net.heartbeat(token, ["tiny-q4"])
+    assert response.status_code == 200
+    assert response.json()["online"] is False
+    assert list(Host.dangerously_unscoped.online()) == []
+
+
+def test_a_host_with_no_ewma_yet_is_online_and_counted(net):
+    host, _ = net.host("h1")
+    assert host.ttft_ewma_ms is None and host.tps_ewma is None
+    assert Host.dangerously_unscoped.online_for("tiny-q4").count() == 1
+
+
+def test_unknown_catalog_ids_are_refused_with_400_naming_them(net):
+    host, token = net.host("h1", heartbeat=False)
+    response = net.heartbeat(token, ["tiny-q4", "nope-1", "also-not"])
+    assert response.status_code == 400
+    assert response.json()["unknown_models"] == ["also-not", "nope-1"]
+    assert "also-not, nope-1" in response.json()["detail"]
+    host.refresh_from_db()
+    assert host.last_heartbeat_at is None and host.advertised == []
+
+
+def test_bad_slots_and_hardware_are_refused(net):
+    _, token = net.host("h1", heartbeat=False)
+    for body in (
+        {"models": ["tiny-q4"], "slots": 0},
+        {"models": ["tiny-q4"], "slots": 10_000},
+        {"models": ["tiny-q4"], "slots": "2"},
+        {"models": ["tiny-q4"], "hardware": {"vram_mb": -1}},
+        {"models": "tiny-q4"},
+        {},
+    ):
+        response = net.client.post("/v1/hosts/heartbeat", body, format="json", **bearer(token))
+        assert response.status_code == 400, body
+
+
+def test_wrong_malformed_or_missing_host_tokens_get_401(net):
+    _, token = net.host("h1", heartbeat=False)
+    for header in (
+        bearer(token[:-2] + "xx"),
+        bearer("tkh_" + "a" * 40),
+        bearer("not-a-token"),
+        {"HTTP_AUTHORIZATION": "Basic Zm9vOmJhcg=="},
+        {},
+    ):
+        response = net.client.post("/v1/hosts/heartbeat", {"models": ["tiny-q4"]}, format="json",
+                                   **header)
+        assert response.status_code == 401, header
+
+
+def test_a_team_api_token_is_not_a_host_token(net):
+    _, team_token = teams.issue_token(net.operator, "read-write")
+    response = net.heartbeat(team_token, ["tiny-q4"])
+    assert response.status_code == 401
+
+
+def test_a_heartbeat_flood_is_rate_limited_without_touching_other_hosts(net, settings):
+    settings.NETWORK_HEARTBEAT_LIMIT = 5
+    _, flooder = net.host("flooder", heartbeat=False)
+    _, quiet = net.host("quiet", heartbeat=False)
+    codes = [net.heartbeat(flooder, ["tiny-q4"]).status_code for _ in range(12)]
+    assert codes[:5] == [200] * 5
+    assert set(codes[5:]) == {429}
+    limited = net.heartbeat(flooder, ["tiny-q4"])
+    assert int(limited["Retry-After"]) >= 1
+    assert net.heartbeat(quiet, ["tiny-q4"]).status_code == 200
+
+
+def test_a_refused_heartbeat_records_nothing(net, settings):
+    settings.NETWORK_HEARTBEAT_LIMIT = 1
+    with time_machine.travel(T0, tick=False) as clock:
+        host, token = net.host("h1")
+        clock.move_to(T0 + timedelta(seconds=10))
+        assert net.heartbeat(token, ["tiny-q4"]).status_code == 429
+    host.refresh_from_db()
+    assert host.last_heartbeat_at == T0
