@@ -23,7 +23,7 @@ __all__ = [
     "probe_metrics",
 ]
 
-_MAX_METRICS_BYTES = 8 * 1024 * 1024
+_MAX_METRICS_BYTES = 2 * 1024 * 1024
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 
@@ -51,7 +51,7 @@ async def _get_text(client: httpx.AsyncClient, url: str, timeout: float) -> tupl
             async for piece in response.aiter_bytes():
                 body += piece
                 if len(body) > _MAX_METRICS_BYTES:
-                    raise ValueError("body larger than 8 MiB")
+                    raise ValueError("body larger than 2 MiB")
             return response.status_code, body.decode("utf-8", errors="replace")
 
 

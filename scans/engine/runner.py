@@ -37,7 +37,7 @@ from .measurement import LevelResult, Measurement, RequestRecord
 from .plan import ScanPlan
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .sse import SSEDecoder
-from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport
+from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
 
 try:  # a faster JSON parser when installed; the stdlib's otherwise
     import orjson
@@ -96,8 +96,13 @@ class _Scan:
     """The state of one scan (one instance per run; nothing is shared between runs)."""
 
     def __init__(self, plan: ScanPlan, client: httpx.AsyncClient,
-                 progress: ProgressCallback | None, lag_threshold_ms: float) -> None:
+                 progress: ProgressCallback | None, lag_threshold_ms: float,
+                 precise_stale_detection: bool) -> None:
         self.plan = plan
+        # With ScanTransport, a stale keep-alive connection is recognised exactly
+        # (StaleConnectionError: reused, zero response bytes). With another transport, by
+        # httpcore's message and the absence of a new TCP connection.
+        self.precise = precise_stale_detection
         self.client = client
         self.progress = progress
         self.lag_threshold_ms = lag_threshold_ms
@@ -184,7 +189,7 @@ class _Scan:
         try:
             response = await self.client.send(request, stream=True)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            if retry_allowed and not connected and _failed_before_response(exc):
+            if retry_allowed and self._stale(exc, connected):
                 # A reused keep-alive connection the server had already closed.
                 record.retried = True
                 record.body_written_at = None
@@ -213,6 +218,11 @@ class _Scan:
                 await self._read_stream(record, response, deadline)
         finally:
             await response.aclose()
+
+    def _stale(self, exc: httpx.HTTPError, connected: bool) -> bool:
+        if isinstance(exc, StaleConnectionError):
+            return True
+        return not self.precise and not connected and _failed_before_response(exc)
 
     async def _read_stream(self, record: RequestRecord, response: httpx.Response,
                            deadline: asyncio.Timeout) -> None:
@@ -322,8 +332,9 @@ class _Scan:
 
 
 def _failed_before_response(exc: httpx.HTTPError) -> bool:
-    """The signature of a keep-alive connection the server had already closed: the request
-    failed before a single response byte (EOF or reset on read, or a failed write)."""
+    """For transports other than ScanTransport: the signature of a keep-alive connection the
+    server had already closed (EOF before a response, a reset, a failed write). httpcore's
+    message does not tell apart a partial status line, which ScanTransport's byte count does."""
     if isinstance(exc, httpx.RemoteProtocolError):
         return "without sending a response" in str(exc)
     return isinstance(exc, httpx.ReadError | httpx.WriteError)
@@ -419,7 +430,8 @@ async def run_scan_async(
     async with httpx.AsyncClient(transport=own_transport, timeout=timeout,
                                  follow_redirects=False, trust_env=False,
                                  headers=_client_headers(plan)) as client:
-        scan = _Scan(plan, client, progress, lag_threshold_ms)
+        scan = _Scan(plan, client, progress, lag_threshold_ms,
+                     precise_stale_detection=isinstance(own_transport, ScanTransport))
         sampler = GpuSampler(client, dcgm_url=plan.dcgm_url, target_host=plan.host,
                              use_nvidia_smi=plan.use_nvidia_smi)
         sampler.start()

@@ -24,7 +24,7 @@ DEFAULT_MAX_LINE = 1024 * 1024  # 1 MiB
 
 
 class SSEDecoder:
-    __slots__ = ("max_line", "oversized", "_buf", "_data", "_skipping", "events_seen")
+    __slots__ = ("max_line", "oversized", "_buf", "_data", "_skipping", "_dropping", "events_seen")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self.max_line = max_line
@@ -33,6 +33,7 @@ class SSEDecoder:
         self._buf = b""
         self._data: bytes | None = None
         self._skipping = False
+        self._dropping = False  # inside an event that had an oversized part: drop it whole
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Feed raw bytes; return the data payloads of the events completed by them."""
@@ -46,11 +47,6 @@ class SSEDecoder:
             chunk = self._buf + chunk
         lines = chunk.split(b"\n")
         tail = lines.pop()
-        if len(tail) > self.max_line:
-            self._oversize()
-            self._skipping = True
-            tail = b""
-        self._buf = tail
         out: list[bytes] = []
         data = self._data
         max_line = self.max_line
@@ -61,11 +57,13 @@ class SSEDecoder:
                 if data is not None:
                     out.append(data)
                     data = None
+                self._dropping = False
                 continue
             if len(line) > max_line:
-                self._data = data
                 self._oversize()
-                data = self._data
+                data = None
+                continue
+            if self._dropping:
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
@@ -76,17 +74,22 @@ class SSEDecoder:
                 else:
                     data = data + b"\n" + value
                     if len(data) > max_line:  # an event of endless data lines: same bound
-                        self.oversized += 1
+                        self._oversize()
                         data = None
             # comments (":...") and other fields are skipped
         self._data = data
+        if len(tail) > max_line:  # a line still growing past the cap: stop keeping it
+            self._oversize()
+            self._skipping = True
+            tail = b""
+        self._buf = tail
         self.events_seen += len(out)
         return out
 
     def flush(self) -> list[bytes]:
         """At the end of the body: the last event even without its closing blank line."""
         out: list[bytes] = []
-        if self._buf and not self._skipping:
+        if self._buf and not self._skipping and not self._dropping:
             line = self._buf[:-1] if self._buf.endswith(b"\r") else self._buf
             self._buf = b""
             if line.startswith(b"data:"):
@@ -94,7 +97,7 @@ class SSEDecoder:
                 if value[:1] == b" ":
                     value = value[1:]
                 self._data = value if self._data is None else self._data + b"\n" + value
-        if self._data is not None:
+        if self._data is not None and not self._dropping:
             out.append(self._data)
             self._data = None
         self.events_seen += len(out)
@@ -103,3 +106,4 @@ class SSEDecoder:
     def _oversize(self) -> None:
         self.oversized += 1
         self._data = None  # the event the line belonged to is dropped whole
+        self._dropping = True

@@ -36,6 +36,7 @@ __all__ = [
     "FRESH_CONNECTION",
     "ConnectGuard",
     "ConnectionRefusedByGuard",
+    "StaleConnectionError",
     "GuardRefusal",
     "GuardedBackend",
     "ScanTransport",
@@ -47,7 +48,7 @@ ConnectGuard = Callable[[str, int, str], None]
 #: Request extension key: ``{FRESH_CONNECTION: True}`` never reuses an idle connection.
 FRESH_CONNECTION = "tokvera.fresh_connection"
 
-_READ_HIGH_WATER = 4 * 1024 * 1024
+_READ_HIGH_WATER = 256 * 1024
 
 
 class GuardRefusal(httpcore.ConnectError):
@@ -58,11 +59,17 @@ class ConnectionRefusedByGuard(httpx.ConnectError):
     """The connect guard refused every address the host resolved to (or one of them)."""
 
 
+class StaleConnectionError(httpx.RemoteProtocolError):
+    """A request on a reused keep-alive connection failed before a single byte of its response
+    arrived: the server had closed the connection. The one case a scan retries."""
+
+
 # -- network backend ---------------------------------------------------------------------------
 
 
 class _Protocol(asyncio.Protocol):
-    __slots__ = ("transport", "buffer", "eof", "exc", "waiter", "drain_waiter", "paused")
+    __slots__ = ("transport", "buffer", "eof", "exc", "waiter", "drain_waiter", "paused",
+                 "received_since_write")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -72,6 +79,9 @@ class _Protocol(asyncio.Protocol):
         self.waiter: asyncio.Future | None = None
         self.drain_waiter: asyncio.Future | None = None
         self.paused = False
+        # Bytes handed to the reader since the last write: 0 when a request failed before
+        # a single byte of its response.
+        self.received_since_write = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -146,6 +156,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         else:
             data = bytes(buf[:max_bytes])
             del buf[:max_bytes]
+        proto.received_since_write += len(data)
         if len(buf) < _READ_HIGH_WATER and not self._transport.is_closing():
             with contextlib.suppress(Exception):
                 self._transport.resume_reading()
@@ -155,6 +166,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         if not buffer:
             return
         proto = self._protocol
+        proto.received_since_write = 0
         if proto.eof and proto.exc is not None or self._transport.is_closing():
             raise httpcore.WriteError("connection closed")
         try:
@@ -284,6 +296,41 @@ async def _connect(
     return transport, protocol  # type: ignore[return-value]
 
 
+class _Recorder(httpcore.AsyncNetworkBackend):
+    """One connection's backend: remembers the stream it opened (to read its byte count)."""
+
+    __slots__ = ("backend", "stream")
+
+    def __init__(self, backend: GuardedBackend) -> None:
+        self.backend = backend
+        self.stream: httpcore.AsyncNetworkStream | None = None
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None
+                          ) -> httpcore.AsyncNetworkStream:
+        self.stream = await self.backend.connect_tcp(host, port, timeout, local_address,
+                                                     socket_options)
+        return self.stream
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None
+                                  ) -> httpcore.AsyncNetworkStream:  # pragma: no cover
+        return await self.backend.connect_unix_socket(path, timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:  # pragma: no cover
+        await asyncio.sleep(seconds)
+
+    def bytes_since_write(self) -> int | None:
+        stream = self.stream
+        if isinstance(stream, _Stream):
+            return stream._protocol.received_since_write
+        return None
+
+
+_STALE_SIGNS = (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError)
+
+
 # -- httpx transport ---------------------------------------------------------------------------
 
 _EXC_MAP: list[tuple[type[Exception], type[httpx.HTTPError]]] = [
@@ -363,29 +410,32 @@ class ScanTransport(httpx.AsyncBaseTransport):
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_idle
         self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncHTTPConnection]] = {}
-        self._all: set[httpcore.AsyncHTTPConnection] = set()
+        self._all: dict[httpcore.AsyncHTTPConnection, _Recorder] = {}
         self._closed = False
 
     def _new_connection(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+        recorder = _Recorder(self._backend)
         connection = httpcore.AsyncHTTPConnection(
             origin=origin,
             ssl_context=self._ssl_context,
             keepalive_expiry=self._keepalive_expiry,
             http1=True,
             http2=False,
-            network_backend=self._backend,
+            network_backend=recorder,
         )
-        self._all.add(connection)
+        self._all[connection] = recorder
         return connection
 
-    def _checkout(self, origin: httpcore.Origin, fresh: bool) -> httpcore.AsyncHTTPConnection:
+    def _checkout(self, origin: httpcore.Origin, fresh: bool
+                  ) -> tuple[httpcore.AsyncHTTPConnection, bool]:
+        """(connection, reused)"""
         stack = self._idle.get((origin.scheme, origin.host, origin.port))
         while stack and not fresh:
             connection = stack.pop()
             if connection.is_idle() and not connection.has_expired():
-                return connection
+                return connection, True
             self._discard(connection)
-        return self._new_connection(origin)
+        return self._new_connection(origin), False
 
     def _checkin(self, origin: httpcore.Origin, connection: httpcore.AsyncHTTPConnection) -> None:
         if self._closed or not connection.is_idle() or connection.is_closed():
@@ -398,7 +448,7 @@ class ScanTransport(httpx.AsyncBaseTransport):
         stack.append(connection)
 
     def _discard(self, connection: httpcore.AsyncHTTPConnection) -> None:
-        self._all.discard(connection)
+        self._all.pop(connection, None)
         if not connection.is_closed():
             # Closing an asyncio transport is synchronous underneath; no await needed for
             # correctness, but httpcore's API is async, so schedule it.
@@ -415,7 +465,7 @@ class ScanTransport(httpx.AsyncBaseTransport):
         port = url.port or (443 if scheme == b"https" else 80)
         origin = httpcore.Origin(scheme, url.raw_host, port)
         extensions = request.extensions
-        connection = self._checkout(origin, bool(extensions.get(FRESH_CONNECTION)))
+        connection, reused = self._checkout(origin, bool(extensions.get(FRESH_CONNECTION)))
         core_request = httpcore.Request(
             method=request.method,
             url=httpcore.URL(scheme=scheme, host=url.raw_host, port=url.port,
@@ -425,11 +475,20 @@ class ScanTransport(httpx.AsyncBaseTransport):
             extensions=extensions,
         )
         try:
-            with _mapped():
+            try:
                 response = await connection.handle_async_request(core_request)
-        except BaseException:
+            except _STALE_SIGNS as exc:
+                recorder = self._all.get(connection)
+                if reused and recorder is not None and recorder.bytes_since_write() == 0:
+                    raise StaleConnectionError(str(exc)) from exc
+                raise
+        except StaleConnectionError:
             self._discard(connection)
             raise
+        except BaseException as exc:
+            self._discard(connection)
+            with _mapped():
+                raise exc
         return httpx.Response(
             status_code=response.status,
             headers=response.headers,
@@ -440,7 +499,7 @@ class ScanTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self._closed = True
-        connections, self._all = list(self._all), set()
+        connections, self._all = list(self._all), {}
         self._idle.clear()
         for connection in connections:
             await _quiet_close(connection)
