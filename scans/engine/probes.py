@@ -125,6 +125,11 @@ class GpuSampler:
 
     async def stop(self) -> GpuReading:
         if self._task is not None:
+            if not self.samples:  # a short load: let the first sample finish (bounded)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        while not self.samples and not self._task.done() and not self.errors:
+                            await asyncio.sleep(0.01)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task

@@ -330,14 +330,19 @@ def running_target(
         bound["addr"] = loop.run_until_complete(server.start(host, 0))
         ready.set()
         loop.run_forever()
+        loop.run_until_complete(server.close())
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.close()
 
     thread = threading.Thread(target=_run, name="tokvera-target", daemon=True)
     thread.start()
-    ready.wait(10)
+    if not ready.wait(10):
+        raise RuntimeError("the target did not start")
     try:
         yield bound["addr"]
     finally:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
+        thread.join(10)
