@@ -118,7 +118,9 @@ def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
     import httpx
 
     from scans.engine.transport import ScanTransport
-    from scans.outbound import guard
+    from scans.outbound import check_url, guard
+
+    check_url(endpoint.webhook_url)  # a clear refusal up front; the guard checks each connect
 
     body = json.dumps(message, separators=(",", ":"), sort_keys=True).encode()
     secret = encryption.decrypt(endpoint.webhook_secret_encrypted)

@@ -1,4 +1,7 @@
-"""Create (once) the demo user and team for the run command, and print how to log in."""
+"""Create (once) the demo user, team and endpoint for the run command; print the login.
+
+The endpoint points at the `tokvera target` the run command starts on loopback and is
+scanned every 5 minutes, so grades appear without any network."""
 
 import secrets
 
@@ -6,14 +9,17 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
 from scans import teams
-from scans.models import Team
+from scans.models import Endpoint, Team
 from tokvera_site.config import VAR_DIR
 
 DEMO_USERNAME = "demo"
 DEMO_EMAIL = "demo@tokvera.local"
 DEMO_TEAM = "demo"
+# The run command starts `tokvera target` here (Procfile.dev), a reference server on loopback.
+DEMO_TARGET_URL = "http://127.0.0.1:8090/v1"
 
 
 class Command(BaseCommand):
@@ -36,6 +42,13 @@ class Command(BaseCommand):
         team = Team.dangerously_unscoped.filter(slug=DEMO_TEAM).first()
         if team is None:
             team = teams.create_team(DEMO_TEAM, "Demo team", owner=user)
+        if not Endpoint.dangerously_unscoped.filter(team=team).exists():
+            Endpoint.dangerously_unscoped.create(
+                team=team, name="Demo target", base_url=DEMO_TARGET_URL, model="demo-model",
+                levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
+                interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
+                next_scan_at=timezone.now(),
+            )
         self.stdout.write(
             f"Demo login: {settings.SITE_URL}/login/  user: {DEMO_USERNAME}  password: {password}"
         )
