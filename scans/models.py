@@ -309,8 +309,12 @@ class Scan(models.Model):
 class CheckResult(models.Model):
     """One check of one finished scan: a check's history is one indexed query."""
 
-    scan = models.ForeignKey(Scan, on_delete=models.CASCADE, related_name="check_results")
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
+    # No single-column FK indexes: one_result_per_check (scan, …) and check_history
+    # (endpoint, …) already lead with these columns, and this table holds tens of millions.
+    scan = models.ForeignKey(Scan, on_delete=models.CASCADE, related_name="check_results",
+                             db_index=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+",
+                                 db_index=False)
     check_id = models.CharField(max_length=60)
     value = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=25)
