@@ -106,7 +106,7 @@ def lease(host: Host, now: datetime | None = None) -> Job | None:
     now = now or timezone.now()
     if host.suspended:
         return None
-    routing.assignment_pass(now)
+    routing.assignment_pass(now, wait=True)
     with transaction.atomic():
         job = (
             Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,

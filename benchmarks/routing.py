@@ -15,7 +15,9 @@ account, User-Agent or IP. Nothing in this module receives them.
 
 A pass runs when a job is submitted, when a host heartbeats or calls lease, and every few
 seconds from Celery beat. Passes do not overlap: on PostgreSQL a pass takes a transaction-level
-advisory lock and a pass that finds it taken leaves the work to the one holding it. The queued
+advisory lock. A pass started by a submission or a heartbeat that finds the lock taken leaves
+the work to the pass holding it; one started by a lease call waits for it (up to 2 s), so the
+host then sees whatever that pass gave it. The queued
 rows are read with SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE
 (status still queued), so no job is ever given to two hosts.
 """
@@ -26,7 +28,7 @@ import heapq
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -130,23 +132,41 @@ def rank(hosts: list[HostFacts], model_id: str) -> list[HostFacts]:
 _PASS_LOCK_KEY = 0x746B76_7061_7373  # "tkv" "pass": one advisory lock id for the whole site
 
 
-def _take_pass_lock() -> bool:
+PASS_LOCK_WAIT_MS = 2000  # a lease call waits at most this long for a running pass
+
+
+def _take_pass_lock(wait: bool) -> bool:
     if connection.vendor != "postgresql":
         return True  # SQLite serialises writers on its own
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
-        return bool(cursor.fetchone()[0])
+        if not wait:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
+            return bool(cursor.fetchone()[0])
+        cursor.execute(f"SET LOCAL lock_timeout = {int(PASS_LOCK_WAIT_MS)}")
+        try:
+            with transaction.atomic():  # a savepoint: a timeout must not poison the transaction
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
+        except OperationalError:
+            return False
+        finally:
+            cursor.execute("SET LOCAL lock_timeout = DEFAULT")
+        return True
 
 
-def assignment_pass(now: datetime | None = None) -> int:
-    """Assign queued jobs to hosts. Returns how many jobs were assigned."""
+def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
+    """Assign queued jobs to hosts. Returns how many jobs were assigned.
+
+    With `wait` (a host asking for work), a pass already running is waited for, so that the
+    caller then sees what it assigned; otherwise (submissions, heartbeats) the running pass is
+    left to do the work and this call returns at once.
+    """
     now = now or timezone.now()
     if jobs.housekeeping_due(now):
         jobs.housekeeping(now)
     if not Job.dangerously_unscoped.filter(status=JobStatus.QUEUED).exists():
         return 0
     with transaction.atomic():
-        if not _take_pass_lock():
+        if not _take_pass_lock(wait):
             return 0  # another pass is running; it (or the next one) takes these jobs
         return _assign(now)
 

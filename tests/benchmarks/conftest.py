@@ -1,16 +1,16 @@
 """Factories and a small client for the network's tests.
 
 Celery runs eagerly here (the fold task executes inside the completing request's on_commit),
-and the cache is emptied around every test (rate-limit windows, the catalog id cache).
+and every test sees an empty cache of its own (rate-limit windows, the catalog id cache).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from benchmarks import hosts
@@ -24,10 +24,11 @@ T0 = datetime(2030, 1, 7, 12, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
-    cache.clear()
-    yield
-    cache.clear()
+def _fresh_cache(settings):
+    # A key prefix of its own per test: an empty cache without flushing a shared Redis database.
+    settings.CACHES = {
+        "default": {**settings.CACHES["default"], "KEY_PREFIX": f"t-{uuid.uuid4().hex[:12]}"}
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +55,7 @@ class Net:
     other_buyer: object
     other_buyer_token: str
     client: APIClient = field(default_factory=APIClient)
+    tokens: dict = field(default_factory=dict)  # host name -> token (shown once, kept here)
 
     def host(self, name: str, models=("tiny-q4",), slots: int = 1, trust: str = "software",
              heartbeat: bool = True, **facts) -> tuple[Host, str]:
@@ -65,6 +67,7 @@ class Net:
             response = self.heartbeat(token, list(models), slots=slots)
             assert response.status_code == 200, response.content
         host.refresh_from_db()
+        self.tokens[name] = token
         return host, token
 
     # host side
