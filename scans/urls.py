@@ -1,11 +1,11 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from scans import views
+from scans import views, views_endpoints
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("invites/<str:secret>/", views.invite_accept, name="invite-accept"),
-    path("teams/<slug:slug>/", views.team_dashboard, name="team-dashboard"),
+    path("teams/<slug:slug>/", views_endpoints.team_dashboard, name="team-dashboard"),
     path("teams/<slug:slug>/switch", views.team_switch, name="team-switch"),
     path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
     path("teams/<slug:slug>/members/invite", views.member_invite, name="member-invite"),
@@ -16,4 +16,25 @@ urlpatterns = [
     path("teams/<slug:slug>/tokens/new", views.token_create, name="token-create"),
     path("teams/<slug:slug>/tokens/<uuid:public_id>/revoke", views.token_revoke,
          name="token-revoke"),
+    # endpoints, scans and badges (scans/views_endpoints.py)
+    path("teams/<slug:slug>/endpoints/new", views_endpoints.endpoint_create,
+         name="endpoint-create"),
+    path("endpoints/<uuid:public_id>/", views_endpoints.endpoint_detail, name="endpoint-detail"),
+    path("endpoints/<uuid:public_id>/edit", views_endpoints.endpoint_edit, name="endpoint-edit"),
+    path("endpoints/<uuid:public_id>/delete", views_endpoints.endpoint_delete,
+         name="endpoint-delete"),
+    path("endpoints/<uuid:public_id>/scan", views_endpoints.endpoint_scan_now,
+         name="endpoint-scan-now"),
+    path("endpoints/<uuid:public_id>/prompt-sample/delete",
+         views_endpoints.endpoint_prompt_sample_delete, name="endpoint-prompt-sample-delete"),
+    path("endpoints/<uuid:public_id>/badge/rotate", views_endpoints.endpoint_badge_rotate,
+         name="endpoint-badge-rotate"),
+    path("scans/<uuid:public_id>/", views_endpoints.scan_detail, name="scan-detail"),
+    path("scans/<uuid:public_id>/report.html", views_endpoints.scan_report_html,
+         name="scan-report-html"),
+    path("scans/<uuid:public_id>/compare", views_endpoints.scan_compare, name="scan-compare"),
+    re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.svg$", views_endpoints.badge_svg,
+            name="badge-svg"),
+    re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.json$", views_endpoints.badge_json,
+            name="badge-json"),
 ]

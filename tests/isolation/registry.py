@@ -202,3 +202,82 @@ TEAM: dict[str, list[Case]] = {
         Case("api", "GET", "read", kwargs=lambda w: {"job_id": _network_job(w).id}),
     ],
 }
+
+
+# --- endpoint and scan pages (scans/views_endpoints.py) --------------------------------------
+
+# Public badges: no login, nothing but the grade (tests/pages/test_badges.py).
+PUBLIC |= {"badge-svg", "badge-json"}
+
+
+def _page_form(name: str) -> dict:
+    return {"name": name, "base_url": "http://127.0.0.1:9/v1", "model": "m",
+            "mode": "scheduled", "levels_text": "1, 2", "max_tokens": 16, "timeout_s": 10,
+            "interval_minutes": 60, "enabled": "on", "slo_grade_floor": "B",
+            "slo_objective": 0.9, "alert_after_errors": 3}
+
+
+def _pinned_badge_id(w) -> dict:
+    endpoint = _endpoint(w)
+    Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(badge_key=f"pinned-{w.team.slug}")
+    return {"public_id": endpoint.public_id}
+
+
+def _prompt_sample_id(w) -> dict:
+    from scans import encryption
+
+    endpoint = _endpoint(w)
+    Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(
+        prompt_sample_encrypted=encryption.encrypt("hello\nworld"))
+    return {"public_id": endpoint.public_id}
+
+
+TEAM.update({
+    "endpoint-create": [
+        Case("page", "GET", "write"),
+        Case(
+            "page", "POST", "write", data=lambda w: _page_form("made-by-page"),
+            ok=frozenset({302}),
+            effect=lambda w: Endpoint.dangerously_unscoped.filter(
+                team=w.team, name="made-by-page").exists(),
+        ),
+    ],
+    "endpoint-detail": [Case("page", "GET", "read", kwargs=_endpoint_with_scan_id)],
+    "endpoint-edit": [
+        Case("page", "GET", "write", kwargs=_endpoint_id),
+        Case(
+            "page", "POST", "write", kwargs=_endpoint_id,
+            data=lambda w: _page_form("renamed-by-page"), ok=frozenset({302}),
+            effect=lambda w: _endpoint(w).name == "renamed-by-page",
+        ),
+    ],
+    "endpoint-delete": [
+        Case("page", "GET", "write", kwargs=_endpoint_id),
+        Case(
+            "page", "POST", "write", kwargs=_endpoint_id, ok=frozenset({302}),
+            effect=lambda w: not Endpoint.dangerously_unscoped.filter(team=w.team).exists(),
+        ),
+    ],
+    "endpoint-scan-now": [
+        Case(
+            "page", "POST", "write", kwargs=_endpoint_id, ok=frozenset({302}),
+            effect=lambda w: Scan.dangerously_unscoped.filter(
+                endpoint__team=w.team, trigger="manual").exists(),
+        ),
+    ],
+    "endpoint-prompt-sample-delete": [
+        Case(
+            "page", "POST", "write", kwargs=_prompt_sample_id, ok=frozenset({302}),
+            effect=lambda w: not _endpoint(w).has_prompt_sample,
+        ),
+    ],
+    "endpoint-badge-rotate": [
+        Case(
+            "page", "POST", "manage", kwargs=_pinned_badge_id, ok=frozenset({302}),
+            effect=lambda w: _endpoint(w).badge_key != f"pinned-{w.team.slug}",
+        ),
+    ],
+    "scan-detail": [Case("page", "GET", "read", kwargs=_scan_id)],
+    "scan-report-html": [Case("page", "GET", "read", kwargs=_scan_id)],
+    "scan-compare": [Case("page", "GET", "read", kwargs=_scan_id)],
+})

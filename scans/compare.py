@@ -1,0 +1,225 @@
+"""Compare two reports: each check's change and why the grade moved.
+
+A pure function of two report.json dicts (no Django). The grade is explained from what the
+score records: the caps that bind it (added or lifted), the points and the band they reach,
+and each pillar's points weighted by its effective weight (the pillar's contribution).
+
+Grades of different scoring versions are not comparable (the spec): `Comparison.same_version`
+is False then, and the page says so before anything else. When the previous report was graded
+under another version, `regraded_previous` re-grades its stored values under this site's
+scoring code (never re-measuring), which is comparable with a current report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scans import scoring
+
+__all__ = ["CheckChange", "Comparison", "PillarChange", "compare"]
+
+LETTERS = scoring.GRADES
+
+
+@dataclass(frozen=True)
+class CheckChange:
+    id: str
+    pillar: str
+    unit: str
+    before_value: Any
+    after_value: Any
+    before_status: str | None
+    after_status: str | None
+    delta: float | None  # after - before, when both are numbers
+
+    @property
+    def status_changed(self) -> bool:
+        return self.before_status != self.after_status
+
+    @property
+    def direction(self) -> str:
+        """"better", "worse" or "same" status (pass > warn > fail > not measured)."""
+        rank = {"pass": 3, "warn": 2, "fail": 1}
+        before = rank.get(self.before_status or "", 0)
+        after = rank.get(self.after_status or "", 0)
+        return "better" if after > before else "worse" if after < before else "same"
+
+
+@dataclass(frozen=True)
+class PillarChange:
+    pillar: str
+    before_points: float | None
+    after_points: float | None
+    before_weight: float | None
+    after_weight: float | None
+
+    @property
+    def before_contribution(self) -> float | None:
+        if self.before_points is None or self.before_weight is None:
+            return None
+        return self.before_points * self.before_weight
+
+    @property
+    def after_contribution(self) -> float | None:
+        if self.after_points is None or self.after_weight is None:
+            return None
+        return self.after_points * self.after_weight
+
+    @property
+    def contribution_delta(self) -> float | None:
+        before, after = self.before_contribution, self.after_contribution
+        if before is None and after is None:
+            return None
+        return (after or 0.0) - (before or 0.0)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    before_version: str
+    after_version: str
+    before_grade: str
+    after_grade: str
+    before_points: float | None
+    after_points: float | None
+    before_uncapped: str | None
+    after_uncapped: str | None
+    caps_added: tuple[dict, ...]
+    caps_lifted: tuple[dict, ...]
+    caps_kept: tuple[dict, ...]
+    checks: tuple[CheckChange, ...]
+    pillars: tuple[PillarChange, ...]
+    reasons: tuple[str, ...] = field(default=())
+    regraded_previous: dict | None = None  # the previous score under this site's version
+
+    @property
+    def same_version(self) -> bool:
+        return self.before_version == self.after_version
+
+    @property
+    def grade_moved(self) -> str:
+        """"up", "down" or "same" (a scan with no letter ranks below F)."""
+        before, after = _rank(self.before_grade), _rank(self.after_grade)
+        return "up" if after < before else "down" if after > before else "same"
+
+    @property
+    def points_delta(self) -> float | None:
+        if self.before_points is None or self.after_points is None:
+            return None
+        return round(self.after_points - self.before_points, 1)
+
+
+def _rank(grade: str) -> int:
+    return LETTERS.index(grade) if grade in LETTERS else len(LETTERS)
+
+
+def _letter(grade: str | None) -> str:
+    return grade if grade in LETTERS else "no letter"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Comparison:
+    """How `after` (a report) differs from `before` (an earlier report of the same endpoint)."""
+    b_score, a_score = before["score"], after["score"]
+    b_checks = {c["id"]: c for c in before.get("checks", [])}
+    a_checks = {c["id"]: c for c in after.get("checks", [])}
+    order = [c.id for c in scoring.CHECKS]
+    ids = [i for i in order if i in b_checks or i in a_checks]
+    ids += sorted((set(b_checks) | set(a_checks)) - set(ids))
+    checks = []
+    for check_id in ids:
+        b, a = b_checks.get(check_id, {}), a_checks.get(check_id, {})
+        b_num, a_num = _number(b.get("value")), _number(a.get("value"))
+        checks.append(CheckChange(
+            id=check_id, pillar=a.get("pillar") or b.get("pillar", ""),
+            unit=a.get("unit") or b.get("unit", ""),
+            before_value=b.get("value"), after_value=a.get("value"),
+            before_status=b.get("status"), after_status=a.get("status"),
+            delta=None if b_num is None or a_num is None else a_num - b_num,
+        ))
+
+    b_caps = {c["id"]: c for c in b_score.get("caps_applied", [])}
+    a_caps = {c["id"]: c for c in a_score.get("caps_applied", [])}
+    pillars = []
+    for pillar in dict.fromkeys([*scoring.PILLAR_WEIGHTS, *b_score.get("pillar_points", {}),
+                                 *a_score.get("pillar_points", {})]):
+        bp = b_score.get("pillar_points", {}).get(pillar)
+        ap = a_score.get("pillar_points", {}).get(pillar)
+        if bp is None and ap is None:
+            continue
+        pillars.append(PillarChange(
+            pillar, bp, ap, b_score.get("effective_weight", {}).get(pillar),
+            a_score.get("effective_weight", {}).get(pillar)))
+
+    comparison = Comparison(
+        before_version=str(b_score.get("scoring_version", "")),
+        after_version=str(a_score.get("scoring_version", "")),
+        before_grade=b_score.get("grade", ""), after_grade=a_score.get("grade", ""),
+        before_points=b_score.get("points"), after_points=a_score.get("points"),
+        before_uncapped=b_score.get("uncapped_grade"),
+        after_uncapped=a_score.get("uncapped_grade"),
+        caps_added=tuple(a_caps[i] for i in a_caps if i not in b_caps),
+        caps_lifted=tuple(b_caps[i] for i in b_caps if i not in a_caps),
+        caps_kept=tuple(a_caps[i] for i in a_caps if i in b_caps),
+        checks=tuple(checks), pillars=tuple(pillars),
+    )
+    regraded = None
+    if (not comparison.same_version
+            and comparison.after_version == scoring.SCORING_VERSION and before.get("checks")):
+        try:
+            regraded = scoring.grade(scoring.values_from_checks(before["checks"])).score
+        except (ValueError, KeyError):
+            regraded = None  # a check this version does not know: nothing comparable to show
+    return Comparison(**{**comparison.__dict__, "reasons": _reasons(comparison, a_score,
+                                                                      b_score),
+                         "regraded_previous": regraded})
+
+
+def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ...]:
+    """Plain sentences on why the grade moved (or held), most decisive first."""
+    reasons = []
+    before, after = _letter(c.before_grade), _letter(c.after_grade)
+    if c.after_grade not in LETTERS:
+        reasons.append(f"This scan has no letter: {a_score.get('reason', 'not enough evidence')}.")
+    if c.before_grade not in LETTERS and c.after_grade in LETTERS:
+        reasons.append(f"The previous scan had no letter: "
+                       f"{b_score.get('reason', 'not enough evidence')}.")
+    for cap in c.caps_added:
+        reasons.append(f"The cap {cap['id']} now applies: the grade can be no better than "
+                       f"{cap['grade_at_best']}.")
+    for cap in c.caps_lifted:
+        reasons.append(f"The cap {cap['id']} (at best {cap['grade_at_best']}) no longer "
+                       "applies.")
+    for cap in c.caps_kept:
+        reasons.append(f"The cap {cap['id']} still applies (at best {cap['grade_at_best']}).")
+    if c.before_points is not None and c.after_points is not None:
+        delta = c.points_delta or 0.0
+        if delta:
+            reasons.append(
+                f"The points went from {c.before_points:.1f} to {c.after_points:.1f} "
+                f"({delta:+.1f}); the band they reach went from "
+                f"{_letter(c.before_uncapped)} to {_letter(c.after_uncapped)}.")
+        else:
+            reasons.append(f"The points held at {c.after_points:.1f} "
+                           f"(band {_letter(c.after_uncapped)}).")
+    moved = sorted((p for p in c.pillars if p.contribution_delta),
+                   key=lambda p: -abs(p.contribution_delta or 0.0))
+    for pillar in moved:
+        bp = "not graded" if pillar.before_points is None else f"{pillar.before_points:.1f}"
+        ap = "not graded" if pillar.after_points is None else f"{pillar.after_points:.1f}"
+        reasons.append(f"{pillar.pillar}: {bp} → {ap} pillar points, "
+                       f"{pillar.contribution_delta:+.1f} points to the total.")
+    summary = ("The grade held at " + after if before == after
+               else f"The grade went from {before} to {after}")
+    if not c.same_version:
+        summary = (f"The scans were graded under different scoring versions "
+                   f"({c.before_version} and {c.after_version}): their grades are not "
+                   f"comparable. {summary}, but across versions that says nothing; compare "
+                   "the measured values below")
+    return (summary + ".", *reasons)

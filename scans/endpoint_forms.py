@@ -1,0 +1,216 @@
+"""The endpoint form: validation at the edge, secrets write-only.
+
+Secrets (the API key, the webhook secret, the prompt sample) are accepted, encrypted and never
+rendered back: their inputs are password fields that do not echo a value, even when the form
+is shown again with errors, and the page only says whether one is stored. A blank secret field
+keeps what is stored; a "clear" box removes it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django import forms
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from scans import encryption, scanning
+from scans.engine.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
+from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
+
+__all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
+
+MAX_PROMPT_SAMPLE_BYTES = 5 * 1024 * 1024
+MAX_SECRET_CHARS = 4000
+
+
+def _formfield(model_field, **kwargs):
+    if isinstance(model_field, models.URLField):
+        kwargs["assume_scheme"] = "https"  # a URL typed without a scheme is read as https
+    return model_field.formfield(**kwargs)
+
+
+class EndpointForm(forms.ModelForm):
+    levels_text = forms.CharField(
+        label="Concurrency levels", max_length=200,
+        help_text="Comma-separated, starting at 1 and ascending, e.g. 1, 4, 16.")
+    api_key = forms.CharField(
+        label="API key", required=False, max_length=MAX_SECRET_CHARS, strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Write-only: stored encrypted, never shown again. Leave blank to keep the "
+                  "stored key.")
+    clear_api_key = forms.BooleanField(label="Remove the stored API key", required=False)
+    prompt_sample = forms.FileField(
+        label="Prompt sample", required=False,
+        help_text="Your export of real traffic, one prompt per line (UTF-8 text, at most 5 MB). "
+                  "Stored encrypted, never sent anywhere; used only for repeat_prompt_share. "
+                  "Leave empty to keep the stored sample.")
+    webhook_secret = forms.CharField(
+        label="Webhook secret", required=False, max_length=500, strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Signs alert webhooks (HMAC-SHA256). Write-only; leave blank to keep.")
+    clear_webhook_secret = forms.BooleanField(label="Remove the stored webhook secret",
+                                              required=False)
+
+    class Meta:
+        model = Endpoint
+        formfield_callback = _formfield
+        fields = [
+            "name", "base_url", "model", "mode", "requests_per_level", "max_tokens",
+            "timeout_s", "interval_minutes", "enabled", "price_input_per_mtok",
+            "price_output_per_mtok", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
+            "slo_objective", "alert_email", "alert_after_errors", "webhook_url",
+        ]
+        labels = {
+            "base_url": "Base URL",
+            "requests_per_level": "Requests per level",
+            "timeout_s": "Timeout per request (s)",
+            "interval_minutes": "Scan every (minutes)",
+            "price_input_per_mtok": "Price per million input tokens (USD)",
+            "price_output_per_mtok": "Price per million output tokens (USD)",
+            "slo_grade_floor": "SLO: grade at least",
+            "slo_ttft_p95_ms": "SLO: TTFT p95 at concurrency 1 at most (ms)",
+            "slo_error_rate": "SLO: error rate at most (share)",
+            "slo_objective": "SLO objective (share of scans)",
+            "alert_email": "Email owners and admins on alerts",
+            "alert_after_errors": "Alert after this many errored scans in a row",
+            "webhook_url": "Alert webhook URL",
+        }
+        help_texts = {
+            "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
+            "requests_per_level": "Blank: at least 20, and four rounds of each level.",
+            "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
+                                f"({MAX_INTERVAL_MINUTES}).",
+            "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
+            "slo_ttft_p95_ms": "Blank: no TTFT target.",
+            "slo_objective": "0.9 means 90% of scans in a window must meet every target.",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["interval_minutes"].validators += [
+            MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]
+        self.fields["interval_minutes"].widget.attrs.update(
+            min=MIN_INTERVAL_MINUTES, max=MAX_INTERVAL_MINUTES)
+        self.fields["requests_per_level"].validators.append(MinValueValidator(1))
+        self.fields["max_tokens"].validators.append(MinValueValidator(1))
+        for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
+            self.fields[name].validators.append(MinValueValidator(0))
+        levels = (self.instance.levels if self.instance.pk and self.instance.levels
+                  else list(DEFAULT_LEVELS))
+        self.fields["levels_text"].initial = ", ".join(str(level) for level in levels)
+        if self.instance.pk:
+            self.fields["api_key"].help_text = (
+                ("An API key is stored. " if self.instance.has_api_key else "No API key stored. ")
+                + self.fields["api_key"].help_text)
+
+    # -- fields ---------------------------------------------------------------------------------
+    def clean_levels_text(self) -> list[int]:
+        raw = self.cleaned_data["levels_text"]
+        parts = [p for p in re.split(r"[\s,]+", raw.strip()) if p]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise forms.ValidationError("Enter whole numbers separated by commas, e.g. 1, 4, 16.")
+        levels = [int(p) for p in parts]
+        if levels[0] != 1:
+            raise forms.ValidationError("The levels must start at 1 (one request at a time).")
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
+            raise forms.ValidationError("The levels must be strictly ascending.")
+        if levels[-1] > MAX_LEVEL:
+            raise forms.ValidationError(f"A level can be at most {MAX_LEVEL}.")
+        return levels
+
+    def clean_base_url(self) -> str:
+        url = self.cleaned_data["base_url"].strip()
+        if not url.startswith(("http://", "https://")):
+            raise forms.ValidationError("Expected an http(s) URL such as https://host/v1.")
+        return url.rstrip("/")
+
+    def clean_slo_error_rate(self):
+        value = self.cleaned_data["slo_error_rate"]
+        if value is not None and not 0 <= value <= 1:
+            raise forms.ValidationError("Expected a share between 0 and 1 (0.01 is 1%).")
+        return value
+
+    def clean_slo_objective(self):
+        value = self.cleaned_data["slo_objective"]
+        if value is None or not 0 < value <= 1:
+            raise forms.ValidationError("Expected a share above 0 and at most 1 (0.9 is 90%).")
+        return value
+
+    def clean_timeout_s(self):
+        value = self.cleaned_data["timeout_s"]
+        if value is None or not 0 < value <= 3600:
+            raise forms.ValidationError("Expected a number of seconds above 0, at most 3600.")
+        return value
+
+    def clean_prompt_sample(self) -> str | None:
+        upload = self.cleaned_data.get("prompt_sample")
+        if not upload:
+            return None
+        if upload.size > MAX_PROMPT_SAMPLE_BYTES:
+            raise forms.ValidationError("The sample is larger than 5 MB.")
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise forms.ValidationError("The sample must be UTF-8 text, one prompt per line.") \
+                from None
+        if not any(line.strip() for line in text.splitlines()):
+            raise forms.ValidationError("The sample has no prompt in it.")
+        return text
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("api_key") and cleaned.get("clear_api_key"):
+            self.add_error("api_key", "Either give a new key or remove the stored one, not both.")
+        if cleaned.get("webhook_secret") and cleaned.get("clear_webhook_secret"):
+            self.add_error("webhook_secret",
+                           "Either give a new secret or remove the stored one, not both.")
+        if self.errors:
+            return cleaned
+        candidate = Endpoint(
+            base_url=cleaned["base_url"], model=cleaned.get("model", ""),
+            levels=cleaned["levels_text"], requests_per_level=cleaned.get("requests_per_level"),
+            max_tokens=cleaned.get("max_tokens") or 0, timeout_s=cleaned["timeout_s"],
+            price_input_per_mtok=cleaned.get("price_input_per_mtok"),
+            price_output_per_mtok=cleaned.get("price_output_per_mtok"),
+        )
+        try:
+            scanning.plan_for(candidate).validate()
+        except PlanError as exc:
+            raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
+        return cleaned
+
+    # -- saving ---------------------------------------------------------------------------------
+    def save(self, commit: bool = True) -> Endpoint:
+        endpoint = super().save(commit=False)
+        cleaned = self.cleaned_data
+        endpoint.levels = cleaned["levels_text"]
+        if cleaned.get("clear_api_key"):
+            endpoint.api_key_encrypted = ""
+        elif cleaned.get("api_key"):
+            endpoint.api_key_encrypted = encryption.encrypt(cleaned["api_key"])
+        if cleaned.get("clear_webhook_secret"):
+            endpoint.webhook_secret_encrypted = ""
+        elif cleaned.get("webhook_secret"):
+            endpoint.webhook_secret_encrypted = encryption.encrypt(cleaned["webhook_secret"])
+        if cleaned.get("prompt_sample"):
+            endpoint.prompt_sample_encrypted = encryption.encrypt(cleaned["prompt_sample"])
+        apply_schedule(endpoint, self.initial.get("interval_minutes"))
+        if commit:
+            endpoint.save()
+        return endpoint
+
+
+def apply_schedule(endpoint: Endpoint, old_interval: int | None) -> None:
+    """Keep next_scan_at consistent with the form: none unless enabled and scheduled; the
+    first scan at the next beat; a shorter interval brings the next scan forward."""
+    now = timezone.now()
+    if not endpoint.enabled or endpoint.mode != EndpointMode.SCHEDULED:
+        endpoint.next_scan_at = None
+    elif endpoint.next_scan_at is None:
+        endpoint.next_scan_at = now
+    elif old_interval is not None and endpoint.interval_minutes != old_interval:
+        endpoint.next_scan_at = min(endpoint.next_scan_at,
+                                    now + timedelta(minutes=endpoint.interval_minutes))

@@ -1,0 +1,73 @@
+"""Formatting for the endpoint and scan pages."""
+
+from __future__ import annotations
+
+from django import template
+
+from scans import scoring
+
+register = template.Library()
+
+
+@register.filter
+def percent(value, digits: int = 0) -> str:
+    """0.953 → "95%" (or "95.3%" with digits=1); None → "—"."""
+    if value is None:
+        return "—"
+    return f"{float(value) * 100:.{int(digits)}f}%"
+
+
+@register.filter
+def check_value(value, unit: str = "") -> str:
+    """A check's value in its unit; None → "not measured"."""
+    if value is None:
+        return "not measured"
+    if unit == "present" or isinstance(value, bool):
+        return "present" if value else "absent"
+    value = float(value)
+    if unit == "ms":
+        return f"{value:,.0f} ms"
+    if unit == "share":
+        return f"{value:.1%}"
+    return f"{value:.2f}"
+
+
+@register.filter
+def check_delta(value, unit: str = "") -> str:
+    if value is None:
+        return ""
+    value = float(value)
+    if unit == "ms":
+        return f"{value:+,.0f} ms"
+    if unit == "share":
+        return f"{value * 100:+.1f} pts"
+    if unit == "present":
+        return ""
+    return f"{value:+.2f}"
+
+
+@register.filter
+def letter(grade: str) -> str:
+    """A grade for display: the letter, or "no letter"."""
+    return grade if grade in scoring.GRADES else "no letter"
+
+
+@register.filter
+def grade_class(grade: str) -> str:
+    return f"grade-{grade}" if grade in scoring.GRADES else "grade-none"
+
+
+@register.filter
+def check_measures(check_id: str) -> str:
+    try:
+        check = scoring.check_by_id(check_id)
+    except KeyError:
+        return ""
+    return f"{check.measures} ({check.unit})"
+
+
+@register.filter
+def signed(value, digits: int = 1) -> str:
+    if value is None:
+        return ""
+    return f"{float(value):+.{int(digits)}f}"

@@ -1,0 +1,350 @@
+"""Endpoint and scan pages: the team dashboard, endpoint create/edit/delete, the endpoint page
+(history, per-check trends, SLO windows, scans, scan now, badges), the scan page, "compare with
+previous scan", and the public badges.
+
+Every team-owned object is fetched through tenancy.get_visible_or_404 (outsiders get 404), and
+the role is checked after it is found (viewers get 403 on writes). Writes run in transactions.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import OuterRef, Subquery
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_GET, require_POST
+
+from scans import charts, history, scanning, slo
+from scans.compare import compare
+from scans.endpoint_forms import EndpointForm
+from scans.history import scoped_to_teams
+from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, Team, new_badge_key
+from scans.tenancy import Access, get_visible_or_404, require_manage, require_write
+from scans.views import CURRENT_TEAM_SESSION_KEY
+
+# The endpoint page's chart ranges: query value → (label, days).
+RANGES = {"1d": ("24 hours", 1), "7d": ("7 days", 7), "30d": ("30 days", 30),
+          "90d": ("90 days", 90)}
+DEFAULT_RANGE = "30d"
+# The checks whose trends the endpoint page draws, in this order.
+TREND_CHECKS = ("ttft_p95_at_concurrency_1", "error_rate", "ttft_p99_load_ratio",
+                "generation_rate_load_ratio", "inter_chunk_p95_at_concurrency_1",
+                "error_rate_at_peak")
+SPARKLINE_SCANS = 30
+SCANS_PER_PAGE = 25
+
+
+def _team(request, slug: str) -> Team:
+    team = get_visible_or_404(request, Team, slug=slug)
+    request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
+    return team
+
+
+def _endpoint(request, public_id) -> Endpoint:
+    return get_visible_or_404(request, Endpoint, public_id=public_id)
+
+
+def _can_write(request, team_id: int) -> bool:
+    return Access.for_request(request).can_write(team_id)
+
+
+# --- dashboard -------------------------------------------------------------------------------
+
+
+@login_required
+def team_dashboard(request, slug):
+    """Every endpoint with its latest grade, provisional marker, the sparkline of its last 30
+    grades, last and next scan, and its 7-day SLO status. A fixed number of queries whatever
+    the number of endpoints."""
+    team = _team(request, slug)
+    scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
+        finished_at=None).order_by("-queued_at")
+    endpoints = list(
+        Endpoint.objects.for_team(team)
+        .annotate(last_finished_at=Subquery(scans.values("finished_at")[:1]),
+                  last_status=Subquery(scans.values("status")[:1]))
+        .order_by("name")
+    )
+    latest = history.latest_grades(endpoints, n=SPARKLINE_SCANS)
+    windows = slo.windows_for(endpoints, 7)
+    rows = []
+    for endpoint in endpoints:
+        grades = latest[endpoint.pk]
+        rows.append({
+            "endpoint": endpoint,
+            "latest": grades[-1] if grades else None,
+            "sparkline": charts.sparkline(grades) if grades else None,
+            "window": windows[endpoint.pk],
+        })
+    return render(request, "scans/endpoint_dashboard.html", {
+        "team": team, "rows": rows, "can_write": _can_write(request, team.pk),
+        "slo_minimum": slo.MIN_SCANS,
+    })
+
+
+# --- create, edit, delete --------------------------------------------------------------------
+
+
+@login_required
+def endpoint_create(request, slug):
+    team = _team(request, slug)
+    require_write(request, team)
+    form = EndpointForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            endpoint = form.save(commit=False)
+            endpoint.team = team
+            endpoint.save()
+        messages.success(request, f"Endpoint {endpoint.name} added.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    return render(request, "scans/endpoint_form.html",
+                  {"team": team, "form": form, "endpoint": None},
+                  status=400 if form.is_bound else 200)
+
+
+@login_required
+def endpoint_edit(request, public_id):
+    endpoint = _endpoint(request, public_id)
+    require_write(request, endpoint)
+    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            form.save()
+        messages.success(request, f"Endpoint {endpoint.name} saved.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    if request.method == "POST":
+        endpoint.refresh_from_db()  # the page shows what is stored, not the rejected input
+    return render(request, "scans/endpoint_form.html",
+                  {"team": endpoint.team, "form": form, "endpoint": endpoint},
+                  status=400 if form.is_bound else 200)
+
+
+@login_required
+def endpoint_delete(request, public_id):
+    """GET: a confirmation page; POST: delete the endpoint with its scans."""
+    endpoint = _endpoint(request, public_id)
+    require_write(request, endpoint)
+    team = endpoint.team
+    if request.method == "POST":
+        with transaction.atomic():
+            Endpoint.objects.for_team(team).filter(pk=endpoint.pk).delete()
+        messages.success(request, f"Endpoint {endpoint.name} and its scans were deleted.")
+        return redirect("team-dashboard", slug=team.slug)
+    return render(request, "scans/endpoint_delete.html", {
+        "team": team, "endpoint": endpoint, "scan_count": endpoint.scans.count()})
+
+
+@login_required
+@require_POST
+def endpoint_prompt_sample_delete(request, public_id):
+    endpoint = _endpoint(request, public_id)
+    require_write(request, endpoint)
+    with transaction.atomic():
+        Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+            prompt_sample_encrypted="")
+    messages.success(request, "The prompt sample was deleted.")
+    return redirect("endpoint-edit", public_id=endpoint.public_id)
+
+
+@login_required
+@require_POST
+def endpoint_badge_rotate(request, public_id):
+    """A new badge key: the old badge URLs stop working at once (owners and admins)."""
+    endpoint = _endpoint(request, public_id)
+    require_manage(request, endpoint)
+    with transaction.atomic():
+        Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+            badge_key=new_badge_key())
+    messages.success(request, "New badge URLs made; the old ones no longer work.")
+    return redirect(reverse("endpoint-detail", kwargs={"public_id": endpoint.public_id})
+                    + "#badges")
+
+
+@login_required
+@require_POST
+def endpoint_scan_now(request, public_id):
+    endpoint = _endpoint(request, public_id)
+    require_write(request, endpoint)
+    if endpoint.mode != EndpointMode.SCHEDULED:
+        messages.error(request, "This endpoint is pushed: its scans are uploaded from inside its "
+                                "network with tokvera scan --publish, not started here.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    try:
+        scan = scanning.request_scan(endpoint, ScanTrigger.MANUAL)
+    except scanning.ScanRateLimited as exc:
+        seconds = max(1, int(exc.retry_after.total_seconds()))
+        messages.error(request, f"A scan was started less than "
+                                f"{int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60)} "
+                                f"minutes ago; try again in {seconds} s.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    from scans.tasks import run_scan
+
+    transaction.on_commit(lambda: run_scan.delay(scan.pk))
+    messages.success(request, "Scan queued; it appears below when a worker picks it up.")
+    return redirect("scan-detail", public_id=scan.public_id)
+
+
+# --- the endpoint page -----------------------------------------------------------------------
+
+
+@login_required
+def endpoint_detail(request, public_id):
+    endpoint = _endpoint(request, public_id)
+    range_key = request.GET.get("range", DEFAULT_RANGE)
+    if range_key not in RANGES:
+        range_key = DEFAULT_RANGE
+    until = timezone.now()
+    since = until - timedelta(days=RANGES[range_key][1])
+    grades = history.grade_history(endpoint, since, until)
+    trends = []
+    for check_id in TREND_CHECKS:
+        points = history.check_history(endpoint, check_id, since, until)
+        trends.append({"check_id": check_id, "points": points,
+                       "chart": charts.check_chart(points, check_id, since, until)})
+    windows = [slo.window(endpoint, days, until) for days in slo.WINDOW_DAYS]
+    page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
+        request.GET.get("page"))
+    access = Access.for_request(request)
+    badge_svg = request.build_absolute_uri(reverse("badge-svg", args=[endpoint.badge_key]))
+    badge_json = request.build_absolute_uri(reverse("badge-json", args=[endpoint.badge_key]))
+    return render(request, "scans/endpoint_detail.html", {
+        "team": endpoint.team, "endpoint": endpoint,
+        "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
+        "range_label": RANGES[range_key][0],
+        "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
+        "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
+        "trends": trends, "windows": windows, "page": page,
+        "can_write": access.can_write(endpoint.team_id),
+        "can_manage": access.can_manage(endpoint.team_id),
+        "badge_svg": badge_svg, "badge_json": badge_json,
+        "cooldown_minutes": int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
+    })
+
+
+# --- scans -----------------------------------------------------------------------------------
+
+
+def _scan(request, public_id) -> Scan:
+    return get_visible_or_404(request, Scan, public_id=public_id)
+
+
+def _previous(scan: Scan) -> Scan | None:
+    """The endpoint's last succeeded scan before this one."""
+    return (Scan.objects.for_team(scan.endpoint.team_id)
+            .filter(endpoint_id=scan.endpoint_id, status=ScanStatus.SUCCEEDED,
+                    queued_at__lt=scan.queued_at)
+            .order_by("-queued_at").first())
+
+
+@login_required
+def scan_detail(request, public_id):
+    scan = _scan(request, public_id)
+    endpoint = scan.endpoint
+    report_html = None
+    if scan.report:
+        from scans.report import render_html
+
+        report_html = render_html(scan.report)
+    return render(request, "scans/scan_detail.html", {
+        "team": endpoint.team, "endpoint": endpoint, "scan": scan,
+        "report_html": report_html, "previous": _previous(scan) if scan.report else None,
+    })
+
+
+@login_required
+@require_GET
+@xframe_options_sameorigin
+def scan_report_html(request, public_id):
+    """The stored report as the CLI's self-contained report.html (shown framed on the scan
+    page, or on its own)."""
+    scan = _scan(request, public_id)
+    if not scan.report:
+        raise Http404("This scan has no report.")
+    from scans.report import render_html
+
+    response = HttpResponse(render_html(scan.report), content_type="text/html; charset=utf-8")
+    # The report is self-contained: it needs no script and loads nothing from anywhere.
+    response["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'")
+    return response
+
+
+@login_required
+def scan_compare(request, public_id):
+    scan = _scan(request, public_id)
+    endpoint = scan.endpoint
+    previous = _previous(scan) if scan.report else None
+    comparison = compare(previous.report, scan.report) if previous and previous.report else None
+    return render(request, "scans/scan_compare.html", {
+        "team": endpoint.team, "endpoint": endpoint, "scan": scan, "previous": previous,
+        "comparison": comparison,
+    })
+
+
+# --- public badges ---------------------------------------------------------------------------
+
+BADGE_LABEL = "tokvera"
+BADGE_CACHE = "public, max-age=300"
+
+
+def _badge_endpoint(key: str) -> Endpoint:
+    # Public and unauthenticated: no request has a team here. The unguessable key is the whole
+    # credential, and the badge shows nothing but a grade.
+    endpoint = Endpoint.dangerously_unscoped.filter(badge_key=key).only("pk", "team_id").first()
+    if endpoint is None:
+        raise Http404("No such badge.")
+    return endpoint
+
+
+def _badge_state(key: str) -> dict:
+    endpoint = _badge_endpoint(key)
+    latest = (scoped_to_teams(Scan, [endpoint.team_id])
+              .filter(endpoint_id=endpoint.pk, status=ScanStatus.SUCCEEDED)
+              .order_by("-queued_at").values("grade", "provisional").first())
+    if latest is None:
+        return {"message": "no grade", "grade": None, "provisional": False,
+                "colour": charts.NO_GRADE_COLOUR, "title": "no scan yet"}
+    grade = latest["grade"] if latest["grade"] in charts.BAND_COLOURS else None
+    provisional = bool(latest["provisional"])
+    if grade is None:
+        return {"message": "no grade", "grade": None, "provisional": provisional,
+                "colour": charts.NO_GRADE_COLOUR, "title": "no grade: insufficient evidence"}
+    message = f"{grade} (provisional)" if provisional else grade
+    return {"message": message, "grade": grade, "provisional": provisional,
+            "colour": charts.BAND_COLOURS[grade], "title": f"grade {message}"}
+
+
+def _public(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = BADGE_CACHE
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Access-Control-Allow-Origin"] = "*"
+    return response
+
+
+@require_GET
+def badge_svg(request, key):
+    state = _badge_state(key)
+    svg = charts.badge(BADGE_LABEL, state["message"], state["colour"],
+                       grade=state["grade"], provisional=state["provisional"],
+                       title=f"{BADGE_LABEL}: {state['title']}")
+    response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+    response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
+    return _public(response)
+
+
+@require_GET
+def badge_json(request, key):
+    """The shields.io endpoint format: schemaVersion, label, message, color."""
+    state = _badge_state(key)
+    return _public(JsonResponse({
+        "schemaVersion": 1, "label": BADGE_LABEL, "message": state["message"],
+        "color": state["colour"].lstrip("#"), "cacheSeconds": 300,
+    }))
