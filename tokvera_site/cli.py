@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "regrade": ("scans.cli.regrade", "Recompute the grade of a report.json from its values"),
     "scoring-table": ("scans.cli.scoring_table", "Print the scoring tables as Markdown"),
     "target": ("scans.cli.target", "Run the reference streaming server (for demos and tests)"),
+    "host-agent": ("benchmarks.agent", "Run a host agent that serves network jobs"),
 }
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BELOW_FLOOR = 0, 1, 2, 4

@@ -1,0 +1,461 @@
+"""`tokvera host-agent`: serve network jobs from a local OpenAI-compatible server.
+
+    tokvera host-agent --coordinator http://127.0.0.1:8000 --token-env TOKVERA_HOST_TOKEN \\
+        --upstream http://127.0.0.1:8080/v1 --model gemma-3-270m-q4
+
+The agent heartbeats every 15 s (the coordinator says how often), asks for leases, runs each
+job as a streaming chat completion against its upstream and reports `complete` (TTFT at the
+first non-empty content, completion tokens from the server's usage, elapsed time) or `fail`.
+Coordinator restarts and upstream errors are met with backoff, never a crash; reports are
+retried until the coordinator answers (completion is idempotent there, so a retry is safe).
+
+This module does not import Django: it runs on host machines with httpx only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from scans.engine.sse import SSEDecoder
+
+__all__ = ["AgentConfig", "Agent", "Outcome", "run_upstream", "add_arguments", "run"]
+
+USER_AGENT = "tokvera-host-agent/1"
+
+
+class AgentStopped(Exception):
+    """The coordinator refused the host token: nothing this agent can do will fix that."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    coordinator: str  # base URL of the site, e.g. http://127.0.0.1:8000
+    token: str
+    upstream: str  # base URL of the OpenAI-compatible server, ending in /v1
+    models: tuple[str, ...]
+    upstream_model: str | None = None  # the name the upstream knows the model by
+    slots: int = 1
+    heartbeat_s: float = 15.0
+    poll_s: float = 1.0
+    job_timeout_s: float = 300.0
+    max_backoff_s: float = 30.0
+    hardware: dict = field(default_factory=dict)
+    max_jobs: int | None = None  # stop after serving this many (demos, tests)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one upstream run measured. `reason` is set when the job must be reported failed."""
+
+    ttft_ms: float | None
+    completion_tokens: int
+    elapsed_ms: float
+    content: str
+    finish_reason: str | None
+    usage_reported: bool
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+class Backoff:
+    """Exponential backoff with jitter, reset by a success."""
+
+    def __init__(self, first_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.first_s, self.max_s = first_s, max_s
+        self.delay_s = 0.0
+
+    def reset(self) -> None:
+        self.delay_s = 0.0
+
+    def next(self) -> float:
+        self.delay_s = self.first_s if not self.delay_s else min(self.max_s, self.delay_s * 2)
+        return self.delay_s * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not crypto
+
+
+# --- one job against the upstream ------------------------------------------------------------
+
+
+async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job: dict,
+                       timeout_s: float = 300.0) -> Outcome:
+    """Stream one chat completion and measure it. Never raises for upstream trouble."""
+    body = {
+        "model": model,
+        "messages": job["messages"],
+        "max_tokens": job["max_tokens"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    url = upstream.rstrip("/") + "/chat/completions"
+    parts: list[str] = []
+    ttft_ms = None
+    usage_tokens = None
+    content_chunks = 0
+    finish_reason = None
+    started = time.perf_counter()
+
+    def outcome(reason: str | None = None) -> Outcome:
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        tokens = usage_tokens if usage_tokens is not None else content_chunks
+        return Outcome(ttft_ms=ttft_ms, completion_tokens=tokens, elapsed_ms=elapsed_ms,
+                       content="".join(parts), finish_reason=finish_reason,
+                       usage_reported=usage_tokens is not None, reason=reason)
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", url, json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    return outcome(f"upstream answered HTTP {response.status_code}")
+                decoder = SSEDecoder()
+                done = False
+                async for raw in response.aiter_raw():
+                    for data in decoder.feed(raw):
+                        if data.strip() == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            chunk = json.loads(data)
+                        except ValueError:
+                            return outcome("upstream sent an event that is not JSON")
+                        if not isinstance(chunk, dict):
+                            continue
+                        for choice in chunk.get("choices") or ():
+                            delta = choice.get("delta") or {}
+                            text = delta.get("content")
+                            if isinstance(text, str) and text:
+                                if ttft_ms is None:  # the first non-empty content, not a role chunk
+                                    ttft_ms = (time.perf_counter() - started) * 1000
+                                parts.append(text)
+                                content_chunks += 1
+                            if choice.get("finish_reason"):
+                                finish_reason = choice["finish_reason"]
+                        usage = chunk.get("usage")
+                        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                            usage_tokens = usage["completion_tokens"]
+                    if done:
+                        break
+    except TimeoutError:
+        return outcome(f"upstream did not finish within {timeout_s:.0f} s")
+    except httpx.HTTPError as exc:
+        return outcome(f"upstream error: {type(exc).__name__}: {exc}"[:180])
+    return outcome()
+
+
+# --- the agent -------------------------------------------------------------------------------
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.log = log or (lambda line: sys.stderr.write(f"host-agent: {line}\n"))
+        self.served = 0
+        self.online = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._fatal: str | None = None
+        self._upstream_backoff = Backoff(1.0, config.max_backoff_s)
+        self._upstream_wait_until = 0.0
+        self._heartbeat_s = config.heartbeat_s
+
+    # HTTP to the coordinator
+
+    def _coordinator_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.config.coordinator.rstrip("/"),
+            headers={"Authorization": f"Bearer {self.config.token}", "User-Agent": USER_AGENT},
+            timeout=httpx.Timeout(10.0), trust_env=False,
+        )
+
+    def _upstream_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.config.job_timeout_s, connect=5.0),
+            limits=httpx.Limits(max_connections=self.config.slots + 2), trust_env=False,
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
+
+    def _refused(self, response: httpx.Response) -> None:
+        if response.status_code == 401:
+            self._fatal = "the coordinator refused this host token (401); stopping"
+            self._stop.set()
+            raise AgentStopped(self._fatal)
+
+    async def run(self) -> int:
+        """Serve until stop() (or max_jobs, or a refused token). Returns an exit status."""
+        async with self._coordinator_client() as coordinator, self._upstream_client() as upstream:
+            tasks = [
+                asyncio.create_task(self._heartbeats(coordinator)),
+                asyncio.create_task(self._leases(coordinator, upstream)),
+            ]
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, AgentStopped):
+                    await task
+        if self._fatal:
+            self.log(self._fatal)
+            return 1
+        return 0
+
+    async def _heartbeats(self, coordinator: httpx.AsyncClient) -> None:
+        backoff = Backoff(0.5, self.config.max_backoff_s)
+        body = {"models": list(self.config.models), "slots": self.config.slots,
+                "hardware": self.config.hardware}
+        while not self._stop.is_set():
+            try:
+                response = await coordinator.post("/v1/hosts/heartbeat", json=body)
+            except httpx.HTTPError as exc:
+                self.online.clear()
+                delay = backoff.next()
+                self.log(f"heartbeat failed ({type(exc).__name__}); retrying in {delay:.1f} s")
+                await self._sleep(delay)
+                continue
+            self._refused(response)
+            if response.status_code == 200:
+                backoff.reset()
+                answer = response.json()
+                self._heartbeat_s = float(answer.get("heartbeat_interval_s") or self.config.heartbeat_s)
+                if answer.get("online"):
+                    self.online.set()
+                else:
+                    self.online.clear()
+                await self._sleep(min(self._heartbeat_s, self.config.heartbeat_s))
+            elif response.status_code == 429:
+                await self._sleep(float(response.headers.get("Retry-After", "5")))
+            else:
+                self.online.clear()
+                delay = backoff.next()
+                self.log(f"heartbeat answered {response.status_code}: {response.text[:200]}")
+                await self._sleep(max(delay, 5.0) if response.status_code < 500 else delay)
+
+    async def _leases(self, coordinator: httpx.AsyncClient, upstream: httpx.AsyncClient) -> None:
+        slots = asyncio.Semaphore(self.config.slots)
+        running: set[asyncio.Task] = set()
+        backoff = Backoff(0.5, self.config.max_backoff_s)
+        try:
+            while not self._stop.is_set():
+                if not self.online.is_set():
+                    await self._wait_online()
+                    continue
+                wait = self._upstream_wait_until - time.monotonic()
+                if wait > 0:  # the upstream just failed: do not take jobs it would fail too
+                    await self._sleep(wait)
+                    continue
+                await slots.acquire()
+                try:
+                    response = await coordinator.post("/v1/hosts/lease")
+                except httpx.HTTPError as exc:
+                    slots.release()
+                    delay = backoff.next()
+                    self.log(f"lease failed ({type(exc).__name__}); retrying in {delay:.1f} s")
+                    await self._sleep(delay)
+                    continue
+                if response.status_code != 200:
+                    slots.release()
+                    self._refused(response)
+                    if response.status_code == 204:
+                        backoff.reset()
+                        await self._sleep(self.config.poll_s)
+                    elif response.status_code == 429:
+                        await self._sleep(float(response.headers.get("Retry-After", "5")))
+                    else:
+                        await self._sleep(backoff.next())
+                    continue
+                backoff.reset()
+                task = asyncio.create_task(self._serve(coordinator, upstream, response.json()))
+                running.add(task)
+
+                def finished(t: asyncio.Task) -> None:
+                    running.discard(t)
+                    slots.release()
+
+                task.add_done_callback(finished)
+        finally:
+            # Stopping: let jobs in flight finish briefly; the coordinator requeues the rest.
+            if running:
+                await asyncio.wait(running, timeout=10)
+                for task in running:
+                    task.cancel()
+
+    async def _wait_online(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.online.wait(), timeout=1.0)
+
+    async def _serve(self, coordinator: httpx.AsyncClient, upstream: httpx.AsyncClient, job: dict) -> None:
+        with contextlib.suppress(AgentStopped):  # run() reports the refused token
+            await self._serve_one(coordinator, upstream, job)
+
+    async def _serve_one(self, coordinator: httpx.AsyncClient, upstream: httpx.AsyncClient,
+                         job: dict) -> None:
+        job_id = job["id"]
+        started = await self._report(coordinator, f"/v1/jobs/{job_id}/start", None)
+        if started is None or started.status_code != 200:
+            self.log(f"job {job_id}: could not start ({getattr(started, 'status_code', 'no answer')})")
+            return
+        model = self.config.upstream_model or job["model"]
+        outcome = await run_upstream(upstream, self.config.upstream, model, job,
+                                     timeout_s=self.config.job_timeout_s)
+        if outcome.ok:
+            self._upstream_backoff.reset()
+            self._upstream_wait_until = 0.0
+            answer = await self._report(coordinator, f"/v1/jobs/{job_id}/complete", {
+                "ttft_ms": outcome.ttft_ms,
+                "completion_tokens": outcome.completion_tokens,
+                "elapsed_ms": outcome.elapsed_ms,
+                "result": {"content": outcome.content, "finish_reason": outcome.finish_reason,
+                           "usage_reported": outcome.usage_reported},
+            })
+            if answer is not None and answer.status_code == 400:
+                # The coordinator found the figures implausible; say so rather than drop the job.
+                await self._report(coordinator, f"/v1/jobs/{job_id}/fail",
+                                   {"reason": f"figures refused: {answer.text[:120]}"})
+            elif answer is not None and answer.status_code == 200:
+                ttft = "—" if outcome.ttft_ms is None else f"{outcome.ttft_ms:.0f} ms"
+                self.log(f"job {job_id}: completed, TTFT {ttft}, {outcome.completion_tokens} tokens "
+                         f"in {outcome.elapsed_ms:.0f} ms")
+        else:
+            self._upstream_wait_until = time.monotonic() + self._upstream_backoff.next()
+            self.log(f"job {job_id}: failed: {outcome.reason}")
+            await self._report(coordinator, f"/v1/jobs/{job_id}/fail", {"reason": outcome.reason})
+        self.served += 1
+        if self.config.max_jobs is not None and self.served >= self.config.max_jobs:
+            self._stop.set()
+
+    async def _report(self, coordinator: httpx.AsyncClient, path: str, body: dict | None,
+                      give_up_s: float = 600.0) -> httpx.Response | None:
+        """POST until the coordinator answers (any status below 500), or give up."""
+        backoff = Backoff(0.5, self.config.max_backoff_s)
+        deadline = time.monotonic() + give_up_s
+        while time.monotonic() < deadline:
+            try:
+                response = await coordinator.post(path, json=body)
+            except httpx.HTTPError as exc:
+                response = None
+                reason = type(exc).__name__
+            else:
+                if response.status_code < 500 and response.status_code != 429:
+                    self._refused(response)
+                    return response
+                reason = f"HTTP {response.status_code}"
+            if self._stop.is_set() and self._fatal:
+                return None
+            delay = backoff.next()
+            self.log(f"{path}: {reason}; retrying in {delay:.1f} s")
+            await asyncio.sleep(delay)
+        return None
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()[:100]
+    return ""
+
+
+def _ram_mb() -> int | None:
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coordinator", required=True, metavar="URL",
+                        help="the Tokvera site, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--token-env", required=True, metavar="VAR",
+                        help="environment variable that holds the host token (tkh_…)")
+    parser.add_argument("--upstream", required=True, metavar="URL",
+                        help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--model", required=True, action="append", metavar="ID",
+                        help="catalog id served (repeat for several)")
+    parser.add_argument("--upstream-model", default=None, metavar="NAME",
+                        help="model name to send upstream (default: the catalog id)")
+    parser.add_argument("--slots", type=int, default=1, help="jobs run at once (default 1)")
+    parser.add_argument("--heartbeat-s", type=float, default=15.0, help=argparse.SUPPRESS)
+    parser.add_argument("--poll-s", type=float, default=1.0,
+                        help="seconds between lease calls when idle (default 1)")
+    parser.add_argument("--job-timeout-s", type=float, default=300.0,
+                        help="give up on an upstream stream after this long (default 300)")
+    parser.add_argument("--gpu-model", default="", help="GPU model, for the hardware inventory")
+    parser.add_argument("--vram-mb", type=int, default=None, help="GPU memory in MiB")
+    parser.add_argument("--max-jobs", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help="log only problems")
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    from tokvera_site.cli import UsageError
+
+    token = os.environ.get(args.token_env, "").strip()
+    if not token:
+        raise UsageError(f"environment variable {args.token_env} holds no host token")
+    if not token.startswith("tkh_"):
+        raise UsageError(f"{args.token_env} does not hold a host token (tkh_…)")
+    for name in ("coordinator", "upstream"):
+        url = getattr(args, name)
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"--{name} {url!r}: expected an http:// or https:// URL")
+    if not 1 <= args.slots <= 64:
+        raise UsageError("--slots must be between 1 and 64")
+    if args.poll_s <= 0 or args.heartbeat_s <= 0 or args.job_timeout_s <= 0:
+        raise UsageError("--poll-s, --heartbeat-s and --job-timeout-s must be positive")
+    hardware = {"cpu_model": _cpu_model()}
+    if args.gpu_model:
+        hardware["gpu_model"] = args.gpu_model[:100]
+    if args.vram_mb is not None:
+        hardware["vram_mb"] = args.vram_mb
+    ram = _ram_mb()
+    if ram is not None:
+        hardware["ram_mb"] = ram
+    return AgentConfig(
+        coordinator=args.coordinator, token=token, upstream=args.upstream,
+        models=tuple(dict.fromkeys(args.model)), upstream_model=args.upstream_model,
+        slots=args.slots, heartbeat_s=args.heartbeat_s, poll_s=args.poll_s,
+        job_timeout_s=args.job_timeout_s, hardware=hardware, max_jobs=args.max_jobs,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    quiet = getattr(args, "quiet", False)
+
+    def log(line: str) -> None:
+        if quiet and (": completed" in line):
+            return
+        sys.stderr.write(f"host-agent: {line}\n")
+        sys.stderr.flush()
+
+    async def main() -> int:
+        agent = Agent(config, log=log)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, agent.stop)
+        log(f"serving {', '.join(config.models)} from {config.upstream} for {config.coordinator} "
+            f"({config.slots} slot{'s' if config.slots != 1 else ''})")
+        return await agent.run()
+
+    return asyncio.run(main())

@@ -1,0 +1,185 @@
+"""A whole network on one machine: the site under gunicorn (temporary SQLite file), three
+`tokvera target` upstreams of different speeds, three `tokvera host-agent` processes, jobs
+submitted over HTTP; then the settled counts and each host's EWMAs, folded exactly once, and a
+coordinator restart the agents live through. All on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scans.stats import ewma
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "e2e-q4"
+# name → (ttft_ms, itl_ms) of its upstream
+SPEEDS = {"fast": (40, 2), "medium": (150, 6), "slow": (400, 15)}
+TOKENS = 16
+
+
+def _wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@contextmanager
+def _process(args, env, name, logs: Path):
+    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _manage(env, *args) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _port_open(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code > 0
+    except httpx.HTTPError:
+        return False
+
+
+class Site:
+    def __init__(self, env, port, logs):
+        self.env, self.port, self.logs, self.runs = env, port, logs, 0
+
+    @contextmanager
+    def running(self):
+        self.runs += 1
+        args = [sys.executable, "-m", "gunicorn", "tests.benchmarks.site_for_e2e:application",
+                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "60"]
+        with _process(args, self.env, f"site-{self.runs}", self.logs) as proc:
+            _wait_for(lambda: _port_open(self.port) or proc.poll() is not None, 30, "the site")
+            assert proc.poll() is None, (self.logs / f"site-{self.runs}.log").read_text()[-2000:]
+            yield
+
+
+def _rows(db: Path, sql: str, *params):
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=20) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
+    db = tmp_path / "network.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "CACHE_URL": "locmemcache://e2e",
+        "CELERY_BROKER_URL": "filesystem://",
+        "SECRET_KEY": "e2e-" + "k" * 40,
+        "DEBUG": "0",
+    }
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "createteam", "ops", "--owner", "ops@example.test")
+    _manage(env, "createteam", "buyers", "--owner", "buyer@example.test")
+    buyer_token = _manage(env, "createtoken", "--team", "buyers", "--scope", "read-write").strip()
+    _manage(env, "catalog", "add", MODEL, "--quant", "Q4_K_M", "--context-len", "2048")
+    host_tokens = {}
+    for name in SPEEDS:
+        out = _manage(env, "createhost", name, "--team", "ops", "--trust", "software")
+        assert out.count("\n") == 1 and out.startswith("tkh_")  # the token, alone on one line
+        host_tokens[name] = out.strip()
+
+    site = Site(env, free_port(), tmp_path)
+    coordinator = f"http://127.0.0.1:{site.port}"
+    buyer = httpx.Client(base_url=coordinator, headers={"Authorization": f"Bearer {buyer_token}"},
+                         trust_env=False, timeout=30)
+
+    def submit(n):
+        ids = []
+        for i in range(n):
+            response = buyer.post("/v1/jobs", json={
+                "model": MODEL, "max_tokens": TOKENS,
+                "messages": [{"role": "user", "content": f"job {i}"}]})
+            assert response.status_code == 202, response.text
+            ids.append(response.json()["id"])
+        return ids
+
+    def all_settled(ids):
+        states = [buyer.get(f"/v1/jobs/{job_id}").json() for job_id in ids]
+        return states if all(s["settled_at"] for s in states) else None
+
+    with ExitStack() as network:
+        with site.running():
+            for name, (ttft, itl) in SPEEDS.items():
+                port = free_port()
+                network.enter_context(_process(
+                    [sys.executable, "-m", "tokvera_site.cli", "target", "--port", str(port),
+                     "--ttft-ms", str(ttft), "--itl-ms", str(itl), "--tokens", str(TOKENS)],
+                    env, f"target-{name}", tmp_path))
+                network.enter_context(_process(
+                    [sys.executable, "-m", "tokvera_site.cli", "host-agent",
+                     "--coordinator", coordinator, "--token-env", "E2E_HOST_TOKEN",
+                     "--upstream", f"http://127.0.0.1:{port}/v1", "--model", MODEL,
+                     "--poll-s", "0.2", "--gpu-model", f"{name} GPU"],
+                    {**env, "E2E_HOST_TOKEN": host_tokens[name]}, f"agent-{name}", tmp_path))
+            _wait_for(lambda: _rows(db, "SELECT count(*) FROM benchmarks_host "
+                                        "WHERE last_heartbeat_at IS NOT NULL")[0][0] == 3,
+                      30, "three hosts online")
+            first = submit(24)
+            states = _wait_for(lambda: all_settled(first), 60, "the first jobs to settle", 0.3)
+            assert {s["status"] for s in states} == {"completed"}
+            assert all(s["result"]["content"] and s["completion_tokens"] == TOKENS for s in states)
+
+        # The coordinator goes away and comes back; the agents ride it out and serve again.
+        with site.running():
+            second = submit(6)
+            states = _wait_for(lambda: all_settled(second), 60, "the jobs after the restart", 0.3)
+            assert {s["status"] for s in states} == {"completed"}
+            _wait_for(lambda: not _rows(db, "SELECT count(*) FROM benchmarks_job "
+                                            "WHERE folded_at IS NULL")[0][0], 30, "the folds")
+
+    counts = dict(_rows(db, "SELECT status, count(*) FROM benchmarks_job GROUP BY status"))
+    assert counts == {"completed": 30}
+    hosts = {name: (host_id, ttft, tps, rep, gpu) for host_id, name, ttft, tps, rep, gpu in _rows(
+        db, "SELECT id, name, ttft_ewma_ms, tps_ewma, reputation, gpu_model FROM benchmarks_host")}
+    served = 0
+    for name, (host_id, ttft, tps, reputation, gpu) in hosts.items():
+        samples = _rows(db, "SELECT ttft_ms, completion_tokens, elapsed_ms FROM benchmarks_job "
+                            "WHERE host_id = ? ORDER BY settled_at, id", host_id)
+        served += len(samples)
+        assert gpu == f"{name} GPU"
+        # each completed job folded exactly once, in completion order
+        by_hand_ttft, by_hand_tps = _fold_by_hand(samples)
+        assert ttft == pytest.approx(by_hand_ttft) and tps == pytest.approx(by_hand_tps)
+        assert reputation == pytest.approx(1 - 0.5 * 0.9 ** len(samples))
+    assert served == 30
+    assert all(hosts[name][1] is not None for name in SPEEDS)  # every agent served some
+    assert hosts["fast"][1] < hosts["slow"][1]  # 40 ms vs 400 ms upstreams: routing saw it
+
+
+def _fold_by_hand(samples):
+    ttft = tps = None
+    for ttft_ms, tokens, elapsed_ms in samples:
+        if ttft_ms is not None:
+            ttft = ewma(ttft, ttft_ms)
+        if tokens and elapsed_ms:
+            tps = ewma(tps, tokens / (elapsed_ms / 1000))
+    return ttft, tps
