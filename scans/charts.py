@@ -127,16 +127,20 @@ def _time_ticks(since: datetime, until: datetime, x, bottom: float) -> list[str]
     return ticks
 
 
-def _version_breaks(runs: list[list], x, top: float, bottom: float) -> list[str]:
+def _version_breaks(runs: list[list], x, top: float, bottom: float,
+                    right: float) -> list[str]:
     """A dashed line and a label where one version's run ends and the next begins."""
     marks = []
     for before, after in zip(runs, runs[1:], strict=False):
         at = x(before[-1].last_at) + (x(after[0].at) - x(before[-1].last_at)) / 2
         old, new = before[-1].scoring_version, after[0].scoring_version
+        label = f"scoring {new}"
+        fits_right = at + 3 + _text_width(label) <= right
         marks.append(_el("g", {"class": "version-break", "data-from": old, "data-to": new}, (
             _el("line", {"x1": at, "x2": at, "y1": top, "y2": bottom, "stroke": BREAK,
                          "stroke-width": 1.5, "stroke-dasharray": "4 3"})
-            + _text(at + 3, top + 10, f"scoring {new}", fill=BREAK)
+            + _text(at + 3 if fits_right else at - 3, top + 10, label, fill=BREAK,
+                    **{"text-anchor": "start" if fits_right else "end"})
             + _title(f"scoring version changed from {old} to {new}: grades on either side "
                      "are not comparable")
         )))
@@ -202,23 +206,29 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
     scoring versions. A bucket (downsampled) shows its min–max as a vertical bar."""
     left, right, top, bottom = 34.0, width - 24.0, 12.0, height - 24.0
     x = _time_axis(since, until, left, right)
+    # The y axis starts low enough for the lowest points and for a slice of the F band, so
+    # the bands a healthy endpoint lives in are not squeezed into the top third.
+    lows = [p.points_min if p.points_min is not None else p.points for p in points
+            if p.points is not None]
+    floor = max(0, min(50, int(min(lows, default=100) // 10) * 10 - 10))
 
     def y(value: float) -> float:
-        return bottom - value / 100 * (bottom - top)
+        return bottom - (max(value, floor) - floor) / (100 - floor) * (bottom - top)
 
     body = []
     upper = 100
     for letter, least in scoring.BANDS:
-        body.append(_el("g", {"class": f"band band-{letter}", "data-band": letter}, (
+        shown = max(least, floor)
+        body.append(_el("g", {"class": f"band band-{letter}", "data-band": letter,
+                              "data-from": least}, (
             _el("rect", {"x": left, "y": y(upper), "width": right - left,
-                         "height": y(least) - y(upper), "fill": BAND_COLOURS[letter],
+                         "height": y(shown) - y(upper), "fill": BAND_COLOURS[letter],
                          "fill-opacity": 0.12})
-            + _text(right + 4, (y(upper) + y(least)) / 2 + 4, letter, fill=BAND_COLOURS[letter],
-                    **{"font-weight": "bold"})
+            + _text(right + 4, (y(upper) + y(shown)) / 2 + 4, letter,
+                    fill=BAND_COLOURS[letter], **{"font-weight": "bold"})
         )))
-        if least:
-            body.append(_text(left - 4, y(least) + 4, str(least), fill=MUTED,
-                              **{"text-anchor": "end", "class": "tick"}))
+        body.append(_text(left - 4, y(shown) + 4, str(shown), fill=MUTED,
+                          **{"text-anchor": "end", "class": "tick"}))
         upper = least
     body.append(_el("rect", {"x": left, "y": top, "width": right - left, "height": bottom - top,
                              "fill": "none", "stroke": LINE}))
@@ -235,11 +245,12 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
             parts.append(_grade_mark(point, x(point.at), y, bottom))
         body.append(_el("g", {"class": "segment", "data-scoring-version":
                               run[0].scoring_version, "data-points": len(run)}, "".join(parts)))
-    body += _version_breaks(runs, x, top, bottom)
+    body += _version_breaks(runs, x, top, bottom, right)
     if not points:
         body.append(_text((left + right) / 2, (top + bottom) / 2, "no scan yet", fill=MUTED,
                           **{"text-anchor": "middle", "class": "empty"}))
     return _svg("grades", width, height, f"grade history: {len(points)} points", body,
+                y_from=floor,
                 count=len(points), scans=sum(p.scans for p in points),
                 versions=" ".join(dict.fromkeys(p.scoring_version for p in points)),
                 segments=len(runs), breaks=max(len(runs) - 1, 0),
@@ -296,7 +307,7 @@ def _format_value(value: float, check: scoring.Check) -> str:
 
 
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,
-                width: int = 760, height: int = 200) -> SafeString:
+                width: int = 480, height: int = 190) -> SafeString:
     """One check's values over time: points coloured by status, the pass and warn bounds of
     the current scoring version drawn over that version's runs only, breaks between versions,
     unmeasured scans as grey marks at the bottom."""
@@ -347,7 +358,7 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
             parts.append(_check_mark(point, check, x(point.at), y, bottom))
         body.append(_el("g", {"class": "segment", "data-scoring-version":
                               run[0].scoring_version, "data-points": len(run)}, "".join(parts)))
-    body += _version_breaks(runs, x, top, bottom)
+    body += _version_breaks(runs, x, top, bottom, right)
     if not points:
         body.append(_text((left + right) / 2, (top + bottom) / 2, "no scan yet", fill=MUTED,
                           **{"text-anchor": "middle", "class": "empty"}))

@@ -204,11 +204,15 @@ def endpoint_detail(request, public_id):
     until = timezone.now()
     since = until - timedelta(days=RANGES[range_key][1])
     grades = history.grade_history(endpoint, since, until)
+    # The charts' time axis runs from the first scan in the range (not from an empty start).
+    axis_from = since
+    if grades and grades[0].at > since:
+        axis_from = max(since, grades[0].at - (until - grades[0].at) * 0.03)
     trends = []
     for check_id in TREND_CHECKS:
         points = history.check_history(endpoint, check_id, since, until)
         trends.append({"check_id": check_id, "points": points,
-                       "chart": charts.check_chart(points, check_id, since, until)})
+                       "chart": charts.check_chart(points, check_id, axis_from, until)})
     windows = [slo.window(endpoint, days, until) for days in slo.WINDOW_DAYS]
     page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
         request.GET.get("page"))
@@ -219,7 +223,7 @@ def endpoint_detail(request, public_id):
         "team": endpoint.team, "endpoint": endpoint,
         "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
         "range_label": RANGES[range_key][0],
-        "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
+        "grades": grades, "grade_chart": charts.grade_chart(grades, axis_from, until),
         "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
         "trends": trends, "windows": windows, "page": page,
         "can_write": access.can_write(endpoint.team_id),

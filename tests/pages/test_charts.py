@@ -1,0 +1,133 @@
+"""scans.charts: inline SVG that breaks at a change of scoring version, marks caps, escapes
+text, and carries its numbers in data-* attributes."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+
+from scans import charts
+from scans.history import CheckPoint, GradePoint
+
+SVG = "{http://www.w3.org/2000/svg}"
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def grade_point(hours: int, points: float | None, grade: str, version: str = "0.9.0",
+                uncapped: str | None = None, caps: tuple[str, ...] = ()) -> GradePoint:
+    uncapped = uncapped if uncapped is not None else (grade if points is not None else "")
+    capped = int(uncapped != grade and points is not None)
+    return GradePoint(at=T0 + timedelta(hours=hours), last_at=T0 + timedelta(hours=hours),
+                      scans=1, points=points, points_min=points, points_max=points, grade=grade,
+                      uncapped_grade=uncapped, capped=capped, caps=caps,
+                      no_letter=int(points is None), scoring_version=version,
+                      provisional=version.startswith("0."))
+
+
+def check_point(hours: int, value: float | None, status: str, version: str = "0.9.0"):
+    return CheckPoint(at=T0 + timedelta(hours=hours), last_at=T0 + timedelta(hours=hours),
+                      scans=1, value=value, value_min=value, value_max=value, status=status,
+                      passed=int(status == "pass"), warned=int(status == "warn"),
+                      failed=int(status == "fail"),
+                      unmeasured=int(status not in ("pass", "warn", "fail")),
+                      scoring_version=version)
+
+
+def parse(svg: str) -> ET.Element:
+    return ET.fromstring(str(svg))  # noqa: S314 - our own output; raises if malformed
+
+
+def test_a_sparkline_breaks_where_the_scoring_version_changes():
+    points = [grade_point(h, 95.0, "A") for h in range(3)] + [
+        grade_point(h, 85.0, "B", version="1.0.0") for h in range(3, 6)]
+
+    root = parse(charts.sparkline(points))
+
+    assert root.get("data-breaks") == "1" and root.get("data-segments") == "2"
+    assert root.get("data-grades") == "A A A B B B"
+    assert root.get("data-versions") == "0.9.0 1.0.0"
+    segments = root.findall(f"{SVG}g[@class='segment']")
+    assert [s.get("data-scoring-version") for s in segments] == ["0.9.0", "1.0.0"]
+    # No line joins the versions: each segment draws its own.
+    assert all(len(s.findall(f"{SVG}polyline")) == 1 for s in segments)
+    (line,) = root.findall(f"{SVG}line[@class='version-break']")
+    assert (line.get("data-from"), line.get("data-to")) == ("0.9.0", "1.0.0")
+
+
+def test_a_sparkline_shows_a_scan_with_no_letter_as_a_grey_mark_and_breaks_the_line():
+    points = [grade_point(0, 95.0, "A"), grade_point(1, 90.0, "A"),
+              grade_point(2, None, "insufficient_evidence"),
+              grade_point(3, 95.0, "A"), grade_point(4, 95.0, "A")]
+
+    root = parse(charts.sparkline(points))
+
+    assert root.get("data-grades") == "A A none A A"
+    assert len(root.findall(f".//{SVG}rect[@class='no-letter']")) == 1
+    assert len(root.findall(f".//{SVG}polyline")) == 2
+
+
+def test_the_grade_chart_shades_the_bands_and_marks_caps_and_breaks():
+    points = [grade_point(0, 100.0, "A"),
+              grade_point(1, 87.0, "C", uncapped="B", caps=("ttft_at_concurrency_1_failed",)),
+              grade_point(2, None, "insufficient_evidence"),
+              grade_point(3, 85.2, "B", version="1.0.0")]
+
+    root = parse(charts.grade_chart(points, T0, T0 + timedelta(hours=4)))
+
+    assert [g.get("data-band") for g in root.iter(f"{SVG}g") if g.get("data-band")] == [
+        "A", "B", "C", "D", "F"]
+    assert root.get("data-breaks") == "1" and root.get("data-capped") == "1"
+    marks = [g for g in root.iter(f"{SVG}g") if "mark" in (g.get("class") or "").split()]
+    assert [m.get("data-grade") for m in marks] == ["A", "C", "insufficient_evidence", "B"]
+    assert [m.get("data-points") for m in marks] == ["100", "87", None, "85.2"]
+    capped = [m for m in marks if "capped" in m.get("class")]
+    assert len(capped) == 1
+    assert "capped from B (ttft_at_concurrency_1_failed)" in capped[0].find(f"{SVG}title").text
+    (brk,) = [g for g in root.iter(f"{SVG}g") if g.get("class") == "version-break"]
+    assert (brk.get("data-from"), brk.get("data-to")) == ("0.9.0", "1.0.0")
+    assert "not comparable" in brk.find(f"{SVG}title").text
+
+
+def test_the_grade_chart_without_points_says_no_scan_yet():
+    root = parse(charts.grade_chart([], T0, T0 + timedelta(days=1)))
+
+    assert root.get("data-count") == "0"
+    assert any(t.text == "no scan yet" for t in root.iter(f"{SVG}text"))
+
+
+def test_text_in_a_chart_is_escaped():
+    hostile = '"><script>alert(1)</script>'
+    points = [grade_point(0, 95.0, "A", version=hostile), grade_point(1, 95.0, "A")]
+
+    svg = str(charts.grade_chart(points, T0, T0 + timedelta(hours=2)))
+    root = parse(svg)
+
+    assert "<script>" not in svg
+    assert hostile in {g.get("data-scoring-version") for g in root.iter(f"{SVG}g")}
+
+
+def test_a_check_chart_draws_bounds_only_over_the_current_versions_scans():
+    points = [check_point(0, 300.0, "pass", version="0.8.0"),
+              check_point(1, 2500.0, "fail"), check_point(2, 900.0, "warn"),
+              check_point(3, None, "insufficient_evidence")]
+
+    root = parse(charts.check_chart(points, "ttft_p95_at_concurrency_1", T0,
+                                    T0 + timedelta(hours=4)))
+
+    assert root.get("data-check") == "ttft_p95_at_concurrency_1"
+    assert root.get("data-breaks") == "1"
+    bounds = {g.get("data-bound"): g.get("data-value") for g in root.iter(f"{SVG}g")
+              if g.get("data-bound")}
+    assert bounds == {"pass": "800", "warn": "2000"}
+    marks = [g for g in root.iter(f"{SVG}g") if "mark" in (g.get("class") or "").split()]
+    assert [(m.get("data-value"), m.get("data-status")) for m in marks] == [
+        ("300", "pass"), ("2500", "fail"), ("900", "warn"), (None, "insufficient_evidence")]
+
+
+def test_a_badge_is_a_standalone_svg_with_its_state_in_data_attributes():
+    root = parse(charts.badge("tokvera", "B (provisional)", "#6fae2b", grade="B",
+                              provisional=True, title="tokvera: grade B (provisional)"))
+
+    assert root.get("data-grade") == "B" and root.get("data-provisional") == "true"
+    assert root.find(f"{SVG}title").text == "tokvera: grade B (provisional)"
+    assert [t.text for t in root.iter(f"{SVG}text")] == ["tokvera", "B (provisional)"]
