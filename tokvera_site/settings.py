@@ -137,12 +137,13 @@ CELERY_VISIBILITY_TIMEOUT_S = 3600
 if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821 - set by _load() above
     # Embedded single-machine broker: message files under var/, no server needed.
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 else:
