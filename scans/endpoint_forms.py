@@ -94,6 +94,10 @@ class EndpointForm(forms.ModelForm):
             MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]
         self.fields["interval_minutes"].widget.attrs.update(
             min=MIN_INTERVAL_MINUTES, max=MAX_INTERVAL_MINUTES)
+        self.fields["base_url"].error_messages["invalid"] = (
+            "Expected an http(s) URL such as https://host/v1.")
+        self.fields["webhook_url"].error_messages["invalid"] = (
+            "Expected an http(s) URL such as https://hooks.example.com/tokvera.")
         self.fields["requests_per_level"].validators.append(MinValueValidator(1))
         self.fields["max_tokens"].validators.append(MinValueValidator(1))
         for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
