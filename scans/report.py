@@ -82,6 +82,8 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
             "samples": len(lag),
         },
         "duration_s": _r(level.duration_s),
+        "scanner_cpu_s": _r(level.cpu_s),
+        "content_chunks": level.content_chunks,
         "ttft_samples_ms": [_r(t, 2) for t in ttft],
         "request_timelines": [r.timeline_ms(origin) for r in level.requests[:_TIMELINE_LIMIT]],
     }

@@ -22,7 +22,12 @@ from .measurement import (
 from .plan import DEFAULT_LEVELS, PlanError, ScanPlan, default_requests
 from .prompts import PromptSample, PromptsFileError, load_prompts_file, repeat_prompt_share
 from .runner import LOOP_LAG_THRESHOLD_MS, ProgressCallback, run_scan, run_scan_async
-from .transport import ConnectGuard, ConnectionRefusedByGuard, ScanTransport
+from .transport import (
+    ConnectGuard,
+    ConnectionRefusedByGuard,
+    ScanTransport,
+    StaleConnectionError,
+)
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -42,6 +47,7 @@ __all__ = [
     "RequestRecord",
     "ScanPlan",
     "ScanTransport",
+    "StaleConnectionError",
     "default_requests",
     "load_prompts_file",
     "repeat_prompt_share",

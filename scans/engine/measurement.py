@@ -132,6 +132,9 @@ class LevelResult:
     finished_at: float = 0.0
     loop_lag_ms: array = field(default_factory=lambda: array("d"))
     loop_lag_threshold_ms: float = 0.0
+    #: CPU seconds this process spent while the level ran (``time.process_time``; in the CLI
+    #: that is the scanner alone), to show how hard the client itself worked.
+    cpu_s: float = 0.0
 
     @property
     def succeeded(self) -> list[RequestRecord]:
@@ -183,6 +186,10 @@ class LevelResult:
     @property
     def duration_s(self) -> float:
         return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def content_chunks(self) -> int:
+        return sum(len(r.content_times) for r in self.requests)
 
 
 @dataclass

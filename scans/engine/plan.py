@@ -170,7 +170,7 @@ class ScanPlan:
             "dcgm_url": self.dcgm_url,
             "price_input_per_mtok": _price(self.price_input_per_mtok),
             "price_output_per_mtok": _price(self.price_output_per_mtok),
-            "api_key_given": bool(self.api_key),
+            "authenticated": bool(self.api_key),
         }
 
 

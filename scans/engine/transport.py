@@ -402,10 +402,11 @@ class ScanTransport(httpx.AsyncBaseTransport):
         keepalive_expiry: float = 5.0,
         max_idle: int = 1024,
     ) -> None:
-        if isinstance(verify, ssl.SSLContext):
-            self._ssl_context = verify
-        else:
-            self._ssl_context = httpx.create_ssl_context(verify=verify)
+        # Built on first use: loading the CA bundle costs tens of ms of CPU that a plain-HTTP
+        # scan should not spend (it would show up in the scanner's own CPU figures).
+        self._verify = verify
+        self._ssl_context: ssl.SSLContext | None = (
+            verify if isinstance(verify, ssl.SSLContext) else None)
         self._backend = GuardedBackend(connect_guard)
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_idle
@@ -415,6 +416,8 @@ class ScanTransport(httpx.AsyncBaseTransport):
 
     def _new_connection(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
         recorder = _Recorder(self._backend)
+        if origin.scheme == b"https" and self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context(verify=self._verify)
         connection = httpcore.AsyncHTTPConnection(
             origin=origin,
             ssl_context=self._ssl_context,
