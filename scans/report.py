@@ -197,6 +197,13 @@ def _bound(bound: Mapping[str, Any], unit: str) -> str:
     return f"{op} {shown}{' ms' if unit == 'ms' else ''}"
 
 
+def _ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
+    """p50/p95/p99 (and max) as display text with one decimal; a dash when missing."""
+    figures = figures or {}
+    return {key: (f"{figures[key]:.1f}" if isinstance(figures.get(key), int | float) else "—")
+            for key in ("p50", "p95", "p99", "max")}
+
+
 def _chart(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
     """Histogram geometry of each level's TTFT samples, on one shared x axis."""
     all_samples = [t for lv in levels for t in (lv.get("ttft_samples_ms") or [])]
@@ -278,11 +285,14 @@ def render_html(report: Mapping[str, Any]) -> str:
             **lv,
             "failed_text": ", ".join(f"{k}: {v}" for k, v in (lv.get("failed") or {}).items())
                            or "none",
-            "ttft": lv.get("ttft_ms") or {},
-            "gaps": lv.get("chunk_gap_ms") or {},
+            "ttft": _ms_texts(lv.get("ttft_ms")),
+            "gaps": _ms_texts(lv.get("chunk_gap_ms")),
+            "examples": {cls: (msg if len(msg) <= 90 else msg[:89] + "…")
+                         for cls, msg in (lv.get("failure_examples") or {}).items()},
             "rate_text": (f"{rate['median']:.1f} {rate.get('unit') or ''}"
                           if isinstance(rate.get("median"), int | float) else "—"),
-            "lag": lv.get("loop_lag_ms") if isinstance(lv.get("loop_lag_ms"), dict) else {},
+            "lag": _ms_texts(lv.get("loop_lag_ms") if isinstance(lv.get("loop_lag_ms"), dict)
+                             else None),
         })
     weights = [{"pillar": k, "percent": f"{v * 100:.1f}%",
                 "points": _fmt((score.get("pillar_points") or {}).get(k))}
