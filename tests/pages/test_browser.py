@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from scans.models import Endpoint
@@ -48,12 +49,18 @@ def browser(monkeypatch):
     # between page steps are still synchronous and safe.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     ARTIFACTS.mkdir(exist_ok=True)
+    # Playwright switches greenlets, and Django keeps its connections per context: close them
+    # on both sides of the switch, or a connection is left open and the test database cannot
+    # be dropped at the end of the session.
+    connections.close_all()
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:
             chromium.close()
+            connections.close_all()
+    connections.close_all()
 
 
 def _offline(page, live_server) -> list[str]:
