@@ -20,7 +20,13 @@ from .measurement import (
     RequestRecord,
 )
 from .plan import DEFAULT_LEVELS, PlanError, ScanPlan, default_requests
-from .prompts import PromptSample, PromptsFileError, load_prompts_file, repeat_prompt_share
+from .prompts import (
+    PromptSample,
+    PromptsFileError,
+    load_prompts_file,
+    parse_prompts_text,
+    repeat_prompt_share,
+)
 from .runner import LOOP_LAG_THRESHOLD_MS, ProgressCallback, run_scan, run_scan_async
 from .transport import (
     ConnectGuard,
@@ -50,6 +56,7 @@ __all__ = [
     "StaleConnectionError",
     "default_requests",
     "load_prompts_file",
+    "parse_prompts_text",
     "repeat_prompt_share",
     "run_scan",
     "run_scan_async",

@@ -118,9 +118,12 @@ def load_prompts_file(path: str | Path) -> PromptSample:
     return parse_prompts_text(text, source=f"prompts file {path}", path=str(path))
 
 
-def parse_prompts_text(text: str, source: str = "prompt sample", path: str = "") -> PromptSample:
-    """Parse a prompt sample already in memory (the site keeps its teams' samples encrypted
-    and never writes them to disk). `source` names it in error messages."""
+def parse_prompts_text(text: str, source: str = "the prompt sample",
+                       path: str | None = None) -> PromptSample:
+    """Parse a prompt sample already in memory (JSONL or plain text, as for a file).
+    Raises PromptsFileError naming `source` when it has no prompt or a bad JSONL line."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise PromptsFileError(f"{source} has no prompts")
@@ -130,6 +133,7 @@ def parse_prompts_text(text: str, source: str = "prompt sample", path: str = "")
             parsed.append(json.loads(line))
         except ValueError:
             break
+    where = path or source
     if len(parsed) == len(lines):
         prompts = []
         for (number, _), item in zip(lines, parsed, strict=True):
@@ -143,5 +147,5 @@ def parse_prompts_text(text: str, source: str = "prompt sample", path: str = "")
                 prompts.append(normalize_prompt(item))
             except PromptsFileError as exc:
                 raise PromptsFileError(f"{source}, line {number}: {exc}") from None
-        return PromptSample(path, "jsonl", tuple(prompts))
-    return PromptSample(path, "text", tuple(_squash(line) for _, line in lines))
+        return PromptSample(where, "jsonl", tuple(prompts))
+    return PromptSample(where, "text", tuple(_squash(line) for _, line in lines))

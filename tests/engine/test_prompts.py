@@ -64,3 +64,12 @@ def test_unusable_prompts_files_say_why(tmp_path, content, match):
 def test_a_missing_prompts_file_is_a_clear_error(tmp_path):
     with pytest.raises(PromptsFileError, match="cannot read"):
         load_prompts_file(tmp_path / "absent.jsonl")
+
+
+def test_a_sample_in_memory_parses_like_a_file():
+    from scans.engine.prompts import parse_prompts_text
+
+    sample = parse_prompts_text('"a"\n"a "\n{"prompt": "b"}\n', source="the sample")
+    assert sample.format == "jsonl" and repeat_prompt_share(sample.prompts) == 1 / 3
+    with pytest.raises(PromptsFileError, match="the sample has no prompts"):
+        parse_prompts_text("\n", source="the sample")
