@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.db import NotSupportedError
+from django.db import NotSupportedError, connection
 from django.db.models import (
     Avg,
     BigIntegerField,
@@ -38,6 +38,7 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
+    OuterRef,
     Q,
     Sum,
     Value,
@@ -290,26 +291,56 @@ def _float(value, digits: int | None = None) -> float | None:
     return round(float(value), digits) if digits is not None else float(value)
 
 
+_LATEST_FIELDS = ("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
+                  "scoring_version", "provisional", "public_id")
+
+
+def _latest_rows_postgresql(endpoints, team_ids, n: int):
+    """On PostgreSQL: an ARRAY(subquery … LIMIT n) per endpoint, each read off the
+    (endpoint, -queued_at) index, instead of numbering every scan of every endpoint."""
+    from django.contrib.postgres.expressions import ArraySubquery
+    from django.db.models.functions import JSONObject
+
+    newest = (
+        scoped_to_teams(Scan, team_ids)
+        .filter(endpoint_id=OuterRef("pk"), status=ScanStatus.SUCCEEDED)
+        .order_by("-queued_at", "-pk")
+        .values(row=JSONObject(**{f: f for f in _LATEST_FIELDS}))[:n]
+    )
+    per_endpoint = (
+        scoped_to_teams(Endpoint, team_ids).filter(pk__in=[e.pk for e in endpoints])
+        .annotate(latest=ArraySubquery(newest)).values_list("latest", flat=True)
+    )
+    for latest in per_endpoint:
+        for row in latest:
+            yield {**row, "queued_at": datetime.fromisoformat(row["queued_at"]),
+                   "public_id": uuid.UUID(row["public_id"])}
+
+
 def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[GradePoint]]:
     """The last `n` succeeded scans of each endpoint, oldest first, keyed by endpoint id.
 
-    One query for all endpoints (no N+1): a window function numbers each endpoint's scans from
-    the newest, and only the first `n` are read. Endpoints without a scan map to [].
+    One query for all endpoints (no N+1): on PostgreSQL an array subquery per endpoint reads
+    its newest `n` scans off the index; elsewhere a window function numbers each endpoint's
+    scans from the newest and keeps the first `n`. Endpoints without a scan map to [].
     """
     endpoints = list(endpoints)
     result: dict[int, list[GradePoint]] = {e.pk: [] for e in endpoints}
     if not endpoints or n < 1:
         return result
-    scans = scoped_to_teams(Scan, {e.team_id for e in endpoints})
-    ranked = (
-        scans.filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
-        .annotate(rank=Window(RowNumber(), partition_by=[F("endpoint_id")],
-                              order_by=[F("queued_at").desc(), F("pk").desc()]))
-        .filter(rank__lte=n)
-        .values("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
-                "scoring_version", "provisional", "public_id")
-    )
-    for r in ranked:
+    team_ids = {e.team_id for e in endpoints}
+    if connection.vendor == "postgresql":
+        rows = _latest_rows_postgresql(endpoints, team_ids, n)
+    else:
+        rows = (
+            scoped_to_teams(Scan, team_ids)
+            .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
+            .annotate(rank=Window(RowNumber(), partition_by=[F("endpoint_id")],
+                                  order_by=[F("queued_at").desc(), F("pk").desc()]))
+            .filter(rank__lte=n)
+            .values(*_LATEST_FIELDS)
+        )
+    for r in rows:
         points = _float(r["points"])
         result[r["endpoint_id"]].append(GradePoint(
             at=r["queued_at"], last_at=r["queued_at"], scans=1, points=points,

@@ -39,6 +39,9 @@ TREND_CHECKS = ("ttft_p95_at_concurrency_1", "error_rate", "ttft_p99_load_ratio"
                 "generation_rate_load_ratio", "inter_chunk_p95_at_concurrency_1",
                 "error_rate_at_peak")
 SPARKLINE_SCANS = 30
+# Points per chart on the endpoint page (downsampled in SQL beyond that): the grade history
+# gets more room than each of the six check trends, which keeps the page light.
+GRADE_CHART_POINTS, CHECK_CHART_POINTS = 200, 120
 SCANS_PER_PAGE = 25
 
 
@@ -203,14 +206,15 @@ def endpoint_detail(request, public_id):
         range_key = DEFAULT_RANGE
     until = timezone.now()
     since = until - timedelta(days=RANGES[range_key][1])
-    grades = history.grade_history(endpoint, since, until)
+    grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS)
     # The charts' time axis runs from the first scan in the range (not from an empty start).
     axis_from = since
     if grades and grades[0].at > since:
         axis_from = max(since, grades[0].at - (until - grades[0].at) * 0.03)
     trends = []
     for check_id in TREND_CHECKS:
-        points = history.check_history(endpoint, check_id, since, until)
+        points = history.check_history(endpoint, check_id, since, until,
+                                       max_points=CHECK_CHART_POINTS)
         trends.append({"check_id": check_id, "points": points,
                        "chart": charts.check_chart(points, check_id, axis_from, until)})
     windows = [slo.window(endpoint, days, until) for days in slo.WINDOW_DAYS]
