@@ -101,6 +101,7 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
     page.click("form.endpoint-form button[type=submit]")
     assert page.locator("[data-field=interval_minutes] .error").is_visible()
     assert "sk-browser-secret-123" not in page.content()
+    page.screenshot(path=str(ARTIFACTS / "endpoint-form.png"), full_page=True)
     page.fill("input[name=interval_minutes]", "15")
     page.fill("input[name=api_key]", "sk-browser-secret-123")
     page.fill("input[name=slo_ttft_p95_ms]", "800")
