@@ -4,7 +4,7 @@
 measurement → check values → scoring → the report dict (docs/report.schema.json). The report
 never contains the API key. ``regrade`` recomputes checks and score from a stored report's
 values under the current scoring code; it never re-measures. ``render_html`` renders the one
-self-contained HTML file (inline CSS and SVG, no network) from templates/report/report.html
+self-contained HTML file (inline CSS and SVG, no network) from scans/templates/report/report.html
 with Django's template engine used standalone -- the only Django this module touches, and only
 inside that function.
 """
@@ -35,7 +35,8 @@ __all__ = [
     "write_report",
 ]
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+# Inside the package, so a non-editable install ships it; the site finds it too (APP_DIRS).
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sample is what "
                       "actually reached the model (for example, exported after any gateway "
                       "cache).")
