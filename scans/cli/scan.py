@@ -11,6 +11,7 @@ from pathlib import Path
 from scans import scoring
 from scans.engine import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan
 from scans.engine.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
+from scans.cli import publish as publishing
 from scans.report import report_from_measurement, write_report
 from tokvera_site.cli import UsageError
 
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-under", metavar="GRADE", choices=scoring.GRADES, default=None,
                         help="exit 4 when the grade is worse than GRADE, or there is no grade")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    publishing.add_arguments(parser)
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -128,6 +130,7 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
 
 def run(args: argparse.Namespace) -> int:
     plan = build_plan(args)
+    publish_to = publishing.target_from_args(args)
     sample = None
     if args.prompts is not None:
         try:
@@ -166,6 +169,14 @@ def run(args: argparse.Namespace) -> int:
             for cls, message in level.get("failure_examples", {}).items():
                 sys.stderr.write(f"  concurrency {level['concurrency']}: "
                                  f"{level['failed'][cls]} x {cls} (e.g. {message})\n")
+    if publish_to is not None:
+        try:
+            stored = publishing.publish(publish_to, report)
+        except publishing.PublishError as exc:
+            sys.stderr.write(f"tokvera scan: report written but not published: {exc}\n")
+            return 1
+        sys.stdout.write(f"tokvera scan: published as scan {stored['id']} "
+                         f"(grade {stored['grade']} as graded by the site)\n")
     if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
         sys.stderr.write(f"tokvera scan: grade {score['grade']} is below --fail-under "
                          f"{args.fail_under}\n")
