@@ -9,9 +9,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from scans import scoring
+from scans.cli import publish as publishing
 from scans.engine import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan
 from scans.engine.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
-from scans.cli import publish as publishing
 from scans.report import report_from_measurement, write_report
 from tokvera_site.cli import UsageError
 
