@@ -43,6 +43,7 @@ SPARKLINE_SCANS = 30
 # gets more room than each of the six check trends, which keeps the page light.
 GRADE_CHART_POINTS, CHECK_CHART_POINTS = 200, 120
 SCANS_PER_PAGE = 25
+DASHBOARD_PAGE_SIZE = 50
 
 
 def _team(request, slug: str) -> Team:
@@ -65,17 +66,19 @@ def _can_write(request, team_id: int) -> bool:
 @login_required
 def team_dashboard(request, slug):
     """Every endpoint with its latest grade, provisional marker, the sparkline of its last 30
-    grades, last and next scan, and its 7-day SLO status. A fixed number of queries whatever
-    the number of endpoints."""
+    grades, last and next scan, and its 7-day SLO status, a page of endpoints at a time. A
+    fixed number of queries whatever the number of endpoints."""
     team = _team(request, slug)
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
         finished_at=None).order_by("-queued_at")
-    endpoints = list(
+    page = Paginator(
         Endpoint.objects.for_team(team)
         .annotate(last_finished_at=Subquery(scans.values("finished_at")[:1]),
                   last_status=Subquery(scans.values("status")[:1]))
-        .order_by("name")
-    )
+        .order_by("name", "pk"),
+        DASHBOARD_PAGE_SIZE,
+    ).get_page(request.GET.get("page"))
+    endpoints = list(page.object_list)
     latest = history.latest_grades(endpoints, n=SPARKLINE_SCANS)
     windows = slo.windows_for(endpoints, 7)
     rows = []
@@ -88,7 +91,7 @@ def team_dashboard(request, slug):
             "window": windows[endpoint.pk],
         })
     return render(request, "scans/endpoint_dashboard.html", {
-        "team": team, "rows": rows, "can_write": _can_write(request, team.pk),
+        "team": team, "rows": rows, "page": page, "can_write": _can_write(request, team.pk),
         "slo_minimum": slo.MIN_SCANS,
     })
 

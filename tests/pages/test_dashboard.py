@@ -125,3 +125,20 @@ def test_another_teams_endpoints_are_not_listed(world, owner_client):
     make_endpoint(world.other_team, name="globex secret endpoint")
 
     assert "globex secret endpoint" not in dashboard(owner_client, world)
+
+
+def test_a_team_with_many_endpoints_gets_them_a_page_at_a_time(world, owner_client):
+    from scans.models import Endpoint
+    from scans.views_endpoints import DASHBOARD_PAGE_SIZE
+
+    Endpoint.dangerously_unscoped.bulk_create(
+        Endpoint(team=world.team, name=f"endpoint {i:03d}", base_url="http://127.0.0.1:9/v1",
+                 model="m", levels=[1]) for i in range(DASHBOARD_PAGE_SIZE + 3))
+
+    first = dashboard(owner_client, world)
+    second = owner_client.get(reverse("team-dashboard", args=[world.team.slug]) + "?page=2")
+
+    assert first.count("<tr data-endpoint=") == DASHBOARD_PAGE_SIZE
+    assert f"endpoints 1–{DASHBOARD_PAGE_SIZE} of {DASHBOARD_PAGE_SIZE + 3}" in first
+    assert second.content.decode().count("<tr data-endpoint=") == 3
+    assert "endpoint 052" in second.content.decode()
