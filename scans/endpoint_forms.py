@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from scans import encryption, scanning
 from scans.engine.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
+from scans.engine.prompts import PromptsFileError, parse_prompts_text
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
@@ -44,7 +45,7 @@ class EndpointForm(forms.ModelForm):
     clear_api_key = forms.BooleanField(label="Remove the stored API key", required=False)
     prompt_sample = forms.FileField(
         label="Prompt sample", required=False,
-        help_text="Your export of real traffic, one prompt per line (UTF-8 text, at most 5 MB). "
+        help_text="Your export of real traffic: JSONL or one prompt per line (UTF-8, at most 5 MB). "
                   "Stored encrypted, never sent anywhere; used only for repeat_prompt_share. "
                   "Leave empty to keep the stored sample.")
     webhook_secret = forms.CharField(
@@ -158,10 +159,12 @@ class EndpointForm(forms.ModelForm):
         try:
             text = upload.read().decode("utf-8")
         except UnicodeDecodeError:
-            raise forms.ValidationError("The sample must be UTF-8 text, one prompt per line.") \
-                from None
-        if not any(line.strip() for line in text.splitlines()):
-            raise forms.ValidationError("The sample has no prompt in it.")
+            raise forms.ValidationError(
+                "The sample must be UTF-8 text: JSONL or one prompt per line.") from None
+        try:  # the same parsing as `tokvera scan --prompts` (JSONL or one prompt per line)
+            parse_prompts_text(text, source="The sample")
+        except PromptsFileError as exc:
+            raise forms.ValidationError(f"{exc}.") from None
         return text
 
     def clean(self):

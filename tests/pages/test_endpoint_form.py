@@ -218,3 +218,20 @@ def test_deleting_asks_first_then_removes_the_endpoint_and_its_scans(world, owne
     assert not Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).exists()
     assert not Scan.dangerously_unscoped.filter(endpoint_id=endpoint.pk).exists()
     assert not CheckResult.dangerously_unscoped.filter(endpoint_id=endpoint.pk).exists()
+
+
+def test_a_prompt_sample_is_parsed_like_the_clis_prompts_file(world, owner_client):
+    endpoint = make_endpoint(world.team)
+    url = reverse("endpoint-edit", args=[endpoint.public_id])
+
+    bad = owner_client.post(url, form_data(prompt_sample=SimpleUploadedFile(
+        "sample.jsonl", b'{"prompt": "hello"}\n{"text": "no prompt here"}\n')))
+    good = owner_client.post(url, form_data(prompt_sample=SimpleUploadedFile(
+        "sample.jsonl", b'{"prompt": "hello"}\n{"messages": [{"role": "user", "content": "x"}]}\n')))
+
+    assert bad.status_code == 400
+    assert "The sample, line 2: expected a string" in bad.content.decode().replace("&quot;", '"')
+    assert "no prompt here" not in bad.content.decode()
+    assert good.status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.has_prompt_sample
