@@ -18,12 +18,12 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from scans import encryption, scanning, scoring
+from scans import encryption, scanning
 from scans.engine.plan import PlanError
+from scans.history import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
-    CheckResult,
     Endpoint,
     EndpointMode,
     Scan,
@@ -35,6 +35,7 @@ from scans.tenancy import Access
 from scans.tenancy_api import TeamScopedViewSet
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "report.schema.json"
+DEFAULT_HISTORY_POINTS = 500
 MAX_HISTORY_POINTS = 5000
 
 
@@ -240,7 +241,11 @@ class EndpointViewSet(
         parameters=[
             OpenApiParameter("check", str, required=True,
                              description="a check id, e.g. ttft_p95_at_concurrency_1"),
-            *TIME_PARAMS,
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
+            OpenApiParameter("max_points", int, description=(
+                f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
+                f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
         ],
         responses=inline_serializer("CheckHistory", {
             "endpoint": serializers.UUIDField(),
@@ -250,29 +255,26 @@ class EndpointViewSet(
     )
     @action(detail=True, methods=["get"], url_path="history")
     def history(self, request, public_id=None):
-        """One check's values over time, oldest first, each with its scoring_version (values
-        of different versions are not comparable)."""
+        """One check's values over time, oldest first. Each point is one scan, or a time
+        bucket (mean, min, max, status counts) when the range holds more than max_points,
+        downsampled in the database. Every point carries its scoring_version: values of
+        different versions are never merged."""
         endpoint = self.get_object()
         check = request.query_params.get("check", "")
-        known = {c.id for c in scoring.CHECKS}
-        if check not in known:
-            raise exceptions.ValidationError({"check": [f"expected one of {', '.join(sorted(known))}"]})
-        rows = CheckResult.objects.for_team(endpoint.team_id).filter(endpoint=endpoint,
-                                                                     check_id=check)
-        if (since := _time_param(request, "since")) is not None:
-            rows = rows.filter(measured_at__gte=since)
-        if (until := _time_param(request, "until")) is not None:
-            rows = rows.filter(measured_at__lt=until)
-        rows = rows.order_by("-measured_at").values(
-            "measured_at", "value", "status", "counted", "scoring_version", "scan__public_id"
-        )[:MAX_HISTORY_POINTS]
-        points = [
-            {"at": r["measured_at"], "value": r["value"], "status": r["status"],
-             "counted": r["counted"], "scoring_version": r["scoring_version"],
-             "scan": r["scan__public_id"]}
-            for r in reversed(rows)
-        ]
-        return Response({"endpoint": endpoint.public_id, "check": check, "points": points})
+        try:
+            max_points = int(request.query_params.get("max_points", DEFAULT_HISTORY_POINTS))
+        except ValueError:
+            raise exceptions.ValidationError({"max_points": ["expected a whole number"]}) from None
+        if not 1 <= max_points <= MAX_HISTORY_POINTS:
+            raise exceptions.ValidationError(
+                {"max_points": [f"expected 1 to {MAX_HISTORY_POINTS}"]})
+        try:
+            points = check_history(endpoint, check, since=_time_param(request, "since"),
+                                   until=_time_param(request, "until"), max_points=max_points)
+        except ValueError as exc:
+            raise exceptions.ValidationError({"check": [str(exc)]}) from None
+        return Response({"endpoint": endpoint.public_id, "check": check,
+                         "points": [p.as_dict() for p in points]})
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={201: ScanSerializer})
     @action(detail=True, methods=["post"], url_path="reports")

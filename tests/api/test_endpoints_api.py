@@ -189,3 +189,21 @@ def test_the_openapi_schema_documents_the_api(world, client):
                  "/api/v1/scans/{public_id}/", "/api/v1/scans/{public_id}/report.json/"):
         assert any(p.rstrip("/") == path.rstrip("/") for p in paths), path
     assert client.get(reverse("api-docs")).status_code == 200
+
+
+def test_a_long_history_comes_back_downsampled_to_max_points(world, api):
+    endpoint = make_endpoint(world.team)
+    start = timezone.now() - timedelta(days=10)
+    for i in range(12):
+        with time_machine.travel(start + timedelta(hours=12 * i), tick=False):
+            make_scan(endpoint, make_report({**GOOD_VALUES,
+                                             "ttft_p95_at_concurrency_1": CheckValue(100.0 + i)}))
+    url = reverse("api-endpoint-history", kwargs={"public_id": endpoint.public_id})
+    body = api.get(url, {"check": "ttft_p95_at_concurrency_1", "max_points": 4},
+                   **bearer(world.read_only_token)).json()
+    assert 1 <= len(body["points"]) <= 4
+    assert sum(p["scans"] for p in body["points"]) == 12
+    assert min(p["value_min"] for p in body["points"]) == 100.0
+    assert max(p["value_max"] for p in body["points"]) == 111.0
+    bad = api.get(url, {"check": "error_rate", "max_points": 0}, **bearer(world.read_only_token))
+    assert bad.status_code == 400 and "max_points" in bad.json()

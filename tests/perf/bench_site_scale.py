@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tokvera_bench_site")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1")
+os.environ.setdefault("DEBUG", "1")  # static files without collectstatic; templates as served
 
 
 def _ensure_database() -> None:
