@@ -294,5 +294,6 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
                               data["max_tokens"])
         except jobs.UnknownCatalogModel as exc:
             raise exceptions.ValidationError({"model": str(exc)}) from exc
-        job.refresh_from_db()
+        # The pass may have assigned it already: report the status it has now.
+        job.status = Job.dangerously_unscoped.filter(pk=job.pk).values_list("status", flat=True).get()
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)

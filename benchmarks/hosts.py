@@ -175,24 +175,29 @@ def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
                      now: datetime | None = None) -> bool:
     """Store what the host reports. Returns whether it is online now.
 
-    `host` is the row loaded by authentication; the model list is rewritten only when it
-    changed, so a steady host costs one UPDATE per heartbeat.
+    `host` is the row loaded by authentication; the model list is checked and rewritten only
+    when it changed, so a steady host costs one UPDATE per heartbeat.
     """
     now = now or timezone.now()
     wanted = sorted(set(models))
-    unknown = sorted(set(wanted) - catalog_ids())
-    if unknown:
-        raise UnknownModels(unknown)
+    changed_models = wanted != list(host.advertised or [])
+    if changed_models:
+        # Checked when the list changes; an unchanged list was checked when it was stored
+        # (and a catalog row referenced by jobs cannot be deleted, only deactivated).
+        unknown = sorted(set(wanted) - catalog_ids())
+        if unknown:
+            raise UnknownModels(unknown)
     fields: dict = {"last_heartbeat_at": now, "slots": slots}
     for name in HARDWARE_FIELDS:
         if name in hardware and hardware[name] != getattr(host, name):
             fields[name] = hardware[name]
-    changed_models = wanted != list(host.advertised or [])
-    with transaction.atomic():
-        if changed_models:
-            fields["advertised"] = wanted
+    if changed_models:
+        fields["advertised"] = wanted
+        with transaction.atomic():
             host.catalog_models.set(wanted)
-        Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)
+            Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)
+    else:
+        Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)  # one statement, autocommit
     for name, value in fields.items():
         setattr(host, name, value)
     return host.is_online(now)

@@ -14,13 +14,12 @@ def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:
     now = time.time()
     window = int(now // window_s)
     cache_key = f"benchmarks:rate:{scope}:{key}:{window}"
-    if cache.add(cache_key, 1, timeout=window_s + 1):
-        count = 1
-    else:
-        try:
-            count = cache.incr(cache_key)
-        except ValueError:  # expired between add and incr
-            cache.set(cache_key, 1, timeout=window_s + 1)
+    try:
+        count = cache.incr(cache_key)  # one round trip in the common case
+    except ValueError:  # first call of this window
+        if cache.add(cache_key, 1, timeout=window_s + 1):
             count = 1
+        else:  # another worker created it between our two calls
+            count = cache.incr(cache_key)
     retry_after = max(1, int((window + 1) * window_s - now))
     return count <= limit, retry_after

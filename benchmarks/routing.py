@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import OperationalError, connection, transaction
-from django.db.models import Count
+from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import jobs, policy
@@ -157,11 +158,12 @@ def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
     """Assign queued jobs to hosts. Returns how many jobs were assigned.
 
     With `wait` (a host asking for work), a pass already running is waited for, so that the
-    caller then sees what it assigned; otherwise (submissions, heartbeats) the running pass is
-    left to do the work and this call returns at once.
+    caller then sees what it assigned, and lease expiry and the queue deadline are enforced
+    first (at most once a second across the site; the periodic tick does it too). Otherwise
+    (submissions, heartbeats) a running pass is left to do the work and this returns at once.
     """
     now = now or timezone.now()
-    if jobs.housekeeping_due(now):
+    if wait and jobs.housekeeping_due(now):
         jobs.housekeeping(now)
     if not Job.dangerously_unscoped.filter(status=JobStatus.QUEUED).exists():
         return 0
@@ -181,21 +183,34 @@ def _assign(now: datetime) -> int:
     if not queued:
         return 0
     model_ids = {job.model_id for job in queued}
-    hosts = list(
+    # Only hosts with a free slot, counted in SQL; read as tuples (no model instances: a pass
+    # may look at thousands of hosts).
+    active = (
+        Job.dangerously_unscoped.filter(host=OuterRef("pk"), status__in=ACTIVE)
+        .order_by().values("host").annotate(n=Count("id")).values("n")
+    )
+    rows = (
         Host.dangerously_unscoped.online(now)
         .filter(catalog_models__in=model_ids)
+        .annotate(active=Coalesce(Subquery(active), 0))
+        .filter(slots__gt=F("active"))
+        .order_by()
         .distinct()
-        .only("id", "advertised", "slots", "reputation", "ttft_ewma_ms", "tps_ewma",
-              "trust_level", "connect_ready", "last_assigned_at")
+        .values_list("id", "advertised", "slots", "active", "reputation", "ttft_ewma_ms", "tps_ewma",
+                     "trust_level", "connect_ready", "last_assigned_at")
     )
-    if not hosts:
+    free: dict[int, int] = {}
+    facts: dict[int, HostFacts] = {}
+    for (host_id, advertised, slots, busy, reputation, ttft, tps, trust, connect, last) in rows:
+        free[host_id] = slots - busy
+        facts[host_id] = HostFacts(
+            host_id=host_id, models=frozenset(advertised or ()), reputation=reputation,
+            ttft_ewma_ms=ttft, tps_ewma=tps, trust_level=trust, connect_ready=connect,
+            last_assigned_at=last,
+            idle_s=None if last is None else max(0.0, (now - last).total_seconds()),
+        )
+    if not facts:
         return 0
-    active = Job.dangerously_unscoped.filter(status__in=ACTIVE)
-    if len(hosts) <= 500:  # beyond that, counting every active job is cheaper than a huge IN
-        active = active.filter(host_id__in=[h.pk for h in hosts])
-    busy = dict(active.order_by().values("host_id").annotate(n=Count("id")).values_list("host_id", "n"))
-    free = {h.pk: h.slots - busy.get(h.pk, 0) for h in hosts}
-    facts = {h.pk: HostFacts.of(h, now) for h in hosts if free[h.pk] > 0}
 
     # One heap per model. Assigning a job only ever lowers a host's rank (its idle term drops
     # to 0), so a stale heap entry is re-ranked when it surfaces (lazy re-insertion).

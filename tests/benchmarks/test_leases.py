@@ -26,6 +26,7 @@ def test_a_lease_not_started_in_30_seconds_goes_to_a_different_host(net):
         clock.move_to(T0 + timedelta(seconds=31))
         net.heartbeat(first_token, ["tiny-q4"])  # still online, still the better host
         net.heartbeat(second_token, ["tiny-q4"])
+        assert net.lease(second_token).json()["id"] == job_id  # a lease call expires leases
         job = net.job(job_id)
         assert job.host == second and job.attempts == 2 and job.tried_hosts == [first.pk, second.pk]
 
@@ -67,6 +68,7 @@ def test_after_three_hosts_let_it_expire_the_job_fails(net):
             clock.move_to(T0 + timedelta(seconds=31 * step))
             for name in ("a", "b", "c", "d"):
                 net.heartbeat(net.tokens[name], ["tiny-q4"])
+            tasks.network_tick.delay()
         job = net.job(job_id)
     assert len(set(held_by)) == 3
     assert job.status == JobStatus.FAILED and job.failure_reason == "attempts_exhausted"
@@ -92,10 +94,11 @@ def test_a_job_only_its_previous_host_serves_waits_for_another_and_then_fails(ne
         job_id = net.submit_id()
         clock.move_to(T0 + timedelta(seconds=31))
         net.heartbeat(token, ["tiny-q4"])
-        assert net.job(job_id).status == JobStatus.QUEUED
         assert net.lease(token).status_code == 204
+        assert net.job(job_id).status == JobStatus.QUEUED
         clock.move_to(T0 + timedelta(seconds=31 + 121))
         net.heartbeat(token, ["tiny-q4"])
+        assert net.lease(token).status_code == 204
         assert net.job(job_id).failure_reason == "no_host"
 
 

@@ -1,0 +1,393 @@
+"""Network coordinator benchmark (issue 5's performance goals). Not a test: run it by hand.
+
+    .venv/bin/python tests/perf/bench_network.py [--workers 4] [--seconds 20] [--hosts 10000]
+
+Needs PostgreSQL at postgres://postgres@127.0.0.1:5432 (trust auth) and Redis at 127.0.0.1:6379.
+It (re)creates the database `tokvera_bench`, migrates it, seeds hosts and a buyer, starts
+gunicorn (sync workers) and one Celery worker (the fold task) on Redis, then measures, with a
+raw asyncio HTTP client on 127.0.0.1:
+
+1. Heartbeats from `--hosts` simulated hosts (steady state: each host already advertised its
+   models once): the most heartbeats/s the site sustains with 32 callers, then a fixed-rate
+   (open-loop) run at 1,000/s (or 80 % of the maximum, if lower) for latency p50/p99, measured
+   from each request's scheduled time, so a backed-up client is counted, not hidden.
+   Goal: >= 1,000/s with p99 < 50 ms.
+2. Jobs through submit -> lease -> start -> complete: buyers submit (at most 200 unsettled at
+   a time) while 100 simulated hosts with 2 slots each lease, start and complete. Reports
+   completed jobs/s and, from the database, the EWMA fold latency (folded_at - completed_at).
+   Goal: >= 200 jobs/s, folds within 5 s.
+3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
+
+Percentiles are the project's nearest-rank `scans.stats.percentile`. Prints one JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PG = "postgres://postgres@127.0.0.1:5432"
+DB_NAME = "tokvera_bench"
+ENV = {
+    **os.environ,
+    "DATABASE_URL": f"{PG}/{DB_NAME}",
+    "CACHE_URL": "redis://127.0.0.1:6379/13",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/12",
+    "SECRET_KEY": "bench-network-" + "s" * 40,
+    "DEBUG": "0",
+}
+HB_MODEL, JOB_MODEL = "hb-q4", "bench-q4"
+JOB_HOSTS, JOB_SLOTS = 100, 2
+
+
+# --- a minimal HTTP/1.1 client (one connection per request: gunicorn sync workers close) ----
+
+
+class Http:
+    def __init__(self, port: int):
+        self.port = port
+
+    async def call(self, method: str, path: str, token: str, body: bytes = b"") -> tuple[int, bytes]:
+        """(status, raw response); status 0 when the connection failed (counted, not raised)."""
+        try:
+            return await self._call(method, path, token, body)
+        except OSError:
+            return 0, b""
+
+    async def _call(self, method: str, path: str, token: str, body: bytes) -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n").encode()
+            writer.write(head + body)
+            await writer.drain()
+            data = await reader.read()
+        finally:
+            writer.close()
+        return (int(data[9:12]) if data[:5] == b"HTTP/" else 0), data
+
+    async def json(self, method, path, token, payload=None):
+        status, raw = await self.call(method, path, token,
+                                      json.dumps(payload).encode() if payload is not None else b"")
+        body = raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in raw else b""
+        return status, (json.loads(body) if body and status in (200, 202) else None)
+
+
+# --- setup -----------------------------------------------------------------------------------
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
+                   env=ENV, check=True)
+
+
+def seed(hosts: int) -> dict:
+    """Hosts (tokens kept in memory), catalog, a buyer token. Uses the ORM in this process."""
+    os.environ.update(ENV)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.utils import timezone
+
+    from benchmarks.models import CatalogModel, Host
+    from scans import credentials, teams
+    from scans.models import Team
+    from tests.conftest import make_user
+
+    for model_id in (HB_MODEL, JOB_MODEL):
+        CatalogModel.objects.create(id=model_id, display_name=model_id, quant="Q4_K_M", context_len=4096)
+    ops = teams.create_team("ops", "Ops", owner=make_user("ops-owner"))
+    buyer = teams.create_team("buyer", "Buyer", owner=make_user("buyer-owner"))
+    _, buyer_token = teams.issue_token(buyer, "read-write")
+
+    def make(n, model, prefix):
+        rows, tokens = [], []
+        now = timezone.now()
+        for i in range(n):
+            new = credentials.new_secret("tkh")
+            tokens.append(new.token)
+            rows.append(Host(team=ops, name=f"{prefix}-{i}", token_prefix=new.prefix,
+                             token_hmac=new.digest, token_issued_at=now, trust_level="software",
+                             advertised=[model], slots=JOB_SLOTS if model == JOB_MODEL else 1))
+        created = Host.dangerously_unscoped.bulk_create(rows, batch_size=2000)
+        through = Host.catalog_models.through
+        through.objects.bulk_create([through(host_id=h.pk, catalogmodel_id=model) for h in created],
+                                    batch_size=5000)
+        return tokens
+
+    assert Team.dangerously_unscoped.count() == 2
+    return {"hb_tokens": make(hosts, HB_MODEL, "hb"), "job_tokens": make(JOB_HOSTS, JOB_MODEL, "job"),
+            "buyer_token": buyer_token}
+
+
+def start_services(port: int, workers: int):
+    gunicorn = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--backlog", "4096", "--log-level", "warning"],
+        cwd=ROOT, env=ENV)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "1",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
+        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2, trust_env=False).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        raise SystemExit("the site did not start")
+    return gunicorn, worker
+
+
+def worker_rss_mb(master: int) -> list[float]:
+    out = subprocess.run(["ps", "-o", "rss=", "--ppid", str(master)], capture_output=True, text=True)
+    return sorted(round(int(x) / 1024, 1) for x in out.stdout.split())
+
+
+# --- phase 1: heartbeats ---------------------------------------------------------------------
+
+
+def _hb_body() -> bytes:
+    return json.dumps({"models": [HB_MODEL], "slots": 1,
+                       "hardware": {"gpu_model": "RTX 4090", "vram_mb": 24576}}).encode()
+
+
+async def heartbeats_closed(http: Http, tokens: list[str], seconds: float, callers: int) -> dict:
+    body = _hb_body()
+    statuses: dict[int, int] = {}
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+    cursor = iter(range(10**9))
+
+    async def caller():
+        while time.perf_counter() < stop:
+            token = tokens[next(cursor) % len(tokens)]
+            t0 = time.perf_counter()
+            status, _ = await http.call("POST", "/v1/hosts/heartbeat", token, body)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    began = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    elapsed = time.perf_counter() - began
+    return _summary(statuses, latencies, elapsed)
+
+
+async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: float) -> dict:
+    """Fixed arrival rate; latency counted from each request's scheduled time."""
+    body = _hb_body()
+    statuses: dict[int, int] = {}
+    latencies: list[float] = []
+    total = int(seconds * rate)
+    began = time.perf_counter()
+    offset = random.randrange(len(tokens))
+
+    async def one(i: int):
+        due = began + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        status, _ = await http.call("POST", "/v1/hosts/heartbeat", tokens[(offset + i) % len(tokens)], body)
+        latencies.append((time.perf_counter() - due) * 1000)
+        statuses[status] = statuses.get(status, 0) + 1
+
+    await asyncio.gather(*(one(i) for i in range(total)))
+    return {**_summary(statuses, latencies, time.perf_counter() - began), "target_rate": rate}
+
+
+def _summary(statuses, latencies, elapsed) -> dict:
+    from scans.stats import percentile
+
+    ok = statuses.get(200, 0) + statuses.get(202, 0)
+    return {"per_s": round(ok / elapsed, 1), "statuses": statuses, "seconds": round(elapsed, 1),
+            "p50_ms": round(percentile(latencies, 50), 1), "p99_ms": round(percentile(latencies, 99), 1)}
+
+
+# --- phase 2: jobs ---------------------------------------------------------------------------
+
+
+async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: float,
+                    submitters: int = 8, max_unsettled: int = 200, poll_s: float = 1.0) -> dict:
+    hb = json.dumps({"models": [JOB_MODEL], "slots": JOB_SLOTS}).encode()
+    for token in host_tokens:
+        await http.call("POST", "/v1/hosts/heartbeat", token, hb)
+    submitted = completed = 0
+    statuses: dict[str, dict[int, int]] = {}
+    latencies: dict[str, list[float]] = {}
+    stop = time.perf_counter() + seconds
+    began = time.perf_counter()
+
+    def count(kind, status, t0):
+        statuses.setdefault(kind, {}).setdefault(status, 0)
+        statuses[kind][status] += 1
+        latencies.setdefault(kind, []).append((time.perf_counter() - t0) * 1000)
+
+    async def submitter():
+        nonlocal submitted
+        body = json.dumps({"model": JOB_MODEL, "max_tokens": 16,
+                           "messages": [{"role": "user", "content": "bench"}]}).encode()
+        while time.perf_counter() < stop:
+            if submitted - completed >= max_unsettled:
+                await asyncio.sleep(0.01)
+                continue
+            t0 = time.perf_counter()
+            status, _ = await http.call("POST", "/v1/jobs", buyer, body)
+            count("submit", status, t0)
+            if status == 202:
+                submitted += 1
+
+    async def run_job(token, job):
+        nonlocal completed
+        t0 = time.perf_counter()
+        status, _ = await http.call("POST", f"/v1/jobs/{job['id']}/start", token)
+        count("start", status, t0)
+        t0 = time.perf_counter()
+        done = json.dumps({"ttft_ms": 20.0, "completion_tokens": 16, "elapsed_ms": 80.0,
+                           "result": {"content": "x" * 64}}).encode()
+        status, _ = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token, done)
+        count("complete", status, t0)
+        if status == 200:
+            completed += 1
+
+    async def host(token):
+        """Like the agent: lease while a slot is free; after a 204, wait a poll interval."""
+        free = asyncio.Semaphore(JOB_SLOTS)
+        running = set()
+        while time.perf_counter() < stop:
+            await free.acquire()
+            t0 = time.perf_counter()
+            status, job = await http.json("POST", "/v1/hosts/lease", token)
+            count("lease", status, t0)
+            if status != 200:
+                free.release()
+                await asyncio.sleep(poll_s)
+                continue
+            task = asyncio.create_task(run_job(token, job))
+            running.add(task)
+            task.add_done_callback(lambda t: (running.discard(t), free.release()))
+        if running:
+            await asyncio.wait(running)
+
+    async def keep_alive():
+        while time.perf_counter() < stop:
+            await asyncio.sleep(10)
+            for token in host_tokens:
+                await http.call("POST", "/v1/hosts/heartbeat", token, hb)
+
+    await asyncio.gather(*(submitter() for _ in range(submitters)),
+                         *(host(t) for t in host_tokens), keep_alive())
+    elapsed = time.perf_counter() - began
+    from scans.stats import percentile
+
+    return {
+        "completed_per_s": round(completed / elapsed, 1), "submitted": submitted,
+        "completed": completed, "seconds": round(elapsed, 1), "statuses": statuses,
+        "latency_ms": {k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)}
+                       for k, v in latencies.items()},
+    }
+
+
+def fold_latency(wait_s: float = 10.0) -> dict:
+    from django.db.models import F
+
+    from benchmarks.models import Job
+    from scans.stats import percentile
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and Job.dangerously_unscoped.filter(
+            status="completed", folded_at__isnull=True).exists():
+        time.sleep(0.2)
+    lags = [
+        (row["folded_at"] - row["completed_at"]).total_seconds() * 1000
+        for row in Job.dangerously_unscoped.filter(status="completed", folded_at__isnull=False)
+        .annotate(x=F("folded_at")).values("folded_at", "completed_at")
+    ]
+    unfolded = Job.dangerously_unscoped.filter(status="completed", folded_at__isnull=True).count()
+    if not lags:
+        return {"unfolded": unfolded}
+    return {"folded": len(lags), "unfolded_after_wait": unfolded,
+            "p50_ms": round(percentile(lags, 50), 1), "p99_ms": round(percentile(lags, 99), 1),
+            "max_ms": round(max(lags), 1),
+            "within_5s_share": round(sum(x <= 5000 for x in lags) / len(lags), 4)}
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each measured run")
+    parser.add_argument("--hosts", type=int, default=10_000, help="simulated heartbeating hosts")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--skip-jobs", action="store_true")
+    args = parser.parse_args()
+
+    recreate_database()
+    seeded = seed(args.hosts)
+    gunicorn, celery = start_services(args.port, args.workers)
+    http = Http(args.port)
+    result: dict = {"workers": args.workers, "hosts": args.hosts, "cpus": os.cpu_count()}
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        time.sleep(1)
+        result["rss_mb_start"] = worker_rss_mb(gunicorn.pid)
+        # warm every worker (imports, connections) and fill the cache's catalog ids
+        asyncio.run(heartbeats_closed(http, seeded["hb_tokens"][:200], 2, 8))
+        result["rss_mb_warm"] = worker_rss_mb(gunicorn.pid)
+        closed = asyncio.run(heartbeats_closed(http, seeded["hb_tokens"], args.seconds, 32))
+        result["heartbeats_max"] = closed
+        rate = min(1000.0, 0.8 * closed["per_s"])
+        result["heartbeats_fixed_rate"] = asyncio.run(
+            heartbeats_open(http, seeded["hb_tokens"], args.seconds, rate))
+        if rate < 1000:  # also show what 1,000/s does to latency when it is above capacity
+            result["heartbeats_at_1000_per_s"] = asyncio.run(
+                heartbeats_open(http, seeded["hb_tokens"], min(args.seconds, 10), 1000.0))
+        result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
+        if not args.skip_jobs:
+            result["jobs"] = asyncio.run(jobs_flow(http, seeded["buyer_token"], seeded["job_tokens"],
+                                                   args.seconds))
+            result["fold_latency"] = fold_latency()
+            result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
+    finally:
+        usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        result["load_generator_cpu_s"] = round(
+            (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime), 1)
+        for proc in (gunicorn, celery):
+            proc.terminate()
+        for proc in (gunicorn, celery):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(json.dumps(result, indent=2))
+    if "heartbeats_max" in result:
+        end = result.get("rss_mb_after_jobs") or result["rss_mb_after_heartbeats"]
+        print(f"median worker RSS: warm {statistics.median(result['rss_mb_warm'])} MB, "
+              f"end {statistics.median(end)} MB", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
