@@ -1,0 +1,237 @@
+"""The public benchmark surfaces: GET /v1/slo, GET /v1/stats, GET /benchmarks and its methodology.
+
+All four are anonymous and shared-cache friendly: they never touch the session, the user or the
+CSRF token (so Django adds no cookie and no `Vary: Cookie`), and the HTML is rendered without a
+request context (no context processors run). Every figure comes from
+`benchmarks.snapshot.build_snapshot`:
+
+- `/v1/slo` and `/v1/stats` read the live snapshot, rebuilt at request time when the copy in the
+  cache is older than LIVE_CACHE_S;
+- `/benchmarks` reads the page snapshot, rebuilt every REFRESH_EVERY_S by the Celery task
+  `benchmarks.public_tasks.refresh_public_benchmarks` (or `manage.py refresh_benchmarks`) and kept
+  for PAGE_CACHE_S, so visitors are served the stored rendering.
+
+A cached copy stores the coordinator time it was built at; a copy older than its limit is never
+served, whatever the cache backend's own expiry does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.http import HttpResponse
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.text import slugify
+from django.views.decorators.http import require_safe
+
+from benchmarks import snapshot as snap
+from tokvera_site.config import BASE_DIR
+
+PAGE_CACHE_S = 300  # the page snapshot is kept this long in the site's cache
+PAGE_MAX_AGE_S = 300  # and browsers / shared caches may keep the page this long
+REFRESH_EVERY_S = 240  # the periodic rebuild, a little under PAGE_CACHE_S so it never lapses
+LIVE_CACHE_S = 15  # /v1/slo and /v1/stats: computed at request time, reused this long at most
+LIVE_MAX_AGE_S = 15
+PAGE_KEY = "benchmarks:public:page:v1"
+LIVE_KEY = "benchmarks:public:live:v1"
+BUILD_LOCK_S = 30  # one builder at a time per entry; the others wait for its result
+BUILD_WAIT_STEPS = 100  # how many times a waiting request looks again (every 50 ms)
+METHODOLOGY_PATH = BASE_DIR / "docs" / "methodology.md"
+EM_DASH = "\u2014"
+
+
+# --- cached entries --------------------------------------------------------------------------
+
+
+def _fresh(entry: dict | None, max_age_s: int, now: datetime) -> bool:
+    return entry is not None and timedelta(0) <= now - entry["built_at"] <= timedelta(seconds=max_age_s)
+
+
+def _entry(key: str, max_age_s: int, build) -> dict:
+    """The cached entry under `key` if it is fresh, else a new one built by one request."""
+    now = timezone.now()
+    entry = cache.get(key)
+    if _fresh(entry, max_age_s, now):
+        return entry
+    lock = f"{key}:lock"
+    if cache.add(lock, 1, timeout=BUILD_LOCK_S):
+        try:
+            entry = build(now)
+            cache.set(key, entry, timeout=max_age_s)
+            return entry
+        finally:
+            cache.delete(lock)
+    for _ in range(BUILD_WAIT_STEPS):  # another request is building it: take its result
+        time.sleep(0.05)
+        entry = cache.get(key)
+        if _fresh(entry, max_age_s, timezone.now()):
+            return entry
+    return build(timezone.now())
+
+
+def _dumps(payload: dict) -> bytes:
+    return json.dumps(payload).encode()
+
+
+def build_live_entry(now: datetime) -> dict:
+    snapshot = snap.build_snapshot(now)
+    return {"built_at": now, "snapshot": snapshot,
+            "slo": _dumps(snap.slo_payload(snapshot)), "stats": _dumps(snap.stats_payload(snapshot))}
+
+
+def build_page_entry(now: datetime) -> dict:
+    snapshot = snap.build_snapshot(now)
+    return {"built_at": now, "snapshot": snapshot, "html": render_page(snapshot)}
+
+
+def live_entry() -> dict:
+    return _entry(LIVE_KEY, LIVE_CACHE_S, build_live_entry)
+
+
+def page_entry() -> dict:
+    return _entry(PAGE_KEY, PAGE_CACHE_S, build_page_entry)
+
+
+def refresh(now: datetime | None = None) -> dict:
+    """Rebuild the page snapshot (and the live one, from the same build) at once."""
+    now = now or timezone.now()
+    snapshot = snap.build_snapshot(now)
+    page = {"built_at": now, "snapshot": snapshot, "html": render_page(snapshot)}
+    live = {"built_at": now, "snapshot": snapshot,
+            "slo": _dumps(snap.slo_payload(snapshot)), "stats": _dumps(snap.stats_payload(snapshot))}
+    cache.set(PAGE_KEY, page, timeout=PAGE_CACHE_S)
+    cache.set(LIVE_KEY, live, timeout=LIVE_CACHE_S)
+    return snapshot
+
+
+# --- how figures are written -----------------------------------------------------------------
+
+
+def attr(value) -> str:
+    """A figure as a data attribute: written as the JSON writes it, empty when there is none."""
+    return "" if value is None else json.dumps(value)
+
+
+def percent(share: float | None) -> str:
+    """A share as a percentage with one decimal. Only exactly 1 reads 100 % and only exactly 0
+    reads 0 %: 0.9996 is 99.9 %, not a rounded-up perfect score."""
+    if share is None:
+        return EM_DASH
+    text = f"{share * 100:.1f}"
+    if text == "100.0" and share < 1:
+        text = "99.9"
+    elif text == "0.0" and share > 0:
+        text = "0.1"
+    return f"{text}\u00a0%"
+
+
+def millis(value: int | None) -> str:
+    return EM_DASH if value is None else f"{value:,}\u00a0ms"
+
+
+def speed(value: float | None) -> str:
+    return EM_DASH if value is None else f"{value:,.1f}\u00a0tok/s"
+
+
+TIER_LABELS = {"none": "None", "software": "Software", "edr": "EDR", "hardware": "Hardware"}
+WINDOW_LABELS = {"7d": "7 days", "30d": "30 days"}
+
+
+def page_context(snapshot: dict) -> dict:
+    models = []
+    for m in snapshot["models"]:
+        windows = []
+        for name, w in m["windows"].items():
+            latency = w["latency"]
+            windows.append({
+                "name": name, "label": WINDOW_LABELS.get(name, name),
+                "completed": w["completed"], "failed": w["failed"],
+                "settled": w["completed"] + w["failed"],
+                "success": percent(w["success_rate"]), "success_attr": attr(w["success_rate"]),
+                "p50": millis(latency["p50_ms"]), "p50_attr": attr(latency["p50_ms"]),
+                "p95": millis(latency["p95_ms"]), "p95_attr": attr(latency["p95_ms"]),
+            })
+        tiers = [{
+            "tier": t["tier"], "label": TIER_LABELS.get(t["tier"], t["tier"]), "hosts": t["hosts"],
+            "ttft_p50": millis(t["ttft_p50_ms"]), "ttft_p50_attr": attr(t["ttft_p50_ms"]),
+            "ttft_p95": millis(t["ttft_p95_ms"]), "ttft_p95_attr": attr(t["ttft_p95_ms"]),
+            "tps_p50": speed(t["tps_p50"]), "tps_p50_attr": attr(t["tps_p50"]),
+        } for t in m["tiers"]]
+        models.append({
+            "id": m["id"], "display_name": m["display_name"], "quant": m["quant"],
+            "context_len": f"{m['context_len']:,}", "online_hosts": m["online_hosts"],
+            "success_7d_attr": attr(m["windows"]["7d"]["success_rate"]),
+            "windows": windows, "tiers": tiers,
+        })
+    generated = datetime.fromisoformat(snapshot["generated_at"].replace("Z", "+00:00"))
+    return {
+        "generated_at": snapshot["generated_at"],
+        "generated_label": generated.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "online_hosts": snapshot["online_hosts"],
+        "sparse": snapshot["sparse"],
+        "models": models,
+        "hardware": snapshot["hardware"],
+        "ewma_alpha": snap.EWMA_ALPHA,
+    }
+
+
+def render_page(snapshot: dict) -> str:
+    # No request: no context processor runs, so nothing reads the session or the user.
+    return render_to_string("benchmarks/benchmarks.html", page_context(snapshot))
+
+
+@functools.lru_cache(maxsize=4)
+def _methodology_html(mtime_ns: int) -> str:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("js-default")  # tables; raw HTML in the Markdown is escaped
+    tokens = md.parse(METHODOLOGY_PATH.read_text(encoding="utf-8"))
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":  # linkable sections: #cache-and-privacy
+            token.attrSet("id", slugify(tokens[i + 1].content))
+    body = md.renderer.render(tokens, md.options, {})
+    return render_to_string("benchmarks/methodology.html", {"body": body})
+
+
+# --- views -----------------------------------------------------------------------------------
+
+
+def _public(response: HttpResponse, max_age_s: int) -> HttpResponse:
+    response["Cache-Control"] = f"public, max-age={max_age_s}"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _json(body: bytes) -> HttpResponse:
+    response = HttpResponse(body, content_type="application/json")
+    response["Access-Control-Allow-Origin"] = "*"
+    return _public(response, LIVE_MAX_AGE_S)
+
+
+@require_safe
+def slo(request):
+    """GET /v1/slo: per active catalog model, online hosts and 7 d / 30 d success and latency."""
+    return _json(live_entry()["slo"])
+
+
+@require_safe
+def stats(request):
+    """GET /v1/stats: online hosts, providers per model and the online hosts' hardware."""
+    return _json(live_entry()["stats"])
+
+
+@require_safe
+def benchmarks_page(request):
+    return _public(HttpResponse(page_entry()["html"], content_type="text/html; charset=utf-8"),
+                   PAGE_MAX_AGE_S)
+
+
+@require_safe
+def methodology_page(request):
+    html = _methodology_html(METHODOLOGY_PATH.stat().st_mtime_ns)
+    return _public(HttpResponse(html, content_type="text/html; charset=utf-8"), PAGE_MAX_AGE_S)

@@ -1,0 +1,327 @@
+"""The public benchmark snapshot: one function builds it, three surfaces read it.
+
+`build_snapshot(now)` reads what the coordinator stores (settled jobs, host heartbeats and host
+EWMAs) and returns a plain, JSON-ready dict. `/v1/slo` and `/v1/stats` are projections of it
+(`slo_payload`, `stats_payload`) and `/benchmarks` renders it, so for the same coordinator clock
+the three cannot disagree. docs/methodology.md explains every figure.
+
+- Success rate, per active catalog model and window: completed ÷ (completed + failed) over the
+  jobs settled in the window (by `settled_at`, now − window < settled_at ≤ now), rounded to
+  6 decimals. Unsettled jobs never count.
+- Completion latency: nearest-rank p50 / p95 of `completed_at − created_at` over the completed
+  jobs of that window, in whole milliseconds.
+- Online hosts: `Host.online_q(now)`, the coordinator's own rule (heartbeat at most 45 s old,
+  not suspended, token not revoked), joined to the catalog ids each host advertises.
+- Per trust tier: nearest-rank p50 / p95 of the online hosts' `ttft_ewma_ms` and p50 of their
+  `tps_ewma` (hosts without an EWMA yet count as hosts but give no sample).
+
+A figure with no samples is None (an em dash on the page, null in JSON), never 0 or 1.
+On PostgreSQL the percentiles are computed in the database with `percentile_disc`, which is
+nearest-rank; elsewhere the same figures come from `scans.stats.percentile`. Both paths are
+tested on the same cases. Only the columns named here are read: never request or result bodies.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+
+from benchmarks import policy
+from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
+from scans.stats import ewma, percentile
+
+__all__ = [
+    "EWMA_ALPHA", "LATENCY_PERCENTILES", "TIERS", "TTFT_PERCENTILES", "WINDOWS",
+    "build_snapshot", "online_window_s", "slo_payload", "stats_payload",
+]
+
+# Trailing windows for success and completion latency, by the name the JSON uses.
+WINDOWS: dict[str, timedelta] = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
+# The window whose settled jobs decide whether the network is too sparse to say anything.
+SPARSE_WINDOW = "7d"
+LATENCY_PERCENTILES = (50, 95)
+TTFT_PERCENTILES = (50, 95)
+TPS_PERCENTILE = 50
+# Every trust level, hardware included: a hardware row with 0 hosts is expected.
+TIERS: tuple[str, ...] = tuple(level.value for level in TrustLevel)
+# The host EWMAs are folded with scans.stats.ewma's default α (benchmarks/ewma.py passes none).
+EWMA_ALPHA: float = inspect.signature(ewma).parameters["alpha"].default
+SUCCESS_DECIMALS = 6
+TPS_DECIMALS = 1
+
+_US_PER_MS = 1000
+
+
+def online_window_s() -> int:
+    """The coordinator's online rule, in seconds (benchmarks.policy, used by Host.online_q)."""
+    return int(policy.value("NETWORK_ONLINE_WINDOW_S"))
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _whole_ms_from_us(microseconds: int | None) -> int | None:
+    """Whole milliseconds, half up, from an exact count of microseconds."""
+    if microseconds is None:
+        return None
+    return (microseconds + _US_PER_MS // 2) // _US_PER_MS
+
+
+def _us(delta: timedelta) -> int:
+    return delta // timedelta(microseconds=1)
+
+
+def _whole_ms(value: float | None) -> int | None:
+    return None if value is None else math.floor(value + 0.5)
+
+
+def _tps(value: float | None) -> float | None:
+    return None if value is None else round(value, TPS_DECIMALS)
+
+
+def _success(completed: int, failed: int) -> float | None:
+    settled = completed + failed
+    return None if settled == 0 else round(completed / settled, SUCCESS_DECIMALS)
+
+
+def _uses_database_percentiles(in_database: bool | None) -> bool:
+    if in_database is None:
+        return connection.vendor == "postgresql"
+    if in_database and connection.vendor != "postgresql":
+        raise ValueError("percentiles in the database need PostgreSQL (percentile_disc)")
+    return in_database
+
+
+# --- jobs: success and completion latency -----------------------------------------------------
+
+
+def _empty_window() -> dict:
+    return {"completed": 0, "failed": 0, "success_rate": None,
+            "latency": {f"p{p}_ms": None for p in LATENCY_PERCENTILES}}
+
+
+def _window(completed: int, failed: int, latencies_us: list[int | None]) -> dict:
+    return {"completed": completed, "failed": failed, "success_rate": _success(completed, failed),
+            "latency": {f"p{p}_ms": _whole_ms_from_us(us)
+                        for p, us in zip(LATENCY_PERCENTILES, latencies_us, strict=True)}}
+
+
+def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str, dict]]:
+    """One grouped query over the settled jobs of the longest window (index on model, settled_at),
+    with one FILTER per window and percentile_disc (nearest-rank) for the latencies."""
+    table = Job._meta.db_table
+    fractions = [p / 100 for p in LATENCY_PERCENTILES]
+    longest = max(WINDOWS.values())
+    columns, params = [], {"ids": model_ids, "now": now, "since": now - longest,
+                           "fractions": fractions, "completed": JobStatus.COMPLETED.value,
+                           "failed": JobStatus.FAILED.value}
+    for i, span in enumerate(WINDOWS.values()):
+        since = f"since_{i}"
+        params[since] = now - span
+        inside = f"settled_at > %({since})s"
+        columns += [
+            f"count(*) FILTER (WHERE status = %(completed)s AND {inside})",
+            f"count(*) FILTER (WHERE status = %(failed)s AND {inside})",
+            "percentile_disc(%(fractions)s::float8[]) WITHIN GROUP (ORDER BY completed_at - created_at)"
+            f" FILTER (WHERE status = %(completed)s AND completed_at IS NOT NULL AND {inside})",
+        ]
+    sql = (
+        f"SELECT model_id, {', '.join(columns)} FROM {table} "  # noqa: S608 - names from code
+        "WHERE model_id = ANY(%(ids)s) AND settled_at > %(since)s AND settled_at <= %(now)s "
+        "GROUP BY model_id"
+    )
+    found: dict[str, dict[str, dict]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            model_id, values = row[0], row[1:]
+            found[model_id] = {}
+            for i, name in enumerate(WINDOWS):
+                completed, failed, latencies = values[3 * i: 3 * i + 3]
+                latencies_us = [_us(d) for d in latencies] if latencies else [None] * len(fractions)
+                found[model_id][name] = _window(completed, failed, latencies_us)
+    return found
+
+
+def _job_windows_python(model_ids: list[str], now: datetime) -> dict[str, dict[str, dict]]:
+    """The same figures from the same columns, with scans.stats.percentile (SQLite)."""
+    longest = max(WINDOWS.values())
+    rows = (
+        Job.dangerously_unscoped.filter(
+            model_id__in=model_ids, settled_at__gt=now - longest, settled_at__lte=now)
+        .order_by()
+        .values_list("model_id", "status", "settled_at", "created_at", "completed_at")
+        .iterator(chunk_size=10_000)
+    )
+    counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    latencies: dict[tuple[str, str], list[int]] = defaultdict(list)
+    bounds = {name: now - span for name, span in WINDOWS.items()}
+    for model_id, status, settled_at, created_at, completed_at in rows:
+        for name, since in bounds.items():
+            if settled_at <= since:
+                continue
+            counts[model_id, name][status] += 1
+            if status == JobStatus.COMPLETED and completed_at is not None:
+                latencies[model_id, name].append(_us(completed_at - created_at))
+    found: dict[str, dict[str, dict]] = {}
+    for model_id in model_ids:
+        if not any((model_id, name) in counts for name in WINDOWS):
+            continue
+        found[model_id] = {}
+        for name in WINDOWS:
+            samples = latencies.get((model_id, name), [])
+            found[model_id][name] = _window(
+                counts[model_id, name][JobStatus.COMPLETED], counts[model_id, name][JobStatus.FAILED],
+                [percentile(samples, p) for p in LATENCY_PERCENTILES],
+            )
+    return found
+
+
+# --- hosts: online, per tier, hardware --------------------------------------------------------
+
+
+def _online_hosts(now: datetime) -> list[dict]:
+    return list(
+        Host.dangerously_unscoped.filter(Host.online_q(now))
+        .order_by()
+        .values("id", "trust_level", "ttft_ewma_ms", "tps_ewma", "gpu_model")
+    )
+
+
+def _adverts(now: datetime, model_ids: list[str]) -> dict[str, set[int]]:
+    """Catalog id → ids of the online hosts that advertise it (the heartbeat's list, as rows)."""
+    through = Host.catalog_models.through
+    pairs = (
+        through.objects.filter(catalogmodel_id__in=model_ids,
+                               host__in=Host.dangerously_unscoped.filter(Host.online_q(now)))
+        .order_by()
+        .values_list("catalogmodel_id", "host_id")
+    )
+    found: dict[str, set[int]] = defaultdict(set)
+    for model_id, host_id in pairs:
+        found[model_id].add(host_id)
+    return found
+
+
+def _tier_row(tier: str, hosts: int, ttft: list[float | None], tps: float | None) -> dict:
+    row = {"tier": tier, "hosts": hosts}
+    row.update({f"ttft_p{p}_ms": _whole_ms(v) for p, v in zip(TTFT_PERCENTILES, ttft, strict=True)})
+    row[f"tps_p{TPS_PERCENTILE}"] = _tps(tps)
+    return row
+
+
+def _tiers_python(model_ids: list[str], hosts: list[dict],
+                  adverts: dict[str, set[int]]) -> dict[str, list[dict]]:
+    by_id = {h["id"]: h for h in hosts}
+    found = {}
+    for model_id in model_ids:
+        rows = []
+        serving = [by_id[i] for i in adverts.get(model_id, ()) if i in by_id]
+        for tier in TIERS:
+            at_tier = [h for h in serving if h["trust_level"] == tier]
+            ttft = [h["ttft_ewma_ms"] for h in at_tier if h["ttft_ewma_ms"] is not None]
+            tps = [h["tps_ewma"] for h in at_tier if h["tps_ewma"] is not None]
+            rows.append(_tier_row(tier, len(at_tier), [percentile(ttft, p) for p in TTFT_PERCENTILES],
+                                  percentile(tps, TPS_PERCENTILE)))
+        found[model_id] = rows
+    return found
+
+
+def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
+    """Per model and tier, percentile_disc over the online hosts' EWMAs (NULLs are ignored)."""
+    through = Host.catalog_models.through._meta.db_table
+    hosts = Host._meta.db_table
+    online_sql, online_params = (
+        Host.dangerously_unscoped.filter(Host.online_q(now)).order_by().values("id")
+        .query.sql_with_params())
+    sql = (
+        f"SELECT a.catalogmodel_id, h.trust_level, count(*), "  # noqa: S608 - names from code
+        "percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY h.ttft_ewma_ms), "
+        "percentile_disc(%s::float8) WITHIN GROUP (ORDER BY h.tps_ewma) "
+        f"FROM {through} a JOIN {hosts} h ON h.id = a.host_id "
+        f"WHERE a.catalogmodel_id = ANY(%s) AND a.host_id IN ({online_sql}) "
+        "GROUP BY a.catalogmodel_id, h.trust_level"
+    )
+    params = [[p / 100 for p in TTFT_PERCENTILES], TPS_PERCENTILE / 100, model_ids, *online_params]
+    cells: dict[tuple[str, str], tuple] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for model_id, tier, count, ttft, tps in cursor.fetchall():
+            cells[model_id, tier] = (count, ttft or [None] * len(TTFT_PERCENTILES), tps)
+    empty = (0, [None] * len(TTFT_PERCENTILES), None)
+    return {model_id: [_tier_row(tier, *cells.get((model_id, tier), empty)) for tier in TIERS]
+            for model_id in model_ids}
+
+
+def _hardware(hosts: list[dict]) -> list[dict]:
+    """Online hosts per reported GPU; hosts that reported none are counted under null."""
+    counts = Counter((h["gpu_model"] or "").strip() or None for h in hosts)
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0] is None, item[0] or ""))
+    return [{"gpu": gpu, "hosts": n} for gpu, n in ordered]
+
+
+# --- the snapshot -----------------------------------------------------------------------------
+
+
+def build_snapshot(now: datetime, *, in_database: bool | None = None) -> dict:
+    """Every public figure at coordinator time `now`, as a JSON-ready dict.
+
+    `in_database` chooses where percentiles are computed: None means percentile_disc on
+    PostgreSQL and scans.stats.percentile elsewhere; False forces the Python path (tests
+    compare the two on the same data).
+    """
+    sql = _uses_database_percentiles(in_database)
+    catalog = list(CatalogModel.objects.filter(active=True).order_by("id")
+                   .values("id", "display_name", "quant", "context_len"))
+    model_ids = [m["id"] for m in catalog]
+    windows = (_job_windows_sql if sql else _job_windows_python)(model_ids, now)
+    hosts = _online_hosts(now)
+    adverts = _adverts(now, model_ids)
+    tiers = _tiers_sql(model_ids, now) if sql else _tiers_python(model_ids, hosts, adverts)
+
+    models = []
+    for entry in catalog:
+        model_id = entry["id"]
+        model_windows = windows.get(model_id) or {name: _empty_window() for name in WINDOWS}
+        models.append({
+            "id": model_id,
+            "display_name": entry["display_name"],
+            "quant": entry["quant"],
+            "context_len": entry["context_len"],
+            "online_hosts": len(adverts.get(model_id, ())),
+            "windows": model_windows,
+            "tiers": tiers[model_id],
+        })
+    settled_recently = sum(m["windows"][SPARSE_WINDOW]["completed"] + m["windows"][SPARSE_WINDOW]["failed"]
+                           for m in models)
+    return {
+        "generated_at": _iso(now),
+        "online_hosts": len(hosts),
+        "sparse": not hosts and settled_recently == 0,
+        "models": models,
+        "hardware": _hardware(hosts),
+    }
+
+
+def slo_payload(snapshot: dict) -> dict:
+    """GET /v1/slo: per model, online hosts and the success / latency windows."""
+    return {
+        "generated_at": snapshot["generated_at"],
+        "models": [{"id": m["id"], "online_hosts": m["online_hosts"], "windows": m["windows"]}
+                   for m in snapshot["models"]],
+    }
+
+
+def stats_payload(snapshot: dict) -> dict:
+    """GET /v1/stats: online hosts, providers per model, hardware of the online hosts."""
+    return {
+        "generated_at": snapshot["generated_at"],
+        "online_hosts": snapshot["online_hosts"],
+        "models": [{"id": m["id"], "providers": m["online_hosts"]} for m in snapshot["models"]],
+        "hardware": snapshot["hardware"],
+    }
