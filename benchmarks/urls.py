@@ -1,6 +1,6 @@
 from django.urls import path
 
-from benchmarks import api
+from benchmarks import api, public_views
 
 urlpatterns = [
     # Host calls (host token).
@@ -12,4 +12,9 @@ urlpatterns = [
     # Buyer calls (team token or session).
     path("v1/jobs", api.JobViewSet.as_view({"post": "create"}), name="job-submit"),
     path("v1/jobs/<uuid:job_id>", api.JobViewSet.as_view({"get": "retrieve"}), name="job-detail"),
+    # Public benchmarks (no auth, shared-cache friendly; benchmarks/public_views.py).
+    path("v1/slo", public_views.slo, name="public-slo"),
+    path("v1/stats", public_views.stats, name="public-stats"),
+    path("benchmarks", public_views.benchmarks_page, name="benchmarks"),
+    path("benchmarks/methodology", public_views.methodology_page, name="benchmarks-methodology"),
 ]

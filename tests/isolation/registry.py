@@ -209,6 +209,9 @@ TEAM: dict[str, list[Case]] = {
 # Public badges: no login, nothing but the grade (tests/pages/test_badges.py).
 PUBLIC |= {"badge-svg", "badge-json"}
 
+# Public benchmarks: aggregates only, no login (tests/public/).
+PUBLIC |= {"public-slo", "public-stats", "benchmarks", "benchmarks-methodology"}
+
 
 def _page_form(name: str) -> dict:
     return {"name": name, "base_url": "http://127.0.0.1:9/v1", "model": "m",
