@@ -1,0 +1,77 @@
+"""The fold task in a real Celery worker, over Redis, against the real PostgreSQL database:
+completions queue it, duplicates of it are delivered too, and each job is folded once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from benchmarks.models import Job
+from tests.benchmarks.conftest import build_net, make_catalog
+from tokvera_site.celery import app
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def real_broker():
+    """This module wants the messages on the broker, not run in the test process."""
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    app.control.purge()
+    yield
+    app.control.purge()
+    app.conf.task_always_eager = before
+
+
+def _start_worker() -> subprocess.Popen:
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
+                        f"{connection.settings_dict['NAME']}",
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
+         "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "-l", "WARNING"],
+        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_broker):
+    make_catalog()
+    net = build_net()
+    host, token = net.host("h1")
+    for ttft, tokens, elapsed in [(100.0, 20, 1000.0), (200.0, 100, 2000.0), (400.0, 10, 1000.0)]:
+        net.submit_id(max_tokens=128)
+        net.run(token, ttft_ms=ttft, completion_tokens=tokens, elapsed_ms=elapsed)
+    for _ in range(3):  # redeliveries of the same task
+        app.send_task("benchmarks.tasks.fold_host_ewmas", args=[host.pk])
+    assert Job.dangerously_unscoped.filter(folded_at__isnull=True).count() == 3  # recorded first
+    worker = _start_worker()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and Job.dangerously_unscoped.filter(
+                folded_at__isnull=True).exists():
+            time.sleep(0.2)
+        time.sleep(1)  # let the duplicates run (and find nothing)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    host.refresh_from_db()
+    assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()
+    assert host.ttft_ewma_ms == pytest.approx(0.3 * 400 + 0.7 * (0.3 * 200 + 0.7 * 100))
+    assert host.tps_ewma == pytest.approx(0.3 * 10 + 0.7 * (0.3 * 50 + 0.7 * 20))
+    assert host.reputation == pytest.approx(1 - 0.5 * 0.9 ** 3)
