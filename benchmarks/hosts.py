@@ -40,16 +40,11 @@ class UnknownModels(HostError):
 
 def authenticate(token: str) -> Host | None:
     """The host whose current token this is, or None (unknown, wrong or revoked)."""
-    row = (
-        Host.dangerously_unscoped.filter(token_prefix=token[: credentials.PREFIX_CHARS])
-        .only(
-            "id", "public_id", "team_id", "name", "token_hmac", "revoked_at", "suspended",
-            "trust_level", "last_heartbeat_at", "slots", "advertised", "gpu_model", "vram_mb",
-            "cpu_model", "ram_mb",
-        )
-        .first()
-    )
-    if row is None or row.revoked_at is not None or not row.token_hmac:
+    try:  # get(), not first(): no ORDER BY, and the prefix is unique
+        row = Host.dangerously_unscoped.get(token_prefix=token[: credentials.PREFIX_CHARS])
+    except Host.DoesNotExist:
+        return None
+    if row.revoked_at is not None or not row.token_hmac:
         return None
     if not credentials.matches(token, row.token_hmac):
         return None
