@@ -1,0 +1,107 @@
+"""Nearest-rank percentiles, in PostgreSQL (percentile_disc) and in Python (scans.stats.percentile),
+on the same cases: completion latencies from jobs and TTFT / TPS from host EWMAs."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from benchmarks import snapshot
+from scans import teams
+from scans.stats import percentile
+from tests.conftest import make_user
+from tests.public.conftest import T0, make_host, make_job, make_model
+
+pytestmark = pytest.mark.django_db
+
+_rng = random.Random(6)
+CASES = {
+    "two": [100, 300],
+    "one": [250],
+    "twenty": list(range(1, 21)),  # p95 is exactly rank 19
+    "twenty-one": list(range(1, 22)),
+    "ties": [5, 5, 5, 9, 9, 1, 1],
+    "unsorted": [900, 10, 450, 30, 30, 7000, 1],
+    "hundred-random": [_rng.randint(1, 5000) for _ in range(100)],
+    "odd-random": [_rng.randint(1, 90000) for _ in range(37)],
+}
+PATHS = [pytest.param(False, id="python"),
+         pytest.param(True, id="percentile_disc", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture
+def teams_():
+    return (teams.create_team("perc-ops", "Perc Ops", owner=make_user("perc-ops")),
+            teams.create_team("perc-buyer", "Perc Buyer", owner=make_user("perc-buyer")))
+
+
+@pytest.mark.parametrize("in_database", PATHS)
+def test_two_samples_100_and_300_give_p50_100_and_p95_300(teams_, in_database):
+    operator, buyer = teams_
+    make_model("m")
+    for ms in (300, 100):
+        make_job(buyer, "m", latency_ms=ms)
+        make_host(operator, f"h{ms}", "edr", models=["m"], ttft=float(ms), tps=float(ms))
+
+    model = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]
+
+    assert model["windows"]["7d"]["latency"] == {"p50_ms": 100, "p95_ms": 300}
+    edr = next(t for t in model["tiers"] if t["tier"] == "edr")
+    assert (edr["ttft_p50_ms"], edr["ttft_p95_ms"], edr["tps_p50"]) == (100, 300, 100.0)
+
+
+@pytest.mark.parametrize("in_database", PATHS)
+def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_, in_database):
+    operator, buyer = teams_
+    for name, samples in CASES.items():
+        make_model(name)
+        for i, value in enumerate(samples):
+            make_job(buyer, name, latency_ms=value, settled_ago=timedelta(hours=i + 1))
+            make_host(operator, f"{name}-{i}", "software", models=[name], ttft=float(value),
+                      tps=value / 10)
+
+    built = {m["id"]: m for m in snapshot.build_snapshot(T0, in_database=in_database)["models"]}
+
+    for name, samples in CASES.items():
+        latency = built[name]["windows"]["7d"]["latency"]
+        assert latency == {"p50_ms": percentile(samples, 50), "p95_ms": percentile(samples, 95)}, name
+        software = built[name]["tiers"][1]
+        assert software["hosts"] == len(samples)
+        assert software["ttft_p50_ms"] == percentile(samples, 50), name
+        assert software["ttft_p95_ms"] == percentile(samples, 95), name
+        assert software["tps_p50"] == round(percentile(samples, 50) / 10, 1), name
+
+
+@pytest.mark.parametrize("in_database", PATHS)
+def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_, in_database):
+    _, buyer = teams_
+    make_model("m")
+    make_job(buyer, "m", latency_ms=811.5)
+    make_job(buyer, "m", latency_ms=812.4, settled_ago=timedelta(hours=2))
+
+    latency = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["windows"]["7d"]["latency"]
+
+    assert latency == {"p50_ms": 812, "p95_ms": 812}
+
+
+@pytest.mark.parametrize("in_database", PATHS)
+def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_, in_database):
+    operator, _ = teams_
+    make_model("m")
+    make_host(operator, "new", "none", models=["m"])
+    make_host(operator, "ttft-only", "none", models=["m"], ttft=250.0)
+
+    none = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["tiers"][0]
+
+    assert none == {"tier": "none", "hosts": 2, "ttft_p50_ms": 250, "ttft_p95_ms": 250, "tps_p50": None}
+
+
+def test_asking_for_database_percentiles_on_sqlite_is_refused(db, settings):
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip("this checks the refusal on a database without percentile_disc")
+    with pytest.raises(ValueError, match="PostgreSQL"):
+        snapshot.build_snapshot(T0, in_database=True)
