@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 CGNAT = ipaddress.ip_network("100.64.0.0/10")
+SITE_LOCAL_V6 = ipaddress.ip_network("fec0::/10")  # deprecated, still routed inside some LANs
 
 
 class OutboundRefused(Exception):
@@ -27,8 +28,14 @@ class OutboundRefused(Exception):
 def classify(ip: str) -> str | None:
     """The name of the forbidden range `ip` falls in, or None when it is public."""
     address = ipaddress.ip_address(ip)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in SITE_LOCAL_V6:
+            return "private"
+        # An IPv4 address wrapped in IPv6 (mapped, 6to4, Teredo) is judged as itself.
+        embedded = address.ipv4_mapped or address.sixtofour or (
+            address.teredo[1] if address.teredo else None)
+        if embedded is not None:
+            address = embedded
     if address.is_loopback:
         return "loopback"
     if address in CGNAT:

@@ -6,6 +6,8 @@ the role after the object is found (viewers get 403).
 
 from __future__ import annotations
 
+from smtplib import SMTPException
+
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -69,14 +71,26 @@ def member_invite(request, slug):
     require_manage(request, team)
     email = request.POST.get("email", "").strip()
     role = request.POST.get("role", Role.MEMBER)
+    _require_owner_for_owners(request, team, role)
     try:
         validate_email(email)
-        _, link = teams.invite(team, email, role, invited_by=request.user)
+        with transaction.atomic():  # no invitation is kept when its email cannot be sent
+            teams.invite(team, email, role, invited_by=request.user)
     except (ValidationError, teams.TeamRuleError) as exc:
         messages.error(request, f"Invitation not sent: {'; '.join(getattr(exc, 'messages', [str(exc)]))}")
         return redirect("team-members", slug=team.slug)
-    messages.success(request, f"Invitation sent to {email}. The link works once: {link}")
+    except (SMTPException, OSError):
+        messages.error(request, "Invitation not sent: the email could not be delivered. Try again.")
+        return redirect("team-members", slug=team.slug)
+    # The link itself is not shown here: it is a secret for the invitee's mailbox only.
+    messages.success(request, f"Invitation sent to {email}. The link works once.")
     return redirect("team-members", slug=team.slug)
+
+
+def _require_owner_for_owners(request, team: Team, *roles: str) -> None:
+    """Owners are made, demoted and removed by owners only (admins cannot promote themselves)."""
+    if Role.OWNER in roles and Access.for_request(request).role_in(team.pk) != Role.OWNER:
+        raise PermissionDenied("Only an owner can do this to an owner.")
 
 
 def _membership(team: Team, public_id) -> Membership:
@@ -90,8 +104,7 @@ def member_role(request, slug, public_id):
     membership = _membership(team, public_id)
     require_manage(request, team)
     new_role = request.POST.get("role", "")
-    if new_role == Role.OWNER and Access.for_request(request).role_in(team.pk) != Role.OWNER:
-        raise PermissionDenied("Only an owner can make someone an owner.")
+    _require_owner_for_owners(request, team, new_role, membership.role)
     try:
         teams.change_role(membership, new_role)
     except teams.TeamRuleError as exc:
@@ -110,6 +123,7 @@ def member_remove(request, slug, public_id):
     leaving = membership.user_id == request.user.pk
     if not leaving:
         require_manage(request, team)
+        _require_owner_for_owners(request, team, membership.role)
     try:
         teams.remove_member(membership)
     except teams.TeamRuleError as exc:

@@ -17,7 +17,11 @@ from scans.outbound import OutboundRefused, check_address, check_url, classify
         ("100.64.0.1", "cgnat"), ("100.127.255.254", "cgnat"),
         ("169.254.169.254", "link-local"), ("fe80::1", "link-local"),
         ("224.0.0.1", "multicast"), ("ff02::1", "multicast"),
-        ("0.0.0.0", "reserved")  # noqa: S104 - classified, never bound, ("240.0.0.1", "reserved"), ("192.0.2.1", "private"),
+        ("0.0.0.0", "reserved"),  # noqa: S104 - classified, never bound
+        ("240.0.0.1", "reserved"), ("192.0.2.1", "private"),
+        ("2002:a00:1::1", "private"),  # 6to4 wrapping 10.0.0.1
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),  # Teredo wrapping 10.0.0.1
+        ("fec0::1", "private"),  # deprecated site-local
         ("8.8.8.8", None), ("2606:4700:4700::1111", None),
     ],
 )

@@ -169,3 +169,35 @@ def test_a_user_without_a_team_is_told_so(client, db):
     client.force_login(make_user("lonely"))
     response = client.get(reverse("home"))
     assert "No team yet" in response.content.decode()
+
+
+def test_an_admin_cannot_invite_an_owner(world, client):
+    client.force_login(world.admin)
+    response = client.post(reverse("member-invite", kwargs={"slug": world.team.slug}),
+                           {"email": "sidekick@example.test", "role": "owner"})
+    assert response.status_code == 403
+    assert not mail.outbox
+
+
+def test_an_admin_cannot_demote_or_remove_an_owner(world, client):
+    second_owner = make_user("second-owner")
+    Membership.dangerously_unscoped.create(team=world.team, user=second_owner, role=Role.OWNER)
+    client.force_login(world.admin)
+    owner = _membership(world, world.owner)
+    kwargs = {"slug": world.team.slug, "public_id": owner.public_id}
+    assert client.post(reverse("member-role", kwargs=kwargs), {"role": "viewer"}).status_code == 403
+    assert client.post(reverse("member-remove", kwargs=kwargs)).status_code == 403
+    owner.refresh_from_db()
+    assert owner.role == Role.OWNER
+    client.force_login(second_owner)  # an owner still can
+    client.post(reverse("member-role", kwargs=kwargs), {"role": "viewer"})
+    owner.refresh_from_db()
+    assert owner.role == Role.VIEWER
+
+
+def test_the_invitation_link_is_not_flashed_back_to_the_inviter(world, client):
+    client.force_login(world.owner)
+    response = client.post(reverse("member-invite", kwargs={"slug": world.team.slug}),
+                           {"email": "x@example.test", "role": "member"}, follow=True)
+    secret_path = re.search(r"/invites/\S+/", mail.outbox[-1].body).group(0)
+    assert secret_path not in response.content.decode()
