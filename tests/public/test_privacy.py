@@ -1,0 +1,81 @@
+"""Nothing but aggregates leaves the public surfaces, and building them never reads a job's
+request or result body."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import time_machine
+from django.core.cache import cache
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from benchmarks import public_views, snapshot
+from tests.public.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+URLS = ("/v1/slo", "/v1/stats", "/benchmarks", "/benchmarks/methodology")
+# Every key the JSON may carry. A new key must be added here on purpose, after asking whether it
+# could name a host, an account or a team.
+JSON_KEYS = {"generated_at", "models", "id", "online_hosts", "windows", "7d", "30d", "completed",
+             "failed", "success_rate", "latency", "p50_ms", "p95_ms", "providers", "hardware",
+             "gpu", "hosts"}
+BODY_COLUMNS = ("request_json", "result_json")
+
+
+def _outputs(client) -> dict[str, str]:
+    with time_machine.travel(T0, tick=False):
+        found = {url: client.get(url).content.decode() for url in URLS}
+        found["cached page entry"] = repr(pickle.loads(pickle.dumps(cache.get(public_views.PAGE_KEY))))
+        found["cached live entry"] = repr(cache.get(public_views.LIVE_KEY))
+    return found
+
+
+def _keys(value) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+def test_no_host_team_account_or_body_identifier_appears_in_any_output(network):
+    identifiers = network.identifiers()
+    assert len(identifiers) > 40  # hosts, teams, users, emails, tokens, jobs, bodies
+
+    outputs = _outputs(Client())
+
+    for where, text in outputs.items():
+        leaked = [value for value in identifiers if value.lower() in text.lower()]
+        assert not leaked, f"{where} shows {leaked}"
+
+
+def test_the_json_carries_only_aggregate_keys(network):
+    with time_machine.travel(T0, tick=False):
+        for url in ("/v1/slo", "/v1/stats"):
+            assert _keys(Client().get(url).json()) <= JSON_KEYS, url
+
+
+def test_no_query_behind_any_surface_mentions_a_body_column(network):
+    with time_machine.travel(T0, tick=False), CaptureQueriesContext(connection) as queries:
+        for url in URLS:
+            assert Client().get(url).status_code == 200
+        public_views.refresh()
+        snapshot.build_snapshot(T0, in_database=False)
+        if connection.vendor == "postgresql":
+            snapshot.build_snapshot(T0, in_database=True)
+
+    job_queries = [q["sql"] for q in queries.captured_queries if "benchmarks_job" in q["sql"]]
+    assert job_queries, "the snapshot reads the job table"
+    for sql in (q["sql"] for q in queries.captured_queries):
+        assert not any(column in sql for column in BODY_COLUMNS), sql
+        assert "*" not in sql.split("FROM")[0].replace("count(*)", ""), sql
+
+
+def test_the_cached_snapshot_is_plain_json_data(network):
+    built = snapshot.build_snapshot(T0)
+    assert json.loads(json.dumps(built)) == built
