@@ -33,6 +33,7 @@ def test_the_constants_table_states_what_the_code_uses():
     windows = [_days(span) for span in snapshot.WINDOWS.values()]
     refresh = [e for e in PERIODIC_TASKS if e[1].endswith("refresh_public_benchmarks")][0][2]
     percentiles = " and ".join(f"p{p}" for p in snapshot.LATENCY_PERCENTILES)
+    max_age = public_views.PAGE_MAX_AGE_S
 
     assert _constants() == {
         "Success and latency windows": " and ".join(f"{d} days" for d in windows),
@@ -42,7 +43,7 @@ def test_the_constants_table_states_what_the_code_uses():
         "TTFT percentiles": " and ".join(f"p{p}" for p in snapshot.TTFT_PERCENTILES),
         "Speed percentile": f"p{snapshot.TPS_PERCENTILE}",
         "Browser and shared cache":
-            f"`Cache-Control: public, max-age={public_views.PAGE_MAX_AGE_S}` ({public_views.PAGE_MAX_AGE_S} s)",
+            f"`Cache-Control: public, max-age={max_age}` ({max_age} s)",
         "Server-side page snapshot":
             f"kept {public_views.PAGE_CACHE_S} s, rebuilt every {refresh} s",
         "Live JSON reuse": f"at most {public_views.LIVE_CACHE_S} s",
