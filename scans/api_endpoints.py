@@ -4,12 +4,14 @@ object is reached through the team scoping layer; writes need a writing role."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
 import jsonschema
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -19,6 +21,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from scans import encryption, scanning
+from scans.endpoint_forms import apply_schedule
 from scans.engine.plan import PlanError
 from scans.history import check_history
 from scans.models import (
@@ -49,8 +52,13 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
     team = serializers.SlugField(source="team.slug", required=False)
     # Secrets are write-only: accepted, stored encrypted, never returned.
+    # An empty string removes a stored secret.
     api_key = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                     trim_whitespace=True, max_length=4000)
+    # A webhook URL often carries its own secret (Slack-style), so it is write-only too.
+    webhook_url = serializers.URLField(write_only=True, required=False, allow_blank=True,
+                                       max_length=500)
+    has_webhook = serializers.SerializerMethodField()
     webhook_secret = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                            max_length=500)
     has_api_key = serializers.BooleanField(read_only=True)
@@ -67,13 +75,20 @@ class EndpointSerializer(serializers.ModelSerializer):
             "levels", "requests_per_level", "max_tokens", "timeout_s", "interval_minutes",
             "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
-            "webhook_url", "webhook_secret", "alert_email", "alert_after_errors",
+            "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
             "next_scan_at", "created_at", "latest_scan",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
 
+    def get_has_webhook(self, endpoint) -> bool:
+        return bool(endpoint.webhook_url)
+
     def get_latest_scan(self, endpoint) -> dict | None:
-        scan = endpoint.scans.exclude(status__in=["queued", "running"]).order_by("-queued_at").first()
+        latest = self.context.get("latest_scans")
+        if latest is not None:  # a list page: fetched for the whole page in one query
+            scan = latest.get(endpoint.pk)
+        else:
+            scan = endpoint.scans.exclude(status__in=["queued", "running"]).first()
         return ScanSerializer(scan).data if scan else None
 
     def validate_slo_objective(self, value):
@@ -96,7 +111,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         try:
             candidate = Endpoint(**{k: v for k, v in merged.items()
                                     if k not in {"api_key", "webhook_secret", "team"}})
-            scanning.plan_for(candidate).validate()
+            scanning.validate_profile(candidate)
         except PlanError as exc:
             raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
         return attrs
@@ -130,11 +145,13 @@ class EndpointSerializer(serializers.ModelSerializer):
     def update(self, instance, validated):
         validated.pop("team", None)  # an endpoint never moves between teams
         validated = self._encrypt_secrets(validated)
+        old_interval = instance.interval_minutes
         for name, value in validated.items():
             setattr(instance, name, value)
-        # Save only what was sent: alert state and schedule fields belong to the workers.
+        apply_schedule(instance, old_interval)  # enabling or un-pushing schedules it
+        # Save only what was sent: alert state and the like belong to the workers.
         if validated:
-            instance.save(update_fields=list(validated))
+            instance.save(update_fields=[*validated, "next_scan_at"])
         return instance
 
 
@@ -163,10 +180,22 @@ def _time_param(request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    value = parse_datetime(raw)
+    try:
+        value = parse_datetime(raw)
+    except ValueError:  # well-formed but impossible, e.g. month 13
+        value = None
     if value is None:
         raise exceptions.ValidationError({name: ["expected an ISO 8601 time, e.g. 2026-11-01T00:00:00Z"]})
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)  # the API speaks UTC
     return value
+
+
+class EndpointPages(CursorPagination):
+    ordering = "created_at"
+    page_size = 100
+    max_page_size = 500
+    page_size_query_param = "page_size"
 
 
 TIME_PARAMS = [
@@ -184,9 +213,29 @@ class EndpointViewSet(
 
     scoped_model = Endpoint
     serializer_class = EndpointSerializer
+    pagination_class = EndpointPages
 
     def narrow_queryset(self, queryset):
         return queryset.select_related("team")
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        serializer = self.get_serializer(page, many=True, context={
+            **self.get_serializer_context(), "latest_scans": self._latest_scans(page)})
+        return self.get_paginated_response(serializer.data)
+
+    def _latest_scans(self, endpoints) -> dict:
+        """Each endpoint's latest finished scan, for a whole page in two queries."""
+        access = Access.for_request(self.request)
+        latest = (Scan.objects.visible_to(access).filter(endpoint=OuterRef("pk"))
+                  .exclude(status__in=["queued", "running"]).order_by("-queued_at")
+                  .values("pk")[:1])
+        pairs = (Endpoint.objects.visible_to(access).filter(pk__in=[e.pk for e in endpoints])
+                 .annotate(latest=Subquery(latest)).values_list("pk", "latest"))
+        pairs = [(endpoint_id, scan_id) for endpoint_id, scan_id in pairs if scan_id]
+        scans = (Scan.objects.visible_to(access).select_related("endpoint")
+                 .in_bulk([scan_id for _, scan_id in pairs]))
+        return {endpoint_id: scans[scan_id] for endpoint_id, scan_id in pairs}
 
     def perform_create(self, serializer):
         access = Access.for_request(self.request)

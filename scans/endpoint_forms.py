@@ -115,7 +115,7 @@ class EndpointForm(forms.ModelForm):
     def clean_levels_text(self) -> list[int]:
         raw = self.cleaned_data["levels_text"]
         parts = [p for p in re.split(r"[\s,]+", raw.strip()) if p]
-        if not parts or not all(p.isdigit() for p in parts):
+        if not parts or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
             raise forms.ValidationError("Enter whole numbers separated by commas, e.g. 1, 4, 16.")
         levels = [int(p) for p in parts]
         if levels[0] != 1:
@@ -184,7 +184,7 @@ class EndpointForm(forms.ModelForm):
             price_output_per_mtok=cleaned.get("price_output_per_mtok"),
         )
         try:
-            scanning.plan_for(candidate).validate()
+            scanning.validate_profile(candidate)
         except PlanError as exc:
             raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
         return cleaned
@@ -206,8 +206,17 @@ class EndpointForm(forms.ModelForm):
             endpoint.prompt_sample_encrypted = encryption.encrypt(cleaned["prompt_sample"])
         apply_schedule(endpoint, self.initial.get("interval_minutes"))
         if commit:
-            endpoint.save()
+            if endpoint.pk is None:
+                endpoint.save()
+            else:
+                # Only what this form owns: alert state, badge key and manual-scan time are
+                # written by workers and other pages meanwhile.
+                endpoint.save(update_fields=[*self._meta.fields, *FORM_EXTRA_FIELDS])
         return endpoint
+
+
+FORM_EXTRA_FIELDS = ("levels", "api_key_encrypted", "webhook_secret_encrypted",
+                     "prompt_sample_encrypted", "next_scan_at")
 
 
 def apply_schedule(endpoint: Endpoint, old_interval: int | None) -> None:

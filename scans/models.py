@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -190,7 +191,7 @@ class Endpoint(models.Model):
     prompt_sample_encrypted = models.TextField(blank=True, default="")
     # SLO targets
     slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")
-    slo_ttft_p95_ms = models.FloatField(null=True, blank=True)
+    slo_ttft_p95_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     slo_error_rate = models.FloatField(null=True, blank=True)
     # share of scans in a window that must meet every target (the rest is the error budget)
     slo_objective = models.FloatField(default=0.9)
@@ -199,7 +200,8 @@ class Endpoint(models.Model):
     alert_email = models.BooleanField(default=True)
     webhook_url = models.URLField(max_length=500, blank=True, default="")
     webhook_secret_encrypted = models.TextField(blank=True, default="")
-    alert_after_errors = models.PositiveSmallIntegerField(default=3)
+    alert_after_errors = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1), MaxValueValidator(100)])
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
     erroring = models.BooleanField(default=False)  # alert state: N errored scans in a row
     # scheduling

@@ -66,18 +66,19 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
     for endpoint in due_endpoints(now).iterator(chunk_size=500):
         slot = endpoint.next_scan_at
         following = next_slot(max(slot, now), endpoint.interval_minutes)
+        won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, next_scan_at=slot).update(
+            next_scan_at=following
+        )
+        if not won:
+            continue  # another beat advanced it first
         try:
             with transaction.atomic():
-                won = Endpoint.dangerously_unscoped.filter(
-                    pk=endpoint.pk, next_scan_at=slot
-                ).update(next_scan_at=following)
-                if not won:
-                    continue
                 scan = Scan.dangerously_unscoped.create(
-                    endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot
+                    endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
+                    deadline_at=now + QUEUED_GRACE,
                 )
         except IntegrityError:
-            continue  # another beat made this slot's scan already
+            continue  # this slot was scanned already; the schedule still moved on
         created.append(scan.pk)
     return created
 
@@ -93,7 +94,8 @@ def request_scan(endpoint: Endpoint, trigger: str, now: datetime | None = None) 
         if not won:
             endpoint.refresh_from_db(fields=["last_manual_scan_at"])
             raise ScanRateLimited(endpoint.last_manual_scan_at + MANUAL_SCAN_COOLDOWN - now)
-        return Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger)
+        return Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger,
+                                                deadline_at=now + QUEUED_GRACE)
 
 
 def models_q_last_manual_before(cutoff: datetime):
@@ -140,6 +142,47 @@ def acquire_origin(origin: str, scan_id: int, hold: timedelta) -> bool:
 
 def release_origin(origin: str, scan_id: int) -> None:
     OriginLock.objects.filter(origin=origin, scan_id=scan_id).delete()
+
+
+# What the site will run for a team: our workers must not become anyone's load generator.
+SITE_MAX_LEVEL = 256
+SITE_MAX_LEVELS = 8
+SITE_MAX_REQUESTS_PER_SCAN = 2000
+SITE_MAX_TIMEOUT_S = 300.0
+SITE_MAX_TOKENS = 4096
+SITE_MAX_SCAN_DURATION = timedelta(hours=2)
+
+
+def validate_profile(endpoint: Endpoint) -> None:
+    """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
+    engine's own rules, then the site's limits. Forms and the API both call this."""
+    from scans.engine.plan import PlanError, default_requests
+
+    plan_for(endpoint).validate()
+    levels = endpoint.levels or [1]
+    if len(levels) > SITE_MAX_LEVELS:
+        raise PlanError(f"at most {SITE_MAX_LEVELS} concurrency levels")
+    if max(levels) > SITE_MAX_LEVEL:
+        raise PlanError(f"a concurrency level can be at most {SITE_MAX_LEVEL} here")
+    total = sum(endpoint.requests_per_level or default_requests(level) for level in levels)
+    if total > SITE_MAX_REQUESTS_PER_SCAN:
+        raise PlanError(f"{total} requests per scan; at most {SITE_MAX_REQUESTS_PER_SCAN} here")
+    if endpoint.timeout_s > SITE_MAX_TIMEOUT_S:
+        raise PlanError(f"the timeout can be at most {SITE_MAX_TIMEOUT_S:g} s here")
+    if endpoint.max_tokens > SITE_MAX_TOKENS:
+        raise PlanError(f"max tokens can be at most {SITE_MAX_TOKENS} here")
+    worst = worst_case_duration(endpoint)
+    if worst > SITE_MAX_SCAN_DURATION:
+        hours = worst.total_seconds() / 3600
+        raise PlanError(f"if every request timed out this scan would run {hours:.1f} h; "
+                        f"lower the timeout or the requests (at most 2 h)")
+
+
+def keep_waiting(scan_id: int) -> None:
+    """A queued scan is alive but its origin is busy: move its start-by deadline on."""
+    Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+        deadline_at=timezone.now() + QUEUED_GRACE
+    )
 
 
 def claim(scan_id: int, now: datetime | None = None) -> Scan | None:
@@ -247,8 +290,11 @@ def reap(now: datetime | None = None) -> int:
         Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING, deadline_at__lt=now)
         .values_list("pk", flat=True)
     )
+    # A queued scan's deadline is when it must have started; a scan waiting for its busy
+    # origin has it pushed back on every retry (keep_waiting), so only lost ones pass it.
     lost = list(
-        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED, queued_at__lt=now - QUEUED_GRACE)
+        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)
+        .filter(Q(deadline_at__lt=now) | Q(deadline_at__isnull=True, queued_at__lt=now - QUEUED_GRACE))
         .values_list("pk", flat=True)
     )
     count = 0

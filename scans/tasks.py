@@ -56,6 +56,7 @@ def run_scan(self, scan_id: int) -> str:
     hold = scanning.worst_case_duration(scan.endpoint) + scanning.RUNNING_GRACE
     if not scanning.acquire_origin(origin, scan_id, hold):
         # Another scan of this origin (or this very scan, delivered twice) is running.
+        scanning.keep_waiting(scan_id)
         raise self.retry(countdown=check_countdown(ORIGIN_BUSY_RETRY_S))
     try:
         claimed = scanning.claim(scan_id)

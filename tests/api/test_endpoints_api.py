@@ -207,3 +207,54 @@ def test_a_long_history_comes_back_downsampled_to_max_points(world, api):
     assert max(p["value_max"] for p in body["points"]) == 111.0
     bad = api.get(url, {"check": "error_rate", "max_points": 0}, **bearer(world.read_only_token))
     assert bad.status_code == 400 and "max_points" in bad.json()
+
+
+def test_the_endpoint_list_is_paginated_and_shows_each_latest_scan(world, api,
+                                                                   django_assert_max_num_queries):
+    endpoints = [make_endpoint(world.team, name=f"e{i}") for i in range(3)]
+    for endpoint in endpoints:
+        make_scan(endpoint)
+        make_scan(endpoint, make_report({**GOOD_VALUES, "error_rate": CheckValue(0.3)}))
+    url = reverse("api-endpoint-list")
+    with django_assert_max_num_queries(8):  # not one query per endpoint
+        body = api.get(url, {"page_size": 2}, **bearer(world.read_only_token)).json()
+    assert len(body["results"]) == 2 and body["next"]
+    assert {r["latest_scan"]["grade"] for r in body["results"]} == {"F"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"levels": [1, 512]}, "at most 256"),
+        ({"levels": [1, 2, 3, 4, 5, 6, 7, 8, 9]}, "at most 8"),
+        ({"requests_per_level": 1500}, "at most 2000"),
+        ({"timeout_s": 1e9}, "at most 300"),
+        ({"timeout_s": 300, "requests_per_level": 40}, "at most 2 h"),
+    ],
+)
+def test_the_site_refuses_scan_profiles_that_would_make_it_a_load_generator(world, api, fields,
+                                                                           message):
+    response = _create(api, world, **fields)
+    assert response.status_code == 400
+    assert message in " ".join(response.json()["scan_profile"])
+
+
+def test_enabling_a_paused_endpoint_schedules_it(world, api):
+    endpoint = make_endpoint(world.team, enabled=False, next_scan_at=None)
+    url = reverse("api-endpoint-detail", kwargs={"public_id": endpoint.public_id})
+    api.patch(url, {"enabled": True}, format="json", **bearer(world.read_write_token))
+    endpoint.refresh_from_db()
+    assert endpoint.next_scan_at is not None
+
+
+def test_an_impossible_date_is_a_400_not_a_crash(world, api):
+    endpoint = make_endpoint(world.team)
+    url = reverse("api-endpoint-scans", kwargs={"public_id": endpoint.public_id})
+    response = api.get(url, {"since": "2026-13-45T00:00:00"}, **bearer(world.read_only_token))
+    assert response.status_code == 400 and "since" in response.json()
+
+
+def test_the_webhook_url_is_write_only(world, api):
+    response = _create(api, world, webhook_url="https://hooks.example/T000/secret-path")
+    assert "secret-path" not in response.content.decode()
+    assert response.json()["has_webhook"] is True

@@ -44,6 +44,23 @@ def test_a_slot_already_scanned_is_not_scanned_again(world):
     endpoint = make_endpoint(world.team, next_scan_at=slot)
     Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="schedule", slot=slot)
     assert scanning.enqueue_due() == []  # the unique (endpoint, slot) constraint holds
+    endpoint.refresh_from_db()
+    assert endpoint.next_scan_at > timezone.now()  # and the schedule moved on, not stalled
+
+
+def test_a_scan_waiting_for_a_busy_origin_is_not_reaped_but_a_lost_one_is(world):
+    endpoint = make_endpoint(world.team)
+    waiting = scanning.request_scan(endpoint, "manual")
+    lost = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="schedule",
+                                            slot=timezone.now())
+    later = timezone.now() + scanning.QUEUED_GRACE + timedelta(minutes=1)
+    with time_machine.travel(later - timedelta(minutes=2), tick=False):
+        scanning.keep_waiting(waiting.pk)  # its task retried: still alive
+    assert scanning.reap(now=later) == 1
+    waiting.refresh_from_db()
+    lost.refresh_from_db()
+    assert waiting.status == ScanStatus.QUEUED
+    assert lost.status == ScanStatus.ERRORED and "no worker picked" in lost.error_reason
 
 
 @pytest.mark.postgres
