@@ -179,6 +179,7 @@ def page_context(snapshot: dict) -> dict:
         "sparse": snapshot["sparse"],
         "models": models,
         "hardware": snapshot["hardware"],
+        "gpu_kinds": sum(1 for h in snapshot["hardware"] if h["gpu"] is not None),
         "ewma_alpha": snap.EWMA_ALPHA,
     }
 
