@@ -46,8 +46,8 @@ def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server)
         for tier, hosts, p50, p95, tps, cells in rows:
             row = page.locator(f"article[data-model-id={model_id}] tr[data-tier={tier}]")
             assert row.is_visible()
-            assert [row.get_attribute(a) for a in ("data-hosts", "data-ttft-p50-ms",
-                                                   "data-ttft-p95-ms", "data-tps-p50")] == [hosts, p50, p95, tps]
+            names = ("data-hosts", "data-ttft-p50-ms", "data-ttft-p95-ms", "data-tps-p50")
+            assert [row.get_attribute(a) for a in names] == [hosts, p50, p95, tps]
             texts = [t.replace("\u00a0", " ") for t in row.locator("th, td").all_inner_texts()]
             assert texts == cells
     for model_id, rows in EXPECTED_WINDOWS.items():
