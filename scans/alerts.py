@@ -69,8 +69,13 @@ def after_scan(scan: Scan) -> None:
             else:
                 events.append(("floor_recovered", f"grade {scan.grade} meets the floor "
                                                   f"{endpoint.slo_grade_floor} again"))
+    from scans.tasks import send_alert
+
     for kind, detail in events:
-        transaction.on_commit(lambda k=kind, d=detail: notify(endpoint.pk, scan.pk, k, d))
+        # A task, so a mail server hiccup is retried instead of losing the one message
+        # this change of state gets.
+        transaction.on_commit(
+            lambda k=kind, d=detail: send_alert.delay(endpoint.pk, scan.pk, k, d))
 
 
 def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:

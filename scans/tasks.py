@@ -66,6 +66,17 @@ def run_scan(self, scan_id: int) -> str:
 
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=60)
+def send_alert(self, endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
+    """Email the team's owners and admins, and queue the webhook, for one alert event."""
+    from scans import alerts
+
+    try:
+        alerts.notify(endpoint_id, scan_id, kind, detail)
+    except OSError as exc:  # SMTP and socket errors: try again later
+        raise self.retry(exc=exc) from None
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=60)
 def send_webhook(self, endpoint_id: int, message: dict) -> int | None:
     from scans import alerts
     from scans.models import Endpoint

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.forms import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from scans import teams
@@ -149,6 +150,7 @@ def team_tokens(request, slug):
     return render(request, "scans/team_tokens.html", context)
 
 
+@never_cache  # the page carries the new token: no cache may keep it
 @login_required
 @require_POST
 def token_create(request, slug):

@@ -97,6 +97,8 @@ def build_world() -> TeamWorld:
     for role in (Role.ADMIN, Role.MEMBER, Role.VIEWER):
         users[role] = make_user(f"{role}-{tag}")
         Membership.dangerously_unscoped.create(team=team, user=users[role], role=role)
+    # The viewer owns a team of their own: a role elsewhere must not leak into this team.
+    teams.create_team(f"viewer-own-{tag}", "Viewer's own", owner=users[Role.VIEWER])
     target = make_user(f"target-{tag}")
     Membership.dangerously_unscoped.create(team=team, user=target, role=Role.MEMBER)
     outsider = make_user(f"outsider-{tag}")
@@ -128,3 +130,16 @@ def api() -> APIClient:
 
 def bearer(token: str) -> dict:
     return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+@pytest.fixture
+def eager_tasks():
+    """Run Celery tasks in-process when sent (for tests about what a task does, not how it
+    is delivered; delivery is tested with a real worker in tests/scheduling)."""
+    from tokvera_site.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False
+    app.conf.task_eager_propagates = False

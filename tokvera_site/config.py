@@ -28,13 +28,20 @@ BROKER_SCHEMES = ("filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp", "s
 CACHE_SCHEMES = ("locmemcache", "redis", "rediss", "dummycache")
 
 
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
 def _url_with_scheme(name: str, default: str, schemes: tuple[str, ...]) -> str:
     value = env.str(name, default=default).strip()
     scheme = urlsplit(value).scheme
     if scheme not in schemes:
         raise ConfigError(
-            f"{name}={value!r} is not valid: expected a URL whose scheme is one of "
-            f"{', '.join(schemes)}"
+            f"{name}={_without_password(value)!r} is not valid: expected a URL whose scheme "
+            f"is one of {', '.join(schemes)}"
         )
     return value
 

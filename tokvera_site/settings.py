@@ -104,6 +104,15 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
+# Flash messages live in the session, not in a cookie the browser keeps.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+# Pushed reports carry per-request timelines; allow them, refuse anything larger.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+# Behind a TLS-terminating proxy: trust its X-Forwarded-Proto and mark cookies Secure.
+if SITE_URL.startswith("https://"):  # noqa: F821 - set by _load() above
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    CSRF_TRUSTED_ORIGINS = [SITE_URL]  # noqa: F821
 EMAIL_BACKEND = config.env.str(
     "EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
 )

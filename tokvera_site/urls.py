@@ -1,10 +1,24 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import JsonResponse
 from django.urls import include, path
+from django.views.defaults import page_not_found
 from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from tokvera_site.health import healthz
+
+API_PREFIXES = ("/api/", "/v1/")
+
+
+def not_found(request, exception=None):
+    """JSON for API callers (e.g. a malformed id that no route matches), HTML for people."""
+    if request.path.startswith(API_PREFIXES):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception)
+
+
+handler404 = not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),

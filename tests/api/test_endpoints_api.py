@@ -179,6 +179,7 @@ def test_a_pushed_report_for_another_model_is_refused(world, api):
 def test_a_malformed_id_is_404(world, api):
     response = api.get("/api/v1/endpoints/not-a-uuid/", **bearer(world.read_only_token))
     assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
 
 
 def test_the_openapi_schema_documents_the_api(world, client):

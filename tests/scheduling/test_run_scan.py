@@ -117,7 +117,7 @@ def test_the_prompt_sample_feeds_repeat_share_and_never_reaches_the_target(world
 
 
 def test_an_errored_streak_alerts_once_and_recovery_is_announced(
-    world, settings, django_capture_on_commit_callbacks
+    world, settings, django_capture_on_commit_callbacks, eager_tasks
 ):
     settings.OUTBOUND_ALLOW = ["loopback"]
     endpoint = make_endpoint(world.team, base_url="http://10.0.0.9/v1", alert_after_errors=2,
@@ -141,7 +141,7 @@ def test_an_errored_streak_alerts_once_and_recovery_is_announced(
 
 
 def test_falling_below_the_floor_alerts_once_per_change(
-    world, settings, django_capture_on_commit_callbacks
+    world, settings, django_capture_on_commit_callbacks, eager_tasks
 ):
     from tests.factories import make_scan
 
