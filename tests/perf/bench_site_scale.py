@@ -21,13 +21,13 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tokvera_bench_site")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1")
-os.environ.setdefault("DEBUG", "1")  # static files without collectstatic; templates as served
 
 
 def _ensure_database() -> None:
@@ -145,14 +145,14 @@ def measure() -> None:
     client.force_login(team.memberships.first().user)
     pages = {"dashboard": reverse("team-dashboard", kwargs={"slug": team.slug})}
     try:
-        pages["endpoint page"] = reverse("endpoint-detail",
-                                         kwargs={"public_id": endpoint.public_id})
+        pages["endpoint page (90 d range)"] = reverse(
+            "endpoint-detail", kwargs={"public_id": endpoint.public_id}) + "?range=90d"
     except Exception as exc:  # the page may not exist yet in this checkout
         print(f"endpoint page: not measured ({exc})")
     since = (timezone.now() - timedelta(days=90)).isoformat()
     pages["history API (90 d, one check)"] = (
         reverse("api-endpoint-history", kwargs={"public_id": endpoint.public_id})
-        + f"?check=ttft_p95_at_concurrency_1&since={since}")
+        + "?" + urlencode({"check": "ttft_p95_at_concurrency_1", "since": since}))
     for name, url in pages.items():
         status = client.get(url).status_code
         print(f"{name}: HTTP {status}, median {_median_ms(lambda u=url: client.get(u)):.0f} ms")
@@ -175,7 +175,12 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
+
+    # As the tests do: serve static files as they are (no collectstatic), with DEBUG off.
+    settings.STORAGES = {**settings.STORAGES, "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
     call_command("migrate", verbosity=0)
     build(args.endpoints, args.days, max(0, args.due_endpoints - args.endpoints))
