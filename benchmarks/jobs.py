@@ -219,11 +219,21 @@ def fail(host: Host, job_id, reason: str, now: datetime | None = None) -> Job:
         return job
 
 
+def fold_pending_key(host_id: int) -> str:
+    return f"benchmarks:fold-pending:{host_id}"
+
+
 def _fold_after_commit(host_id: int) -> None:
+    """Queue a fold of this host, unless one is queued and has not started yet: that one will
+    read this job too (the task clears the mark before it reads). Robust: if the broker is
+    down, the job stays recorded and the periodic sweep folds it."""
     from benchmarks import tasks
 
-    # robust: if the broker is down the job stays recorded and the periodic sweep folds it.
-    transaction.on_commit(lambda: tasks.fold_host_ewmas.delay(host_id), robust=True)
+    def enqueue() -> None:
+        if cache.add(fold_pending_key(host_id), 1, timeout=60):
+            tasks.fold_host_ewmas.delay(host_id)
+
+    transaction.on_commit(enqueue, robust=True)
 
 
 # --- clocks: lease expiry, queue deadline ----------------------------------------------------

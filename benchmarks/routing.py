@@ -16,8 +16,8 @@ account, User-Agent or IP. Nothing in this module receives them.
 A pass runs when a job is submitted, when a host heartbeats or calls lease, and every few
 seconds from Celery beat. Passes do not overlap: on PostgreSQL a pass takes a transaction-level
 advisory lock. A pass started by a submission or a heartbeat that finds the lock taken leaves
-the work to the pass holding it; one started by a lease call waits for it (up to 2 s), so the
-host then sees whatever that pass gave it. The queued
+the work to the pass holding it; one started by a lease call waits for it (up to 200 ms), so
+the host then sees whatever that pass gave it. The queued
 rows are read with SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE
 (status still queued), so no job is ever given to two hosts.
 """
@@ -133,7 +133,7 @@ def rank(hosts: list[HostFacts], model_id: str) -> list[HostFacts]:
 _PASS_LOCK_KEY = 0x746B76_7061_7373  # "tkv" "pass": one advisory lock id for the whole site
 
 
-PASS_LOCK_WAIT_MS = 2000  # a lease call waits at most this long for a running pass
+PASS_LOCK_WAIT_MS = 200  # a lease call waits at most this long for a running pass
 
 
 def _take_pass_lock(wait: bool) -> bool:
@@ -174,17 +174,13 @@ def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
 
 
 def _assign(now: datetime) -> int:
-    queued = list(
-        Job.dangerously_unscoped.filter(status=JobStatus.QUEUED)
-        .order_by("created_at", "id")
-        .select_for_update(skip_locked=True)
-        .only("id", "model_id", "created_at", "attempts", "tried_hosts")[: policy.value("NETWORK_PASS_BATCH")]
-    )
-    if not queued:
+    queued_jobs = Job.dangerously_unscoped.filter(status=JobStatus.QUEUED)
+    model_ids = set(queued_jobs.order_by().values_list("model_id", flat=True).distinct())
+    if not model_ids:
         return 0
-    model_ids = {job.model_id for job in queued}
-    # Only hosts with a free slot, counted in SQL; read as tuples (no model instances: a pass
-    # may look at thousands of hosts).
+    # Hosts first: when every host is busy (a saturated network) the pass ends here, before it
+    # reads or locks a single queued row. Only hosts with a free slot, counted in SQL, read as
+    # tuples (no model instances: a pass may look at thousands of hosts).
     active = (
         Job.dangerously_unscoped.filter(host=OuterRef("pk"), status__in=ACTIVE)
         .order_by().values("host").annotate(n=Count("id")).values("n")
@@ -209,8 +205,18 @@ def _assign(now: datetime) -> int:
             last_assigned_at=last,
             idle_s=None if last is None else max(0.0, (now - last).total_seconds()),
         )
-    if not facts:
+    servable = model_ids & {m for f in facts.values() for m in f.models}
+    if not servable:
         return 0
+    # First in, first out among the jobs some free host could take (the others could not be
+    # assigned in this pass anyway, so skipping them changes no job's turn).
+    queued = list(
+        queued_jobs.filter(model_id__in=servable)
+        .order_by("created_at", "id")
+        .select_for_update(skip_locked=True)
+        .only("id", "model_id", "created_at", "attempts", "tried_hosts")[: policy.value("NETWORK_PASS_BATCH")]
+    )
+    model_ids = servable
 
     # One heap per model. Assigning a job only ever lowers a host's rank (its idle term drops
     # to 0), so a stale heap entry is re-ranked when it surfaces (lazy re-insertion).

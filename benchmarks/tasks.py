@@ -11,9 +11,12 @@ from celery import shared_task
 
 @shared_task(autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def fold_host_ewmas(host_id: int) -> int:
-    """Fold a host's settled, unfolded jobs into its EWMAs (queued by every completion)."""
-    from benchmarks import ewma
+    """Fold a host's settled, unfolded jobs into its EWMAs (queued by completions)."""
+    from django.core.cache import cache
 
+    from benchmarks import ewma, jobs
+
+    cache.delete(jobs.fold_pending_key(host_id))  # before reading: later completions queue anew
     total = 0
     while folded := ewma.fold_host(host_id):
         total += folded

@@ -4,6 +4,7 @@ skips rows another transaction holds instead of waiting, and concurrent folds fo
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,21 +38,27 @@ def test_many_concurrent_lease_calls_never_hand_one_job_to_two_hosts():
     job_ids = {net.submit_id() for _ in range(45)}
     Host.dangerously_unscoped.update(suspended=False)
     start = threading.Barrier(40)
+    seen: list[str] = []  # every delivery, from every thread (list.append is atomic)
 
     @_in_thread
-    def lease_until_empty(token):
+    def lease_like_an_agent(token):
+        """Ask again and again, as agents do, until all 45 jobs are out (or 30 s pass)."""
         client = APIClient()
         start.wait()
         got = []
-        while True:
+        deadline = time.monotonic() + 30
+        while len(seen) < 45 and time.monotonic() < deadline:
             response = client.post("/v1/hosts/lease", format="json", **bearer(token))
             if response.status_code == 204:
-                return token, got
+                time.sleep(0.01)
+                continue
             assert response.status_code == 200, response.content
             got.append(response.json()["id"])
+            seen.append(got[-1])
+        return token, got
 
     with ThreadPoolExecutor(max_workers=40) as pool:
-        results = list(pool.map(lease_until_empty, tokens * 2))
+        results = list(pool.map(lease_like_an_agent, tokens * 2))
 
     delivered = Counter(job_id for _, got in results for job_id in got)
     assert set(delivered) == job_ids  # every job went out (45 jobs, 60 slots)

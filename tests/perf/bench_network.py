@@ -54,33 +54,60 @@ JOB_HOSTS, JOB_SLOTS = 100, 2
 
 
 class Http:
-    def __init__(self, port: int):
+    """A pool of HTTP/1.1 connections: kept alive when the server allows it (gthread workers),
+    reopened when the server closes them (sync workers close after every response)."""
+
+    def __init__(self, port: int, keep_alive: bool = True):
         self.port = port
+        self.keep_alive = keep_alive
+        self._idle: list[tuple] = []
 
     async def call(self, method: str, path: str, token: str, body: bytes = b"") -> tuple[int, bytes]:
-        """(status, raw response); status 0 when the connection failed (counted, not raised)."""
-        try:
-            return await self._call(method, path, token, body)
-        except OSError:
-            return 0, b""
+        """(status, body); status 0 when the connection failed (counted, not raised)."""
+        for attempt in (1, 2):
+            conn = self._idle.pop() if self._idle and attempt == 1 else None
+            fresh = conn is None
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection("127.0.0.1", self.port)
+                status, data, reusable = await self._exchange(conn, method, path, token, body)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                if conn is not None:
+                    conn[1].close()
+                if fresh or attempt == 2:
+                    return 0, b""
+                continue  # a kept-alive connection the server had closed: retry on a new one
+            if reusable and self.keep_alive:
+                self._idle.append(conn)
+            else:
+                conn[1].close()
+            return status, data
+        return 0, b""
 
-    async def _call(self, method: str, path: str, token: str, body: bytes) -> tuple[int, bytes]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        try:
-            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                    "Connection: close\r\n\r\n").encode()
-            writer.write(head + body)
-            await writer.drain()
+    async def _exchange(self, conn, method, path, token, body):
+        reader, writer = conn
+        head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: {'keep-alive' if self.keep_alive else 'close'}\r\n\r\n").encode()
+        writer.write(head + body)
+        await writer.drain()
+        header = await reader.readuntil(b"\r\n\r\n")
+        status = int(header[9:12])
+        lower = header.lower()
+        length = 0
+        if b"content-length:" in lower:
+            length = int(lower.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            data = await reader.readexactly(length)
+        elif status in (204, 304):
+            data = b""
+        else:
             data = await reader.read()
-        finally:
-            writer.close()
-        return (int(data[9:12]) if data[:5] == b"HTTP/" else 0), data
+            return status, data, False
+        return status, data, b"connection: close" not in lower
 
     async def json(self, method, path, token, payload=None):
-        status, raw = await self.call(method, path, token,
-                                      json.dumps(payload).encode() if payload is not None else b"")
-        body = raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in raw else b""
+        status, body = await self.call(method, path, token,
+                                       json.dumps(payload).encode() if payload is not None else b"")
         return status, (json.loads(body) if body and status in (200, 202) else None)
 
 
@@ -138,10 +165,12 @@ def seed(hosts: int) -> dict:
             "buyer_token": buyer_token}
 
 
-def start_services(port: int, workers: int):
+def start_services(port: int, workers: int, threads: int):
+    worker_class = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []
     gunicorn = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--backlog", "4096", "--log-level", "warning"],
+         "--workers", str(workers), *worker_class, "--backlog", "4096", "--keep-alive", "30",
+         "--log-level", "warning"],
         cwd=ROOT, env=ENV)
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "1",
@@ -338,7 +367,9 @@ def fold_latency(wait_s: float = 10.0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per worker (above 1: gthread workers with keep-alive)")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each measured run")
     parser.add_argument("--hosts", type=int, default=10_000, help="simulated heartbeating hosts")
     parser.add_argument("--port", type=int, default=8765)
@@ -347,27 +378,31 @@ def main() -> None:
 
     recreate_database()
     seeded = seed(args.hosts)
-    gunicorn, celery = start_services(args.port, args.workers)
-    http = Http(args.port)
-    result: dict = {"workers": args.workers, "hosts": args.hosts, "cpus": os.cpu_count()}
+    gunicorn, celery = start_services(args.port, args.workers, args.threads)
+
+    def http() -> Http:  # one pool per event loop (each phase runs its own)
+        return Http(args.port, keep_alive=args.threads > 1)
+
+    result: dict = {"workers": args.workers, "threads": args.threads, "hosts": args.hosts,
+                    "cpus": os.cpu_count()}
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         time.sleep(1)
         result["rss_mb_start"] = worker_rss_mb(gunicorn.pid)
         # warm every worker (imports, connections) and fill the cache's catalog ids
-        asyncio.run(heartbeats_closed(http, seeded["hb_tokens"][:200], 2, 8))
+        asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][:200], 2, 8))
         result["rss_mb_warm"] = worker_rss_mb(gunicorn.pid)
-        closed = asyncio.run(heartbeats_closed(http, seeded["hb_tokens"], args.seconds, 32))
+        closed = asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"], args.seconds, 32))
         result["heartbeats_max"] = closed
         rate = min(1000.0, 0.8 * closed["per_s"])
         result["heartbeats_fixed_rate"] = asyncio.run(
-            heartbeats_open(http, seeded["hb_tokens"], args.seconds, rate))
+            heartbeats_open(http(), seeded["hb_tokens"], args.seconds, rate))
         if rate < 1000:  # also show what 1,000/s does to latency when it is above capacity
             result["heartbeats_at_1000_per_s"] = asyncio.run(
-                heartbeats_open(http, seeded["hb_tokens"], min(args.seconds, 10), 1000.0))
+                heartbeats_open(http(), seeded["hb_tokens"], min(args.seconds, 10), 1000.0))
         result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
         if not args.skip_jobs:
-            result["jobs"] = asyncio.run(jobs_flow(http, seeded["buyer_token"], seeded["job_tokens"],
+            result["jobs"] = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
                                                    args.seconds))
             result["fold_latency"] = fold_latency()
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
