@@ -6,6 +6,7 @@ team, and a team token cannot act as a host. Malformed, unknown or revoked token
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from benchmarks import hosts
@@ -51,3 +52,14 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
 class IsHost(permissions.BasePermission):
     def has_permission(self, request, view):
         return isinstance(request.user, HostPrincipal)
+
+
+class HostTokenScheme(OpenApiAuthenticationExtension):
+    """How the API schema describes host tokens (registered by defining the class)."""
+
+    target_class = "benchmarks.authentication.HostTokenAuthentication"
+    name = "hostToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "A host token (tkh_…) from `createhost` or the admin."}
