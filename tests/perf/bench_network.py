@@ -190,6 +190,23 @@ def start_services(port: int, workers: int, threads: int):
     return gunicorn, worker
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes so far (from /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def children(master: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
 def worker_rss_mb(master: int) -> list[float]:
     out = subprocess.run(["ps", "-o", "rss=", "--ppid", str(master)], capture_output=True, text=True)
     return sorted(round(int(x) / 1024, 1) for x in out.stdout.split())
@@ -392,8 +409,16 @@ def main() -> None:
         # warm every worker (imports, connections) and fill the cache's catalog ids
         asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][:200], 2, 8))
         result["rss_mb_warm"] = worker_rss_mb(gunicorn.pid)
+        # The ceiling of this stack on this machine: a 401 for a malformed token, no database.
+        floor = asyncio.run(heartbeats_closed(http(), ["tkh_malformed"], min(args.seconds, 5), 32))
+        result["floor_401_per_s"] = round(floor["statuses"].get(401, 0) / floor["seconds"], 1)
+        web = children(gunicorn.pid)
+        cpu0 = cpu_seconds(web)
         closed = asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"], args.seconds, 32))
+        closed["web_cpu_ms_per_request"] = round(
+            (cpu_seconds(web) - cpu0) * 1000 / max(1, sum(closed["statuses"].values())), 2)
         result["heartbeats_max"] = closed
+        result["rss_mb_after_heartbeats_max"] = worker_rss_mb(gunicorn.pid)
         rate = min(1000.0, 0.8 * closed["per_s"])
         result["heartbeats_fixed_rate"] = asyncio.run(
             heartbeats_open(http(), seeded["hb_tokens"], args.seconds, rate))
@@ -402,10 +427,20 @@ def main() -> None:
                 heartbeats_open(http(), seeded["hb_tokens"], min(args.seconds, 10), 1000.0))
         result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
         if not args.skip_jobs:
-            result["jobs"] = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
-                                                   args.seconds))
+            cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds([celery.pid, *children(celery.pid)])
+            jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
+                                         args.seconds))
+            jobs["web_cpu_ms_per_job"] = round(
+                (cpu_seconds(web) - cpu0) * 1000 / max(1, jobs["completed"]), 2)
+            jobs["celery_cpu_ms_per_job"] = round(
+                (cpu_seconds([celery.pid, *children(celery.pid)]) - fold_cpu0) * 1000
+                / max(1, jobs["completed"]), 2)
+            result["jobs"] = jobs
             result["fold_latency"] = fold_latency()
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
+            # a second, identical jobs run: flat memory means no growth from the first to here
+            asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds))
+            result["rss_mb_after_second_jobs_run"] = worker_rss_mb(gunicorn.pid)
     finally:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         result["load_generator_cpu_s"] = round(
