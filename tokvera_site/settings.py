@@ -24,7 +24,7 @@ def _load():
 
 
 globals().update(config.exit_on_config_error(_load))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+(VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [
     "django.contrib.admin",
