@@ -1,7 +1,8 @@
 """A whole network on one machine: the site under gunicorn (temporary SQLite file), three
 `tokvera target` upstreams of different speeds, three `tokvera host-agent` processes, jobs
 submitted over HTTP; then the settled counts and each host's EWMAs, folded exactly once, and a
-coordinator restart the agents live through. All on 127.0.0.1."""
+coordinator restart the agents live through. A fourth agent, whose upstream answers every
+request with HTTP 500, fails its jobs with that reason and keeps running. All on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "e2e-q4"
+FLAKY_MODEL = "flaky-q4"  # served only by the agent whose upstream always fails
 # name → (ttft_ms, itl_ms) of its upstream
 SPEEDS = {"fast": (40, 2), "medium": (150, 6), "slow": (400, 15)}
 TOKENS = 16
@@ -101,8 +103,9 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
     _manage(env, "createteam", "buyers", "--owner", "buyer@example.test")
     buyer_token = _manage(env, "createtoken", "--team", "buyers", "--scope", "read-write").strip()
     _manage(env, "catalog", "add", MODEL, "--quant", "Q4_K_M", "--context-len", "2048")
+    _manage(env, "catalog", "add", FLAKY_MODEL, "--quant", "Q4_K_M", "--context-len", "2048")
     host_tokens = {}
-    for name in SPEEDS:
+    for name in [*SPEEDS, "flaky"]:
         out = _manage(env, "createhost", name, "--team", "ops", "--trust", "software")
         assert out.count("\n") == 1 and out.startswith("tkh_")  # the token, alone on one line
         host_tokens[name] = out.strip()
@@ -112,11 +115,11 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
     buyer = httpx.Client(base_url=coordinator, headers={"Authorization": f"Bearer {buyer_token}"},
                          trust_env=False, timeout=30)
 
-    def submit(n):
+    def submit(n, model=MODEL):
         ids = []
         for i in range(n):
             response = buyer.post("/v1/jobs", json={
-                "model": MODEL, "max_tokens": TOKENS,
+                "model": model, "max_tokens": TOKENS,
                 "messages": [{"role": "user", "content": f"job {i}"}]})
             assert response.status_code == 202, response.text
             ids.append(response.json()["id"])
@@ -140,13 +143,27 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
                      "--upstream", f"http://127.0.0.1:{port}/v1", "--model", MODEL,
                      "--poll-s", "0.2", "--gpu-model", f"{name} GPU"],
                     {**env, "E2E_HOST_TOKEN": host_tokens[name]}, f"agent-{name}", tmp_path))
+            flaky_port = free_port()
+            network.enter_context(_process(
+                [sys.executable, "-m", "tokvera_site.cli", "target", "--port", str(flaky_port),
+                 "--error-rate", "1"], env, "target-flaky", tmp_path))
+            flaky_agent = network.enter_context(_process(
+                [sys.executable, "-m", "tokvera_site.cli", "host-agent",
+                 "--coordinator", coordinator, "--token-env", "E2E_HOST_TOKEN",
+                 "--upstream", f"http://127.0.0.1:{flaky_port}/v1", "--model", FLAKY_MODEL,
+                 "--poll-s", "0.2"],
+                {**env, "E2E_HOST_TOKEN": host_tokens["flaky"]}, "agent-flaky", tmp_path))
             _wait_for(lambda: _rows(db, "SELECT count(*) FROM benchmarks_host "
-                                        "WHERE last_heartbeat_at IS NOT NULL")[0][0] == 3,
-                      30, "three hosts online")
+                                        "WHERE last_heartbeat_at IS NOT NULL")[0][0] == 4,
+                      30, "four hosts online")
+            doomed = submit(3, FLAKY_MODEL)
             first = submit(24)
             states = _wait_for(lambda: all_settled(first), 60, "the first jobs to settle", 0.3)
             assert {s["status"] for s in states} == {"completed"}
             assert all(s["result"]["content"] and s["completion_tokens"] == TOKENS for s in states)
+            failed = _wait_for(lambda: all_settled(doomed), 60, "the flaky jobs to settle", 0.3)
+            assert [s["failure_reason"] for s in failed] == ["host: upstream answered HTTP 500"] * 3
+            assert all(s["result"] is None for s in failed)
 
         # The coordinator goes away and comes back; the agents ride it out and serve again.
         with site.running():
@@ -155,15 +172,20 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
             assert {s["status"] for s in states} == {"completed"}
             _wait_for(lambda: not _rows(db, "SELECT count(*) FROM benchmarks_job "
                                             "WHERE folded_at IS NULL")[0][0], 30, "the folds")
+            assert flaky_agent.poll() is None  # upstream errors and a restart: still serving
 
     counts = dict(_rows(db, "SELECT status, count(*) FROM benchmarks_job GROUP BY status"))
-    assert counts == {"completed": 30}
+    assert counts == {"completed": 30, "failed": 3}
     hosts = {name: (host_id, ttft, tps, rep, gpu) for host_id, name, ttft, tps, rep, gpu in _rows(
         db, "SELECT id, name, ttft_ewma_ms, tps_ewma, reputation, gpu_model FROM benchmarks_host")}
     served = 0
+    flaky = hosts.pop("flaky")
+    assert flaky[1] is None and flaky[2] is None  # failures give no TTFT or TPS sample
+    assert flaky[3] == pytest.approx(0.5 * 0.9 ** 3)  # but each lowers reputation
     for name, (host_id, ttft, tps, reputation, gpu) in hosts.items():
         samples = _rows(db, "SELECT ttft_ms, completion_tokens, elapsed_ms FROM benchmarks_job "
-                            "WHERE host_id = ? ORDER BY settled_at, id", host_id)
+                            "WHERE host_id = ? AND status = 'completed' ORDER BY settled_at, id",
+                        host_id)
         served += len(samples)
         assert gpu == f"{name} GPU"
         # each completed job folded exactly once, in completion order
