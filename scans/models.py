@@ -14,7 +14,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from scans.tenancy import TeamScopedManager
+from scans.tenancy import TeamOwned
 
 
 class Role(models.TextChoices):
@@ -24,25 +24,21 @@ class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
-class Team(models.Model):
+class Team(TeamOwned):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
 
     team_lookup = "pk"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
 
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
 
 
-class Membership(models.Model):
+class Membership(TeamOwned):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
@@ -51,13 +47,7 @@ class Membership(models.Model):
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    team_lookup = "team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
-
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_user_team")
         ]
@@ -67,7 +57,7 @@ class Membership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
-class Invitation(models.Model):
+class Invitation(TeamOwned):
     """An email invitation; the link carries a secret of which only the hash is stored."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -85,13 +75,7 @@ class Invitation(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
-    team_lookup = "team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
-
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -103,7 +87,7 @@ class TokenScope(models.TextChoices):
     READ_WRITE = "read-write", "Read-write"
 
 
-class ApiToken(models.Model):
+class ApiToken(TeamOwned):
     """A team API token `tkv_<secret>`: only a lookup prefix and an HMAC of it are stored."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -121,13 +105,7 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    team_lookup = "team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
-
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
@@ -164,7 +142,7 @@ class EndpointMode(models.TextChoices):
     PUSHED = "pushed", "Pushed (scans uploaded from inside the network)"
 
 
-class Endpoint(models.Model):
+class Endpoint(TeamOwned):
     """An inference endpoint a team tracks. Secrets are stored encrypted (scans/encryption.py)
     and are write-only: forms and the API never render them back."""
 
@@ -209,13 +187,7 @@ class Endpoint(models.Model):
     last_manual_scan_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    team_lookup = "team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
-
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["name"]
         indexes = [
             # the every-minute due-scan finder reads only enabled scheduled rows by due time
@@ -256,7 +228,7 @@ class ScanStatus(models.TextChoices):
     ERRORED = "errored", "Errored"  # our side failed: dead worker, refused address…
 
 
-class Scan(models.Model):
+class Scan(TeamOwned):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="scans")
     trigger = models.CharField(max_length=10, choices=ScanTrigger.choices)
@@ -281,12 +253,8 @@ class Scan(models.Model):
     tool_version = models.CharField(max_length=40, blank=True, default="")
 
     team_lookup = "endpoint__team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
 
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["-queued_at"]
         indexes = [
             # history, sparklines and SLO windows: one endpoint's scans by time
@@ -308,7 +276,7 @@ class Scan(models.Model):
         return self.grade in {"A", "B", "C", "D", "F"}
 
 
-class CheckResult(models.Model):
+class CheckResult(TeamOwned):
     """One check of one finished scan: a check's history is one indexed query."""
 
     # No single-column FK indexes: one_result_per_check (scan, …) and check_history
@@ -325,12 +293,8 @@ class CheckResult(models.Model):
     scoring_version = models.CharField(max_length=20)
 
     team_lookup = "endpoint__team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
 
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         indexes = [
             models.Index(fields=["endpoint", "check_id", "measured_at"], name="check_history"),
         ]

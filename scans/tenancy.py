@@ -100,6 +100,23 @@ class TeamScopedManager(models.Manager.from_queryset(TeamScopedQuerySet)):
         return self._scoped().for_team(team)
 
 
+class TeamOwned(models.Model):
+    """The base of every team-owned model: `objects` is fail-closed, `dangerously_unscoped`
+    is the greppable way around it. Subclasses set `team_lookup` (the path to their team) and
+    extend `TeamOwned.Meta` in their own Meta so the manager settings carry over."""
+
+    team_lookup = "team"
+    objects = TeamScopedManager()
+    dangerously_unscoped = models.Manager()
+
+    class Meta:
+        abstract = True
+        # The admin, forms and related managers need a plain default manager; request code
+        # goes through `objects`.
+        default_manager_name = "dangerously_unscoped"
+        base_manager_name = "dangerously_unscoped"
+
+
 def team_id_of(obj) -> int:
     """The id of the team that owns `obj`, following the model's team_lookup path."""
     path = obj.team_lookup
