@@ -113,8 +113,6 @@ def test_the_periodic_rebuild_is_scheduled_before_the_snapshot_lapses():
     assert entry[0][2] == public_views.REFRESH_EVERY_S < public_views.PAGE_CACHE_S
 
 
-@pytest.mark.xfail(reason="a worker imports benchmarks.tasks, not benchmarks.public_tasks: "
-                          "benchmarks/tasks.py (or the Celery app) must import it", strict=False)
 def test_a_worker_knows_the_periodic_rebuild_task():
     """A worker imports the apps' task modules only; the rebuild task must be among them."""
     code = ("import django; django.setup(); from tokvera_site.celery import app; "

@@ -105,3 +105,14 @@ def test_asking_for_database_percentiles_on_sqlite_is_refused(db, settings):
         pytest.skip("this checks the refusal on a database without percentile_disc")
     with pytest.raises(ValueError, match="PostgreSQL"):
         snapshot.build_snapshot(T0, in_database=True)
+
+
+@pytest.mark.postgres
+def test_postgresql_has_the_covering_index_the_job_windows_query_reads(db):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'job_public_windows_idx'")
+        (definition,) = cursor.fetchone()
+    assert "(model_id, settled_at) INCLUDE (status, created_at, completed_at)" in definition
+    assert "WHERE (settled_at IS NOT NULL)" in definition
