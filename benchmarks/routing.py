@@ -17,9 +17,9 @@ A pass runs when a job is submitted, when a host heartbeats or calls lease, and 
 seconds from Celery beat. Passes do not overlap: on PostgreSQL a pass takes a transaction-level
 advisory lock. A pass started by a submission or a heartbeat that finds the lock taken leaves
 the work to the pass holding it; one started by a lease call waits for it (up to 200 ms), so
-the host then sees whatever that pass gave it. The queued
-rows are read with SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE
-(status still queued), so no job is ever given to two hosts.
+the host then sees whatever that pass gave it. The queued rows are read with
+SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE (status still
+queued), so no job is ever given to two hosts.
 """
 
 from __future__ import annotations
@@ -131,8 +131,6 @@ def rank(hosts: list[HostFacts], model_id: str) -> list[HostFacts]:
 # --- the assignment pass ---------------------------------------------------------------------
 
 _PASS_LOCK_KEY = 0x746B76_7061_7373  # "tkv" "pass": one advisory lock id for the whole site
-
-
 PASS_LOCK_WAIT_MS = 200  # a lease call waits at most this long for a running pass
 
 
