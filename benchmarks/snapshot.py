@@ -28,7 +28,7 @@ import math
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 
 from benchmarks import policy
 from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
@@ -127,7 +127,10 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
         columns += [
             f"count(*) FILTER (WHERE status = %(completed)s AND {inside})",
             f"count(*) FILTER (WHERE status = %(failed)s AND {inside})",
-            "percentile_disc(%(fractions)s::float8[]) WITHIN GROUP (ORDER BY completed_at - created_at)"
+            # Seconds as float8: ordered exactly like the interval, sorted several times faster,
+            # and exact to the microsecond for any latency below a few years.
+            "percentile_disc(%(fractions)s::float8[]) WITHIN GROUP "
+            "(ORDER BY date_part('epoch', completed_at - created_at))"
             f" FILTER (WHERE status = %(completed)s AND completed_at IS NOT NULL AND {inside})",
         ]
     sql = (
@@ -136,14 +139,19 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
         "GROUP BY model_id"
     )
     found: dict[str, dict[str, dict]] = {}
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The percentile sorts of a busy model hold about a million values: keep them in memory.
+        # The plan is a plain index-only scan; compiling it (JIT) costs more than it saves.
+        cursor.execute("SET LOCAL work_mem = '128MB'")
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
         for row in cursor.fetchall():
             model_id, values = row[0], row[1:]
             found[model_id] = {}
             for i, name in enumerate(WINDOWS):
-                completed, failed, latencies = values[3 * i: 3 * i + 3]
-                latencies_us = [_us(d) for d in latencies] if latencies else [None] * len(fractions)
+                completed, failed, seconds = values[3 * i: 3 * i + 3]
+                latencies_us = ([round(s * 1_000_000) for s in seconds] if seconds
+                                else [None] * len(fractions))
                 found[model_id][name] = _window(completed, failed, latencies_us)
     return found
 

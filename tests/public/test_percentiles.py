@@ -87,6 +87,18 @@ def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_, in_database):
 
 
 @pytest.mark.parametrize("in_database", PATHS)
+def test_a_latency_of_days_keeps_its_microseconds(teams_, in_database):
+    _, buyer = teams_
+    make_model("m")
+    make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.5)  # three days and 500 µs: rounds up
+    make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.499, settled_ago=timedelta(hours=2))
+
+    latency = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["windows"]["7d"]["latency"]
+
+    assert latency == {"p50_ms": 3 * 86_400_000, "p95_ms": 3 * 86_400_000 + 1}
+
+
+@pytest.mark.parametrize("in_database", PATHS)
 def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_, in_database):
     operator, _ = teams_
     make_model("m")
