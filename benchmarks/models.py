@@ -8,9 +8,9 @@
 - `AuditEntry` records every change an admin (or an operator command) makes to hosts and the
   catalog: who, what, when.
 
-Hosts and jobs use TeamScopedManager as `objects`; the coordinator's own code (routing,
-leases, folding) reads them through `dangerously_unscoped`, because it acts for the network,
-not for a team.
+Hosts and jobs derive from scans.tenancy.TeamOwned (`objects` is fail-closed); the
+coordinator's own code (routing, leases, folding) reads them through `dangerously_unscoped`,
+because it acts for the network, not for a team.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from benchmarks import policy
 from scans.models import Team
-from scans.tenancy import TeamScopedManager, TeamScopedQuerySet
+from scans.tenancy import TeamOwned, TeamScopedManager, TeamScopedQuerySet
 
 
 class CatalogModel(models.Model):
@@ -72,7 +72,7 @@ class HostManager(TeamScopedManager.from_queryset(HostQuerySet)):
     pass
 
 
-class Host(models.Model):
+class Host(TeamOwned):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="hosts",
                              help_text="The team that operates this host.")
@@ -108,13 +108,11 @@ class Host(models.Model):
     last_assigned_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
-    team_lookup = "team"
+    # TeamOwned's managers, with "online" added (still fail-closed through `objects`).
     objects = HostManager()
     dangerously_unscoped = HostQuerySet.as_manager()
 
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
@@ -161,7 +159,7 @@ SETTLED = (JobStatus.COMPLETED, JobStatus.FAILED)
 ACTIVE = (JobStatus.LEASED, JobStatus.RUNNING)  # holding one of a host's slots
 
 
-class Job(models.Model):
+class Job(TeamOwned):
     """One inference request. Timestamps are named per step (GuideLLM-style); every figure on
     the public page derives from them. Only completed and failed jobs are settled."""
 
@@ -192,13 +190,7 @@ class Job(models.Model):
     tried_hosts = models.JSONField(default=list, blank=True)  # host ids that held it before
     failure_reason = models.CharField(max_length=200, blank=True)
 
-    team_lookup = "team"
-    objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
-
-    class Meta:
-        default_manager_name = "dangerously_unscoped"
-        base_manager_name = "dangerously_unscoped"
+    class Meta(TeamOwned.Meta):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
