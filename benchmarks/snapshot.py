@@ -157,7 +157,6 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
     if not model_ids:
         return {}
     sql, params = job_windows_query(model_ids, now)
-    fractions = LATENCY_PERCENTILES
     found: dict[str, dict[str, dict]] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         for setting in JOB_WINDOWS_SETTINGS:
@@ -169,7 +168,7 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
             for i, name in enumerate(WINDOWS):
                 completed, failed, seconds = values[3 * i: 3 * i + 3]
                 latencies_us = ([round(s * 1_000_000) for s in seconds] if seconds
-                                else [None] * len(fractions))
+                                else [None] * len(LATENCY_PERCENTILES))
                 found[model_id][name] = _window(completed, failed, latencies_us)
     return found
 
