@@ -94,8 +94,10 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
-    endpoint = Endpoint.dangerously_unscoped.select_related("team").get(pk=endpoint_id)
-    scan = Scan.dangerously_unscoped.get(pk=scan_id)
+    endpoint = Endpoint.dangerously_unscoped.select_related("team").filter(pk=endpoint_id).first()
+    scan = Scan.dangerously_unscoped.filter(pk=scan_id).first()
+    if endpoint is None or scan is None:
+        return  # deleted since: nobody is left to tell
     message = payload(endpoint, scan, kind, detail)
     if endpoint.alert_email:
         recipients = list(

@@ -41,6 +41,18 @@ def _skip_or_fail(reason: str):
 def pytest_configure(config):
     # Fast hashing: tests create many users; production keeps Django's default hashers.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Tests must never leave messages in the run command's embedded broker (var/broker/):
+    # give them a broker folder of their own.
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        import tempfile
+
+        from tokvera_site.celery import app
+
+        folder = tempfile.mkdtemp(prefix="tokvera-test-broker-")
+        app.conf.broker_transport_options = {
+            "data_folder_in": folder, "data_folder_out": folder,
+            "control_folder": folder, "store_processed": False,
+        }
     # The manifest storage needs `collectstatic`; tests serve the files as they are.
     settings.STORAGES = {
         **settings.STORAGES,
