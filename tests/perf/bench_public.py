@@ -208,7 +208,7 @@ def _explain(sql: str, params, settings=()) -> str:
         return "\n  ".join(r[0] for r in cur.fetchall())
 
 
-def measure(runs: int, verbose: bool) -> None:
+def measure(runs: int, verbose: bool, http: bool) -> None:
     from django.core.cache import cache
     from django.db import connection
     from django.test import Client
@@ -264,6 +264,9 @@ def measure(runs: int, verbose: bool) -> None:
         print(f"cached {url}: median {med:.2f} ms, p95 {p95:.2f} ms ({sizes[url]:,} bytes, "
               f"{len(queries.captured_queries)} queries in {301} requests)")
 
+    if http:
+        _measure_http()
+
     sql, params = snapshot.job_windows_query([m["id"] for m in built["models"]], now)
     plan = _explain(sql, params, snapshot.JOB_WINDOWS_SETTINGS)
     if not verbose:  # one branch per model: show the first two, then the summary lines
@@ -275,6 +278,38 @@ def measure(runs: int, verbose: bool) -> None:
     print("job windows query plan:\n  " + plan)
     tiers_sql = _captured_sql(lambda: snapshot._tiers_sql([m["id"] for m in built["models"]], now))
     print("per-tier host query plan:\n  " + _explain(*tiers_sql))
+
+
+def _measure_http() -> None:
+    """The same cached answers through a real server: gunicorn (one sync worker) on loopback,
+    one keep-alive client, after the snapshot above was stored in the site's cache."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--log-level", "warning"], cwd=ROOT, env=os.environ.copy())
+    try:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=10) as client:
+            for _ in range(100):
+                try:
+                    client.get("/healthz")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            for url in ("/benchmarks", "/v1/slo", "/v1/stats"):
+                assert client.get(url).status_code == 200
+                med, p95 = _median_ms(lambda u=url: client.get(u), 300)
+                print(f"cached {url} over HTTP (gunicorn, loopback): median {med:.2f} ms, p95 {p95:.2f} ms")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def _captured_sql(fn):
@@ -298,6 +333,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="print every branch of the plan")
+    parser.add_argument("--no-http", action="store_true",
+                        help="skip the timings through gunicorn on loopback")
     args = parser.parse_args()
     _ensure_database()
     import django
@@ -314,7 +351,7 @@ def main() -> None:
         built = True
     if built:
         _vacuum()
-    measure(args.runs, args.verbose)
+    measure(args.runs, args.verbose, not args.no_http)
 
 
 if __name__ == "__main__":
