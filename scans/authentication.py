@@ -4,6 +4,7 @@ import it without a circular import."""
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 
@@ -58,3 +59,14 @@ class TokenUser:
 
     def __str__(self) -> str:
         return f"token {self.token.prefix}…"
+
+
+class TeamTokenScheme(OpenApiAuthenticationExtension):
+    """How the API schema describes team tokens (registered by defining the class)."""
+
+    target_class = "scans.authentication.TeamTokenAuthentication"
+    name = "teamToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "tkv_…",
+                "description": "A team API token: read-only or read-write."}
