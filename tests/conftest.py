@@ -155,3 +155,6 @@ def eager_tasks():
     yield
     app.conf.task_always_eager = False
     app.conf.task_eager_propagates = False
+
+
+from tests.browser import browser  # noqa: E402, F401 - the shared Playwright fixture

@@ -12,77 +12,24 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from scans.models import Endpoint
-from tests.conftest import REQUIRE_SERVICES, build_world
+from tests.browser import ARTIFACTS, offline
+from tests.conftest import build_world
 from tests.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 PASSWORD = "correct horse battery staple"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def browser(monkeypatch):
-    if not CHROMIUM.exists():
-        reason = "needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
-        if REQUIRE_SERVICES:
-            pytest.fail(f"CI requires the browser: {reason}")
-        pytest.skip(reason)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if REQUIRE_SERVICES:
-            pytest.fail("CI requires the browser: the playwright package is not installed")
-        pytest.skip("needs the playwright package (pip install playwright)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # between page steps are still synchronous and safe.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
-    # Playwright switches greenlets, and Django keeps its connections per context: close them
-    # on both sides of the switch, or a connection is left open and the test database cannot
-    # be dropped at the end of the session.
-    connections.close_all()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-            connections.close_all()
-    connections.close_all()
-
-
-def _offline(page, live_server) -> list[str]:
-    """Refuse every request that is not to the live server; return what was refused."""
-    refused: list[str] = []
-
-    def route(route):
-        if route.request.url.startswith(live_server.url) or route.request.url.startswith(
-                ("data:", "about:")):
-            route.continue_()
-        else:
-            refused.append(route.request.url)
-            route.abort()
-
-    page.route("**/*", route)
-    return refused
-
-
 def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server):
     world = build_world()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    refused = _offline(page, live_server)
+    refused = offline(page, live_server)
 
     page.goto(f"{live_server.url}/login/")
     page.fill("input[name=username]", world.owner.username)
@@ -166,7 +113,7 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
 
     # The public badge, from a fresh context without the session.
     anonymous = browser.new_context().new_page()
-    _offline(anonymous, live_server)
+    offline(anonymous, live_server)
     response = anonymous.goto(f"{live_server.url}/badge/{endpoint.badge_key}.svg")
     assert response.status == 200
     assert response.headers["cache-control"] == "public, max-age=300"

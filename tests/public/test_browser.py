@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from benchmarks import public_views
-from tests.pages.test_browser import ARTIFACTS, _offline, browser  # noqa: F401 - the fixture
+from tests.browser import ARTIFACTS, offline
 from tests.public.conftest import build_network
 from tests.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
 
@@ -26,7 +26,7 @@ def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server)
     built = public_views.refresh(now)  # what the periodic task does
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    refused = _offline(page, live_server)
+    refused = offline(page, live_server)
     response = page.goto(f"{live_server.url}/benchmarks")
 
     assert response.status == 200
@@ -74,7 +74,7 @@ def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server)
     page.screenshot(path=str(ARTIFACTS / "methodology.png"), full_page=True)
 
     phone = browser.new_page(viewport={"width": 390, "height": 844})
-    _offline(phone, live_server)
+    offline(phone, live_server)
     phone.goto(f"{live_server.url}/benchmarks")
     assert phone.locator("article[data-model-id=alpha-q4] tr[data-tier=none]").is_visible()
     assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
@@ -89,7 +89,7 @@ def test_a_quiet_network_shows_the_banner_in_the_browser(browser, live_server): 
     make_model("alpha-q4")
     public_views.refresh()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    _offline(page, live_server)
+    offline(page, live_server)
     page.goto(f"{live_server.url}/benchmarks")
     banner = page.locator("[data-banner=sparse]")
     assert banner.is_visible()
