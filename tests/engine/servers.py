@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,8 +29,10 @@ def validate_report(report: dict) -> None:
 
 
 @contextlib.contextmanager
-def raw_server(handler: Handler, host: str = "127.0.0.1") -> Iterator[int]:
-    """Serve `handler(reader, writer)` per connection on a free loopback port; yields the port."""
+def raw_server(handler: Handler, host: str = "127.0.0.1",
+               ssl_context: ssl.SSLContext | None = None) -> Iterator[int]:
+    """Serve `handler(reader, writer)` per connection on a free loopback port (TLS when given
+    a context); yields the port."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     state: dict = {}
@@ -37,7 +40,8 @@ def raw_server(handler: Handler, host: str = "127.0.0.1") -> Iterator[int]:
     async def _wrapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError,
+                ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(Exception):
@@ -45,7 +49,8 @@ def raw_server(handler: Handler, host: str = "127.0.0.1") -> Iterator[int]:
 
     def _run() -> None:
         asyncio.set_event_loop(loop)
-        server = loop.run_until_complete(asyncio.start_server(_wrapped, host, 0))
+        server = loop.run_until_complete(asyncio.start_server(_wrapped, host, 0,
+                                                              ssl=ssl_context))
         state["server"] = server
         state["port"] = server.sockets[0].getsockname()[1]
         ready.set()

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import ipaddress
 import ssl
-import threading
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -16,7 +13,7 @@ from cryptography.x509.oid import NameOID
 
 from scans.engine import ScanPlan, ScanTransport, run_scan
 
-from .servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, read_request
+from .servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 
 
 def _self_signed(tmp_path):
@@ -39,47 +36,17 @@ def _self_signed(tmp_path):
     return cert_path, key_path
 
 
-@contextlib.contextmanager
 def _tls_server(cert_path, key_path):
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_path, key_path)
-    loop = asyncio.new_event_loop()
-    state: dict = {}
-    ready = threading.Event()
 
     async def handler(reader, writer):
-        try:
-            while True:
-                await read_request(reader)
-                writer.write(SSE_HEAD + http_chunk(good_stream(3)) + END_CHUNKS)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+        while True:
+            await read_request(reader)
+            writer.write(SSE_HEAD + http_chunk(good_stream(3)) + END_CHUNKS)
+            await writer.drain()
 
-    def run():
-        asyncio.set_event_loop(loop)
-        server = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0,
-                                                              ssl=context))
-        state["port"] = server.sockets[0].getsockname()[1]
-        ready.set()
-        loop.run_forever()
-        server.close()
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
-        yield state["port"]
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+    return raw_server(handler, ssl_context=context)
 
 
 def test_a_scan_over_https_streams_through_the_scanner_transport(tmp_path):
