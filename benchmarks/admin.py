@@ -256,8 +256,21 @@ class CatalogModelAdmin(admin.ModelAdmin):
         super().delete_queryset(request, queryset)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records that are looked at, never edited here (jobs belong to teams, audit to history)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     """Read-only. Request and result bodies are private to the team and the host: not shown."""
 
     list_display = ["id", "team", "model", "status", "host", "attempts", "created_at", "settled_at",
@@ -267,27 +280,11 @@ class JobAdmin(admin.ModelAdmin):
     exclude = ["request_json", "result_json"]
     list_select_related = ["team", "model", "host"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor_label", "action", "target_type", "target_label", "changes"]
     list_filter = ["action", "target_type"]
     search_fields = ["actor_label", "target_label", "target_id"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
