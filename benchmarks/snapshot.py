@@ -284,10 +284,23 @@ def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
 
 
 def _hardware(hosts: list[dict]) -> list[dict]:
-    """Online hosts per reported GPU; hosts that reported none are counted under null."""
-    counts = Counter((h["gpu_model"] or "").strip() or None for h in hosts)
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0] is None, item[0] or ""))
-    return [{"gpu": gpu, "hosts": n} for gpu, n in ordered]
+    """Online hosts per reported GPU; hosts that reported none are counted under null.
+
+    `gpu_model` is free text chosen by the host, so a name fewer than MIN_HOSTS_PER_GPU online
+    hosts report is published only inside the "other" group: a unique GPU string would single
+    out one host, or carry whatever the operator typed (a team name, an email)."""
+    counts = Counter(" ".join((h["gpu_model"] or "").split()) or None for h in hosts)
+    rare = sum(n for gpu, n in counts.items() if gpu is not None and n < MIN_HOSTS_PER_GPU)
+    shown = {gpu: n for gpu, n in counts.items() if gpu is None or n >= MIN_HOSTS_PER_GPU}
+    ordered = sorted(shown.items(), key=lambda item: (-item[1], item[0] is None, item[0] or ""))
+    rows = [{"gpu": gpu, "hosts": n} for gpu, n in ordered]
+    if rare:
+        rows.insert(len(rows) - (None in shown), {"gpu": OTHER_GPUS, "hosts": rare})
+    return rows
+
+
+MIN_HOSTS_PER_GPU = 2
+OTHER_GPUS = "other"
 
 
 # --- the snapshot -----------------------------------------------------------------------------

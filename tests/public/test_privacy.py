@@ -78,3 +78,15 @@ def test_no_query_behind_any_surface_mentions_a_body_column(network):
 def test_the_cached_snapshot_is_plain_json_data(network):
     built = snapshot.build_snapshot(T0)
     assert json.loads(json.dumps(built)) == built
+
+
+def test_a_gpu_name_only_one_host_reports_is_not_published(network):
+    from tests.public.conftest import make_host
+
+    make_host(network.operator, "lonely", models=("alpha-q4",),
+              gpu="ursula-hosting's rig (ursula@example)")
+    with time_machine.travel(T0, tick=False):
+        snapshot_json = json.dumps(snapshot.build_snapshot(T0))
+        stats = Client().get("/v1/stats").json()
+    assert "ursula" not in snapshot_json
+    assert {"gpu": "other", "hosts": 3} in stats["hardware"]
