@@ -143,6 +143,9 @@ def start(host: Host, job_id, now: datetime | None = None) -> Job:
             return job  # a repeated start: same answer, nothing changes
         if job.status != JobStatus.LEASED:
             raise JobConflict(f"job is {job.status}")
+        if job.lease_expires_at is not None and job.lease_expires_at < now:
+            # Too late: the sweep hands it to another host; it must not run here as well.
+            raise JobConflict("the lease expired before start")
         job.status = JobStatus.RUNNING
         job.started_at = now
         job.delivered_at = job.delivered_at or now

@@ -306,6 +306,13 @@ OTHER_GPUS = "other"
 # --- the snapshot -----------------------------------------------------------------------------
 
 
+def _any_settled(now: datetime) -> bool:
+    """Whether any job, of any model (retired ones too), settled in the sparse window. Asked
+    only when the active models had none, so it rarely runs."""
+    since = now - WINDOWS[SPARSE_WINDOW]
+    return Job.dangerously_unscoped.filter(settled_at__gt=since, settled_at__lte=now).exists()
+
+
 def build_snapshot(now: datetime, *, in_database: bool | None = None) -> dict:
     """Every public figure at coordinator time `now`, as a JSON-ready dict.
 
@@ -337,10 +344,11 @@ def build_snapshot(now: datetime, *, in_database: bool | None = None) -> dict:
         })
     settled_recently = sum(m["windows"][SPARSE_WINDOW]["completed"] + m["windows"][SPARSE_WINDOW]["failed"]
                            for m in models)
+    sparse = not hosts and settled_recently == 0 and not _any_settled(now)
     return {
         "generated_at": _iso(now),
         "online_hosts": len(hosts),
-        "sparse": not hosts and settled_recently == 0,
+        "sparse": sparse,
         "models": models,
         "hardware": _hardware(hosts),
     }

@@ -89,13 +89,18 @@ def test_a_fold_that_dies_before_commit_changes_nothing_and_is_redone_once(net):
 def test_jobs_fold_in_completion_order_not_submission_order(net):
     with time_machine.travel(T0, tick=False) as clock:
         host, token = net.host("h1", slots=3)
-        ids = [net.submit_id(max_tokens=128) for _ in range(3)]
+        ids = []
+        for step in range(3):  # distinct submission times, so submission order is knowable
+            clock.move_to(T0 + timedelta(milliseconds=100 * step))
+            ids.append(net.submit_id(max_tokens=128))
         for _ in ids:
             net.lease(token)
         # completed last-submitted first
         for step, (job_id, (ttft, tokens, elapsed)) in enumerate(zip(reversed(ids), RUNS, strict=True)):
             clock.move_to(T0 + timedelta(seconds=5 + step))
-            net.complete(token, job_id, ttft_ms=ttft, completion_tokens=tokens, elapsed_ms=elapsed)
+            response = net.complete(token, job_id, ttft_ms=ttft, completion_tokens=tokens,
+                                    elapsed_ms=elapsed)
+            assert response.status_code == 200
         assert ewma.fold_host(host.pk) == 3
     host.refresh_from_db()
     assert host.ttft_ewma_ms == pytest.approx(TTFT_BY_HAND)

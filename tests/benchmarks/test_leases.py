@@ -31,6 +31,18 @@ def test_a_lease_not_started_in_30_seconds_goes_to_a_different_host(net):
         assert job.host == second and job.attempts == 2 and job.tried_hosts == [first.pk, second.pk]
 
 
+def test_a_start_after_the_lease_deadline_is_refused_even_before_the_sweep(net):
+    with time_machine.travel(T0, tick=False) as clock:
+        _, token = net.host("first")
+        job_id = net.submit_id()
+        net.lease(token)
+        clock.move_to(T0 + timedelta(seconds=31))  # no housekeeping has run yet
+        response = net.start(token, job_id)
+        assert response.status_code == 409
+        assert "lease expired" in response.json()["detail"]
+        assert net.job(job_id).status == JobStatus.LEASED  # the sweep will requeue it
+
+
 def test_a_running_job_past_its_run_deadline_goes_back_to_the_queue(net):
     with time_machine.travel(T0, tick=False) as clock:
         _, token = net.host("first")

@@ -164,9 +164,11 @@ def test_every_figure_of_the_hand_built_network_on_all_three_surfaces(network):
     assert '"success_rate": 0.8,' in slo_text and '"success_rate": 0.666667,' in slo_text
 
 
-def test_the_python_path_gives_the_same_snapshot_as_the_default_path(network):
+@pytest.mark.postgres
+def test_the_python_path_gives_the_same_snapshot_as_the_database_path(network):
     """On PostgreSQL the default path is percentile_disc; the Python fallback must agree."""
-    assert snapshot.build_snapshot(T0, in_database=False) == snapshot.build_snapshot(T0)
+    assert (snapshot.build_snapshot(T0, in_database=False)
+            == snapshot.build_snapshot(T0, in_database=True))
 
 
 @pytest.mark.postgres

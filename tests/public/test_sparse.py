@@ -82,6 +82,15 @@ def test_one_job_settled_this_week_lifts_the_banner(ops):
     assert page.cards["alpha-q4"]["windows"][0]["cells"][1] == "0.0 %"
 
 
+def test_a_job_of_a_retired_model_settled_this_week_lifts_the_banner(ops):
+    _, buyer = ops
+    make_model("alpha-q4")
+    make_model("retired-q4", active=False)
+    make_job(buyer, "retired-q4", settled_ago=timedelta(days=2))
+    html, page = _page()
+    assert not page.banner and BANNER not in html
+
+
 def test_a_hardware_row_is_listed_with_0_hosts(ops):
     operator, _ = ops
     make_model("alpha-q4")
