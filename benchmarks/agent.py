@@ -49,7 +49,8 @@ class AgentConfig:
     slots: int = 1
     heartbeat_s: float = 15.0
     poll_s: float = 1.0
-    job_timeout_s: float = 300.0
+    # Below the coordinator's 300 s run deadline, so a slow job reports before it expires.
+    job_timeout_s: float = 270.0
     max_backoff_s: float = 30.0
     hardware: dict = field(default_factory=dict)
     max_jobs: int | None = None  # stop after serving this many (demos, tests)
@@ -398,7 +399,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-s", type=float, default=15.0, help=argparse.SUPPRESS)
     parser.add_argument("--poll-s", type=float, default=1.0,
                         help="seconds between lease calls when idle (default 1)")
-    parser.add_argument("--job-timeout-s", type=float, default=300.0,
+    parser.add_argument("--job-timeout-s", type=float, default=270.0,
                         help="give up on an upstream stream after this long (default 300)")
     parser.add_argument("--gpu-model", default="", help="GPU model, for the hardware inventory")
     parser.add_argument("--vram-mb", type=int, default=None, help="GPU memory in MiB")

@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_delete
 
 
 class BenchmarksConfig(AppConfig):
@@ -7,7 +7,7 @@ class BenchmarksConfig(AppConfig):
     verbose_name = "Network and public benchmarks"
 
     def ready(self):
-        from benchmarks.hosts import forget_catalog_ids
+        from benchmarks.hosts import forget_catalog_ids, forget_advertised
         from benchmarks.models import CatalogModel
         from scans.schedules import PERIODIC_TASKS
 
@@ -18,6 +18,8 @@ class BenchmarksConfig(AppConfig):
                           dispatch_uid="benchmarks-catalog-saved")
         post_delete.connect(forget_catalog_ids, sender=CatalogModel,
                             dispatch_uid="benchmarks-catalog-deleted")
+        pre_delete.connect(forget_advertised, sender=CatalogModel,
+                           dispatch_uid="benchmarks-catalog-deleting")
 
 
 NETWORK_PERIODIC_TASKS = [

@@ -163,6 +163,13 @@ def add_catalog_model(model_id: str, quant: str, context_len: int, display_name:
     return row
 
 
+def forget_advertised(sender, instance, **_kwargs) -> None:
+    """A catalog model is being deleted: its hosts' next heartbeat must rewrite their model
+    links (record_heartbeat only rewrites a list that changed), or a model re-created with the
+    same id would never see those hosts again."""
+    Host.dangerously_unscoped.filter(catalog_models=instance).update(advertised=[])
+
+
 # --- heartbeats ------------------------------------------------------------------------------
 
 

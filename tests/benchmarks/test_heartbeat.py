@@ -129,3 +129,14 @@ def test_a_refused_heartbeat_records_nothing(net, settings):
         assert net.heartbeat(token, ["tiny-q4"]).status_code == 429
     host.refresh_from_db()
     assert host.last_heartbeat_at == T0
+
+
+def test_hosts_come_back_for_a_model_deleted_and_created_again(net):
+    from benchmarks.models import CatalogModel, Host
+
+    host, token = net.host("h1", models=("tiny-q4",))
+    CatalogModel.objects.filter(id="tiny-q4").delete()
+    CatalogModel.objects.create(id="tiny-q4", display_name="Tiny", quant="Q4_K_M",
+                                context_len=2048)
+    net.heartbeat(token, ["tiny-q4"])  # the same list as before the deletion
+    assert Host.dangerously_unscoped.online_for("tiny-q4").filter(pk=host.pk).exists()
