@@ -400,7 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-s", type=float, default=1.0,
                         help="seconds between lease calls when idle (default 1)")
     parser.add_argument("--job-timeout-s", type=float, default=270.0,
-                        help="give up on an upstream stream after this long (default 300)")
+                        help="give up on an upstream stream after this long (default 270, below the "
+                             "coordinator's 300 s run deadline)")
     parser.add_argument("--gpu-model", default="", help="GPU model, for the hardware inventory")
     parser.add_argument("--vram-mb", type=int, default=None, help="GPU memory in MiB")
     parser.add_argument("--max-jobs", type=int, default=None, help=argparse.SUPPRESS)
