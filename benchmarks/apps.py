@@ -7,7 +7,7 @@ class BenchmarksConfig(AppConfig):
     verbose_name = "Network and public benchmarks"
 
     def ready(self):
-        from benchmarks.hosts import forget_catalog_ids, forget_advertised
+        from benchmarks.hosts import forget_advertised, forget_catalog_ids
         from benchmarks.models import CatalogModel
         from scans.schedules import PERIODIC_TASKS
 
