@@ -89,7 +89,7 @@ def request_scan(endpoint: Endpoint, trigger: str, now: datetime | None = None) 
     cutoff = now - MANUAL_SCAN_COOLDOWN
     with transaction.atomic():
         won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).filter(
-            models_q_last_manual_before(cutoff)
+            _no_manual_scan_since(cutoff)
         ).update(last_manual_scan_at=now)
         if not won:
             endpoint.refresh_from_db(fields=["last_manual_scan_at"])
@@ -98,7 +98,7 @@ def request_scan(endpoint: Endpoint, trigger: str, now: datetime | None = None) 
                                                 deadline_at=now + QUEUED_GRACE)
 
 
-def models_q_last_manual_before(cutoff: datetime):
+def _no_manual_scan_since(cutoff: datetime):
     return Q(last_manual_scan_at__isnull=True) | Q(last_manual_scan_at__lte=cutoff)
 
 
