@@ -3,13 +3,14 @@ object is reached through the team scoping layer; writes need a writing role."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
 import jsonschema
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -348,9 +349,19 @@ class EndpointViewSet(
             regraded = regrade(report)
         except ValueError as exc:
             raise exceptions.ValidationError({"report": [str(exc)]}) from None
-        with transaction.atomic():
-            scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.PUSH)
-            scan = scanning.store_report(scan, regraded, pushed=True)
+        digest = hashlib.sha256(
+            json.dumps(report, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        already = endpoint.scans.filter(report_digest=digest).first()
+        if already is not None:  # a retried upload: the same answer, nothing stored twice
+            return Response(ScanSerializer(already).data, status=status.HTTP_200_OK)
+        try:
+            with transaction.atomic():
+                scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.PUSH,
+                                                        report_digest=digest)
+                scan = scanning.store_report(scan, regraded, pushed=True)
+        except IntegrityError:  # the same upload, racing this one, won
+            scan = endpoint.scans.get(report_digest=digest)
+            return Response(ScanSerializer(scan).data, status=status.HTTP_200_OK)
         return Response(ScanSerializer(scan).data, status=status.HTTP_201_CREATED)
 
 

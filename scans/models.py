@@ -250,6 +250,9 @@ class Scan(TeamOwned):
     scoring_version = models.CharField(max_length=20, blank=True, default="")
     provisional = models.BooleanField(default=True)
     pushed = models.BooleanField(default=False)
+    # SHA-256 of a pushed report as uploaded: a retried upload finds its scan instead of
+    # storing the report twice.
+    report_digest = models.CharField(max_length=64, blank=True, default="")
     tool_version = models.CharField(max_length=40, blank=True, default="")
 
     team_lookup = "endpoint__team"
@@ -266,6 +269,9 @@ class Scan(TeamOwned):
         constraints = [
             models.UniqueConstraint(fields=["endpoint", "slot"], name="one_scan_per_slot",
                                     condition=Q(slot__isnull=False)),
+            models.UniqueConstraint(fields=["endpoint", "report_digest"],
+                                    name="one_scan_per_pushed_report",
+                                    condition=~Q(report_digest="")),
         ]
 
     def __str__(self) -> str:

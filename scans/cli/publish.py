@@ -69,7 +69,7 @@ def publish(target: PublishTarget, report: dict, timeout: float = 60.0) -> dict:
         )
     except httpx.HTTPError as exc:
         raise PublishError(f"could not reach {target.url}: {exc}") from None
-    if response.status_code != 201:
+    if response.status_code not in (200, 201):  # 200: the site already had this report
         try:
             detail = response.json()
         except ValueError:

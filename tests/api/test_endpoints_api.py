@@ -259,3 +259,17 @@ def test_the_webhook_url_is_write_only(world, api):
     response = _create(api, world, webhook_url="https://hooks.example/T000/secret-path")
     assert "secret-path" not in response.content.decode()
     assert response.json()["has_webhook"] is True
+
+
+def test_a_report_pushed_twice_is_stored_once(world, api):
+    endpoint = make_endpoint(world.team, mode="pushed")
+    url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
+    report = make_report()
+    first = api.post(url, report, format="json", **bearer(world.read_write_token))
+    again = api.post(url, report, format="json", **bearer(world.read_write_token))
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert Scan.dangerously_unscoped.filter(endpoint=endpoint).count() == 1
+    other = make_report({**GOOD_VALUES, "error_rate": CheckValue(0.02)})
+    assert api.post(url, other, format="json",
+                    **bearer(world.read_write_token)).status_code == 201
