@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import include, path
+from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -18,7 +19,17 @@ def not_found(request, exception=None):
     return page_not_found(request, exception)
 
 
+def bad_request(request, exception=None):
+    """JSON for API callers: Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (16 MB)
+    or a malformed request before any view runs."""
+    if request.path.startswith(API_PREFIXES):
+        return JsonResponse({"detail": "Bad request: malformed, or a body over 16 MB."},
+                            status=400)
+    return django_bad_request(request, exception)
+
+
 handler404 = not_found
+handler400 = bad_request
 
 urlpatterns = [
     path("admin/", admin.site.urls),

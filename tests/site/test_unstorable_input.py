@@ -44,3 +44,12 @@ def test_form_encoded_bodies_are_not_accepted_by_the_api(world, api):
     response = api.post(reverse("api-endpoint-list"), {"name": "x"}, format="multipart",
                         **bearer(world.read_write_token))
     assert response.status_code == 415
+
+
+def test_a_body_over_the_upload_limit_gets_a_json_400(world, client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = client.post(reverse("api-endpoint-list"), data="[" + "1," * 2000 + "1]",
+                           content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {world.read_write_token}")
+    assert response.status_code == 400
+    assert "16 MB" in response.json()["detail"]
