@@ -28,7 +28,9 @@ from scans.tenancy import Access, get_visible_or_404, require_manage
 CURRENT_TEAM_SESSION_KEY = "current_team"
 
 
-def _team(request, slug: str) -> Team:
+def team_for_request(request, slug: str) -> Team:
+    """The team in the URL, if the caller belongs to it (404 otherwise); it becomes the
+    team the navigation shows as current."""
     team = get_visible_or_404(request, Team, slug=slug)
     request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
     return team
@@ -46,14 +48,8 @@ def home(request):
 
 
 @login_required
-def team_dashboard(request, slug):
-    team = _team(request, slug)
-    return render(request, "scans/team_dashboard.html", {"team": team})
-
-
-@login_required
 def team_members(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     access = Access.for_request(request)
     context = {
         "team": team,
@@ -68,7 +64,7 @@ def team_members(request, slug):
 @login_required
 @require_POST
 def member_invite(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     require_manage(request, team)
     email = request.POST.get("email", "").strip()
     role = request.POST.get("role", Role.MEMBER)
@@ -101,7 +97,7 @@ def _membership(team: Team, public_id) -> Membership:
 @login_required
 @require_POST
 def member_role(request, slug, public_id):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     membership = _membership(team, public_id)
     require_manage(request, team)
     new_role = request.POST.get("role", "")
@@ -119,7 +115,7 @@ def member_role(request, slug, public_id):
 @require_POST
 def member_remove(request, slug, public_id):
     """Remove a member (owners and admins) or leave the team (anyone, for themselves)."""
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     membership = _membership(team, public_id)
     leaving = membership.user_id == request.user.pk
     if not leaving:
@@ -140,7 +136,7 @@ def member_remove(request, slug, public_id):
 
 @login_required
 def team_tokens(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     context = {
         "team": team,
         "tokens": team.api_tokens.all(),
@@ -154,7 +150,7 @@ def team_tokens(request, slug):
 @login_required
 @require_POST
 def token_create(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     require_manage(request, team)
     try:
         token, secret = teams.issue_token(
@@ -171,7 +167,7 @@ def token_create(request, slug):
 @login_required
 @require_POST
 def token_revoke(request, slug, public_id):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     token = get_object_or_404(team.api_tokens, public_id=public_id)
     require_manage(request, team)
     teams.revoke_token(token)
@@ -182,7 +178,7 @@ def token_revoke(request, slug, public_id):
 @login_required
 @require_POST
 def team_switch(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     return redirect(reverse("team-dashboard", kwargs={"slug": team.slug}))
 
 

@@ -26,9 +26,9 @@ from scans import charts, history, scanning, slo
 from scans.compare import compare
 from scans.endpoint_forms import EndpointForm
 from scans.history import scoped_to_teams
-from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, Team, new_badge_key
+from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, new_badge_key
 from scans.tenancy import Access, get_visible_or_404, require_manage, require_write
-from scans.views import CURRENT_TEAM_SESSION_KEY
+from scans.views import team_for_request
 
 # The endpoint page's chart ranges: query value → (label, days).
 RANGES = {"1d": ("24 hours", 1), "7d": ("7 days", 7), "30d": ("30 days", 30),
@@ -44,12 +44,6 @@ SPARKLINE_SCANS = 30
 GRADE_CHART_POINTS, CHECK_CHART_POINTS = 200, 120
 SCANS_PER_PAGE = 25
 DASHBOARD_PAGE_SIZE = 50
-
-
-def _team(request, slug: str) -> Team:
-    team = get_visible_or_404(request, Team, slug=slug)
-    request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
-    return team
 
 
 def _endpoint(request, public_id) -> Endpoint:
@@ -68,7 +62,7 @@ def team_dashboard(request, slug):
     """Every endpoint with its latest grade, provisional marker, the sparkline of its last 30
     grades, last and next scan, and its 7-day SLO status, a page of endpoints at a time. A
     fixed number of queries whatever the number of endpoints."""
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
         finished_at=None).order_by("-queued_at")
     page = Paginator(
@@ -101,7 +95,7 @@ def team_dashboard(request, slug):
 
 @login_required
 def endpoint_create(request, slug):
-    team = _team(request, slug)
+    team = team_for_request(request, slug)
     require_write(request, team)
     form = EndpointForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
