@@ -16,9 +16,9 @@ the three cannot disagree. docs/methodology.md explains every figure.
   `tps_ewma` (hosts without an EWMA yet count as hosts but give no sample).
 
 A figure with no samples is None (an em dash on the page, null in JSON), never 0 or 1.
-On PostgreSQL the percentiles are computed in the database with `percentile_disc`, which is
-nearest-rank; elsewhere the same figures come from `scans.stats.percentile`. Both paths are
-tested on the same cases. Only the columns named here are read: never request or result bodies.
+The percentiles are computed in PostgreSQL with `percentile_disc`, which is nearest-rank (the
+rule of `scans.stats.percentile`; tests hold the two to the same cases). Only the columns named
+here are read: never request or result bodies.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from django.db import connection, transaction
 
 from benchmarks import policy
 from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
-from scans.stats import ewma, percentile
+from scans.stats import ewma
 
 __all__ = [
     "EWMA_ALPHA", "LATENCY_PERCENTILES", "TIERS", "TTFT_PERCENTILES", "WINDOWS",
@@ -72,10 +72,6 @@ def _whole_ms_from_us(microseconds: int | None) -> int | None:
     return (microseconds + _US_PER_MS // 2) // _US_PER_MS
 
 
-def _us(delta: timedelta) -> int:
-    return delta // timedelta(microseconds=1)
-
-
 def _whole_ms(value: float | None) -> int | None:
     return None if value is None else math.floor(value + 0.5)
 
@@ -87,14 +83,6 @@ def _tps(value: float | None) -> float | None:
 def _success(completed: int, failed: int) -> float | None:
     settled = completed + failed
     return None if settled == 0 else round(completed / settled, SUCCESS_DECIMALS)
-
-
-def _uses_database_percentiles(in_database: bool | None) -> bool:
-    if in_database is None:
-        return connection.vendor == "postgresql"
-    if in_database and connection.vendor != "postgresql":
-        raise ValueError("percentiles in the database need PostgreSQL (percentile_disc)")
-    return in_database
 
 
 # --- jobs: success and completion latency -----------------------------------------------------
@@ -173,40 +161,6 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
     return found
 
 
-def _job_windows_python(model_ids: list[str], now: datetime) -> dict[str, dict[str, dict]]:
-    """The same figures from the same columns, with scans.stats.percentile (SQLite)."""
-    longest = max(WINDOWS.values())
-    rows = (
-        Job.dangerously_unscoped.filter(
-            model_id__in=model_ids, settled_at__gt=now - longest, settled_at__lte=now)
-        .order_by()
-        .values_list("model_id", "status", "settled_at", "created_at", "completed_at")
-        .iterator(chunk_size=10_000)
-    )
-    counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    latencies: dict[tuple[str, str], list[int]] = defaultdict(list)
-    bounds = {name: now - span for name, span in WINDOWS.items()}
-    for model_id, status, settled_at, created_at, completed_at in rows:
-        for name, since in bounds.items():
-            if settled_at <= since:
-                continue
-            counts[model_id, name][status] += 1
-            if status == JobStatus.COMPLETED and completed_at is not None:
-                latencies[model_id, name].append(_us(completed_at - created_at))
-    found: dict[str, dict[str, dict]] = {}
-    for model_id in model_ids:
-        if not any((model_id, name) in counts for name in WINDOWS):
-            continue
-        found[model_id] = {}
-        for name in WINDOWS:
-            samples = latencies.get((model_id, name), [])
-            found[model_id][name] = _window(
-                counts[model_id, name][JobStatus.COMPLETED], counts[model_id, name][JobStatus.FAILED],
-                [percentile(samples, p) for p in LATENCY_PERCENTILES],
-            )
-    return found
-
-
 # --- hosts: online, per tier, hardware --------------------------------------------------------
 
 
@@ -238,23 +192,6 @@ def _tier_row(tier: str, hosts: int, ttft: list[float | None], tps: float | None
     row.update({f"ttft_p{p}_ms": _whole_ms(v) for p, v in zip(TTFT_PERCENTILES, ttft, strict=True)})
     row[f"tps_p{TPS_PERCENTILE}"] = _tps(tps)
     return row
-
-
-def _tiers_python(model_ids: list[str], hosts: list[dict],
-                  adverts: dict[str, set[int]]) -> dict[str, list[dict]]:
-    by_id = {h["id"]: h for h in hosts}
-    found = {}
-    for model_id in model_ids:
-        rows = []
-        serving = [by_id[i] for i in adverts.get(model_id, ()) if i in by_id]
-        for tier in TIERS:
-            at_tier = [h for h in serving if h["trust_level"] == tier]
-            ttft = [h["ttft_ewma_ms"] for h in at_tier if h["ttft_ewma_ms"] is not None]
-            tps = [h["tps_ewma"] for h in at_tier if h["tps_ewma"] is not None]
-            rows.append(_tier_row(tier, len(at_tier), [percentile(ttft, p) for p in TTFT_PERCENTILES],
-                                  percentile(tps, TPS_PERCENTILE)))
-        found[model_id] = rows
-    return found
 
 
 def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
@@ -313,21 +250,15 @@ def _any_settled(now: datetime) -> bool:
     return Job.dangerously_unscoped.filter(settled_at__gt=since, settled_at__lte=now).exists()
 
 
-def build_snapshot(now: datetime, *, in_database: bool | None = None) -> dict:
-    """Every public figure at coordinator time `now`, as a JSON-ready dict.
-
-    `in_database` chooses where percentiles are computed: None means percentile_disc on
-    PostgreSQL and scans.stats.percentile elsewhere; False forces the Python path (tests
-    compare the two on the same data).
-    """
-    sql = _uses_database_percentiles(in_database)
+def build_snapshot(now: datetime) -> dict:
+    """Every public figure at coordinator time `now`, as a JSON-ready dict."""
     catalog = list(CatalogModel.objects.filter(active=True).order_by("id")
                    .values("id", "display_name", "quant", "context_len"))
     model_ids = [m["id"] for m in catalog]
-    windows = (_job_windows_sql if sql else _job_windows_python)(model_ids, now)
+    windows = _job_windows_sql(model_ids, now)
     hosts = _online_hosts(now)
     adverts = _adverts(now, model_ids)
-    tiers = _tiers_sql(model_ids, now) if sql else _tiers_python(model_ids, hosts, adverts)
+    tiers = _tiers_sql(model_ids, now)
 
     models = []
     for entry in catalog:

@@ -165,18 +165,10 @@ def test_every_figure_of_the_hand_built_network_on_all_three_surfaces(network):
 
 
 @pytest.mark.postgres
-def test_the_python_path_gives_the_same_snapshot_as_the_database_path(network):
-    """On PostgreSQL the default path is percentile_disc; the Python fallback must agree."""
-    assert (snapshot.build_snapshot(T0, in_database=False)
-            == snapshot.build_snapshot(T0, in_database=True))
-
-
-@pytest.mark.postgres
 def test_percentile_disc_in_postgresql_gives_the_hand_built_figures(network):
-    built = snapshot.build_snapshot(T0, in_database=True)
+    built = snapshot.build_snapshot(T0)
     assert snapshot.slo_payload(built) == EXPECTED_SLO
     assert snapshot.stats_payload(built) == EXPECTED_STATS
-    assert built == snapshot.build_snapshot(T0, in_database=False)
 
 
 def test_a_host_last_seen_45_seconds_ago_is_online_and_46_is_not(network):

@@ -1,5 +1,6 @@
-"""Nearest-rank percentiles, in PostgreSQL (percentile_disc) and in Python (scans.stats.percentile),
-on the same cases: completion latencies from jobs and TTFT / TPS from host EWMAs."""
+"""The snapshot's percentiles come from PostgreSQL's percentile_disc; they must equal the
+project's one nearest-rank rule (scans.stats.percentile) on the same cases: completion latencies
+from jobs and TTFT / TPS from host EWMAs."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ CASES = {
     "hundred-random": [_rng.randint(1, 5000) for _ in range(100)],
     "odd-random": [_rng.randint(1, 90000) for _ in range(37)],
 }
-PATHS = [pytest.param(False, id="python"),
-         pytest.param(True, id="percentile_disc", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture
@@ -37,23 +36,21 @@ def teams_():
             teams.create_team("perc-buyer", "Perc Buyer", owner=make_user("perc-buyer")))
 
 
-@pytest.mark.parametrize("in_database", PATHS)
-def test_two_samples_100_and_300_give_p50_100_and_p95_300(teams_, in_database):
+def test_two_samples_100_and_300_give_p50_100_and_p95_300(teams_):
     operator, buyer = teams_
     make_model("m")
     for ms in (300, 100):
         make_job(buyer, "m", latency_ms=ms)
         make_host(operator, f"h{ms}", "edr", models=["m"], ttft=float(ms), tps=float(ms))
 
-    model = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]
+    model = snapshot.build_snapshot(T0)["models"][0]
 
     assert model["windows"]["7d"]["latency"] == {"p50_ms": 100, "p95_ms": 300}
     edr = next(t for t in model["tiers"] if t["tier"] == "edr")
     assert (edr["ttft_p50_ms"], edr["ttft_p95_ms"], edr["tps_p50"]) == (100, 300, 100.0)
 
 
-@pytest.mark.parametrize("in_database", PATHS)
-def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_, in_database):
+def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_):
     operator, buyer = teams_
     for name, samples in CASES.items():
         make_model(name)
@@ -62,7 +59,7 @@ def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_, in_databa
             make_host(operator, f"{name}-{i}", "software", models=[name], ttft=float(value),
                       tps=value / 10)
 
-    built = {m["id"]: m for m in snapshot.build_snapshot(T0, in_database=in_database)["models"]}
+    built = {m["id"]: m for m in snapshot.build_snapshot(T0)["models"]}
 
     for name, samples in CASES.items():
         latency = built[name]["windows"]["7d"]["latency"]
@@ -74,49 +71,37 @@ def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_, in_databa
         assert software["tps_p50"] == round(percentile(samples, 50) / 10, 1), name
 
 
-@pytest.mark.parametrize("in_database", PATHS)
-def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_, in_database):
+def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_):
     _, buyer = teams_
     make_model("m")
     make_job(buyer, "m", latency_ms=811.5)
     make_job(buyer, "m", latency_ms=812.4, settled_ago=timedelta(hours=2))
 
-    latency = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["windows"]["7d"]["latency"]
+    latency = snapshot.build_snapshot(T0)["models"][0]["windows"]["7d"]["latency"]
 
     assert latency == {"p50_ms": 812, "p95_ms": 812}
 
 
-@pytest.mark.parametrize("in_database", PATHS)
-def test_a_latency_of_days_keeps_its_microseconds(teams_, in_database):
+def test_a_latency_of_days_keeps_its_microseconds(teams_):
     _, buyer = teams_
     make_model("m")
     make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.5)  # three days and 500 µs: rounds up
     make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.499, settled_ago=timedelta(hours=2))
 
-    latency = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["windows"]["7d"]["latency"]
+    latency = snapshot.build_snapshot(T0)["models"][0]["windows"]["7d"]["latency"]
 
     assert latency == {"p50_ms": 3 * 86_400_000, "p95_ms": 3 * 86_400_000 + 1}
 
 
-@pytest.mark.parametrize("in_database", PATHS)
-def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_, in_database):
+def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_):
     operator, _ = teams_
     make_model("m")
     make_host(operator, "new", "none", models=["m"])
     make_host(operator, "ttft-only", "none", models=["m"], ttft=250.0)
 
-    none = snapshot.build_snapshot(T0, in_database=in_database)["models"][0]["tiers"][0]
+    none = snapshot.build_snapshot(T0)["models"][0]["tiers"][0]
 
     assert none == {"tier": "none", "hosts": 2, "ttft_p50_ms": 250, "ttft_p95_ms": 250, "tps_p50": None}
-
-
-def test_asking_for_database_percentiles_on_sqlite_is_refused(db, settings):
-    from django.db import connection
-
-    if connection.vendor == "postgresql":
-        pytest.skip("this checks the refusal on a database without percentile_disc")
-    with pytest.raises(ValueError, match="PostgreSQL"):
-        snapshot.build_snapshot(T0, in_database=True)
 
 
 @pytest.mark.postgres

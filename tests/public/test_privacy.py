@@ -64,9 +64,7 @@ def test_no_query_behind_any_surface_mentions_a_body_column(network):
         for url in URLS:
             assert Client().get(url).status_code == 200
         public_views.refresh()
-        snapshot.build_snapshot(T0, in_database=False)
-        if connection.vendor == "postgresql":
-            snapshot.build_snapshot(T0, in_database=True)
+        snapshot.build_snapshot(T0)
 
     job_queries = [q["sql"] for q in queries.captured_queries if "benchmarks_job" in q["sql"]]
     assert job_queries, "the snapshot reads the job table"
