@@ -23,6 +23,7 @@ from rest_framework.response import Response
 
 from scans import encryption, scanning
 from scans.endpoint_forms import apply_schedule
+from scans.endpoint_secrets import url_changes
 from scans.engine.plan import PlanError
 from scans.history import check_history
 from scans.models import (
@@ -108,6 +109,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         return value.rstrip("/")
 
     def validate(self, attrs):
+        self._check_url_changes(attrs)
         merged = {**self._current(), **attrs}
         try:
             candidate = Endpoint(**{k: v for k, v in merged.items()
@@ -116,6 +118,22 @@ class EndpointSerializer(serializers.ModelSerializer):
         except PlanError as exc:
             raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
         return attrs
+
+    def _check_url_changes(self, attrs) -> None:
+        """Stored secrets follow their URL's origin (scans/endpoint_secrets.py)."""
+        self._dropped = []
+        if self.instance is None:
+            return
+        request = self.context["request"]
+        changes = url_changes(
+            self.instance,
+            {name: attrs[name] for name in ("base_url", "webhook_url") if name in attrs},
+            {f"{name}_encrypted" for name in ("api_key", "webhook_secret") if name in attrs},
+            Access.for_request(request).can_manage(self.instance.team_id))
+        if changes.refused:
+            name, message = next(iter(changes.refused.items()))
+            raise exceptions.PermissionDenied(f"{name}: {message}")
+        self._dropped = changes.dropped
 
     def _current(self) -> dict:
         if self.instance is None:
@@ -146,6 +164,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     def update(self, instance, validated):
         validated.pop("team", None)  # an endpoint never moves between teams
         validated = self._encrypt_secrets(validated)
+        for guarded in self._dropped:  # the URL moved to another origin: its secret stays behind
+            validated[guarded.secret_field] = ""
         old_interval = instance.interval_minutes
         for name, value in validated.items():
             setattr(instance, name, value)

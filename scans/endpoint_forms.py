@@ -3,7 +3,9 @@
 Secrets (the API key, the webhook secret, the prompt sample) are accepted, encrypted and never
 rendered back: their inputs are password fields that do not echo a value, even when the form
 is shown again with errors, and the page only says whether one is stored. A blank secret field
-keeps what is stored; a "clear" box removes it.
+keeps what is stored; a "clear" box removes it. The webhook URL is write-only the same way (it
+often carries its own secret). Changing a URL whose secret is stored follows
+scans/endpoint_secrets.py: members are refused, and a new origin drops the secret.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.db import models
 from django.utils import timezone
 
 from scans import encryption, scanning
+from scans.endpoint_secrets import url_changes
 from scans.engine.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.engine.prompts import PromptsFileError, parse_prompts_text
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
@@ -25,6 +28,13 @@ __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
 
 MAX_PROMPT_SAMPLE_BYTES = 5 * 1024 * 1024
 MAX_SECRET_CHARS = 4000
+
+
+class WriteOnlyURLInput(forms.URLInput):
+    """A URL input that never renders a value back, stored or submitted."""
+
+    def format_value(self, value):
+        return None
 
 
 def _formfield(model_field, **kwargs):
@@ -54,6 +64,15 @@ class EndpointForm(forms.ModelForm):
         help_text="Signs alert webhooks (HMAC-SHA256). Write-only; leave blank to keep.")
     clear_webhook_secret = forms.BooleanField(label="Remove the stored webhook secret",
                                               required=False)
+    webhook_url = forms.URLField(
+        label="Alert webhook URL", required=False, max_length=500, assume_scheme="https",
+        widget=WriteOnlyURLInput(attrs={"autocomplete": "off"}),
+        error_messages={"invalid": "Expected an http(s) URL such as "
+                                   "https://hooks.example.com/tokvera."},
+        help_text="Write-only (it often carries its own secret): never shown again. Leave "
+                  "blank to keep the stored URL.")
+    clear_webhook_url = forms.BooleanField(label="Remove the stored webhook URL",
+                                           required=False)
 
     class Meta:
         model = Endpoint
@@ -62,7 +81,7 @@ class EndpointForm(forms.ModelForm):
             "name", "base_url", "model", "mode", "requests_per_level", "max_tokens",
             "timeout_s", "interval_minutes", "enabled", "price_input_per_mtok",
             "price_output_per_mtok", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
-            "slo_objective", "alert_email", "alert_after_errors", "webhook_url",
+            "slo_objective", "alert_email", "alert_after_errors",
         ]
         labels = {
             "base_url": "Base URL",
@@ -77,7 +96,6 @@ class EndpointForm(forms.ModelForm):
             "slo_objective": "SLO objective (share of scans)",
             "alert_email": "Email owners and admins on alerts",
             "alert_after_errors": "Alert after this many errored scans in a row",
-            "webhook_url": "Alert webhook URL",
         }
         help_texts = {
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
@@ -89,16 +107,17 @@ class EndpointForm(forms.ModelForm):
             "slo_objective": "0.9 means 90% of scans in a window must meet every target.",
         }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, can_manage: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.can_manage = can_manage  # owners and admins may move a URL with a stored secret
+        self._dropped = []  # the GuardedURLs whose secret a new origin removes
+        self.dropped_secrets: list[str] = []  # their labels, once saved
         self.fields["interval_minutes"].validators += [
             MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]
         self.fields["interval_minutes"].widget.attrs.update(
             min=MIN_INTERVAL_MINUTES, max=MAX_INTERVAL_MINUTES)
         self.fields["base_url"].error_messages["invalid"] = (
             "Expected an http(s) URL such as https://host/v1.")
-        self.fields["webhook_url"].error_messages["invalid"] = (
-            "Expected an http(s) URL such as https://hooks.example.com/tokvera.")
         self.fields["requests_per_level"].validators.append(MinValueValidator(1))
         self.fields["max_tokens"].validators.append(MinValueValidator(1))
         for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
@@ -110,6 +129,9 @@ class EndpointForm(forms.ModelForm):
             self.fields["api_key"].help_text = (
                 ("An API key is stored. " if self.instance.has_api_key else "No API key stored. ")
                 + self.fields["api_key"].help_text)
+            self.fields["webhook_url"].help_text = (
+                ("A webhook URL is stored. " if self.instance.webhook_url
+                 else "No webhook URL stored. ") + self.fields["webhook_url"].help_text)
 
     # -- fields ---------------------------------------------------------------------------------
     def clean_levels_text(self) -> list[int]:
@@ -174,6 +196,11 @@ class EndpointForm(forms.ModelForm):
         if cleaned.get("webhook_secret") and cleaned.get("clear_webhook_secret"):
             self.add_error("webhook_secret",
                            "Either give a new secret or remove the stored one, not both.")
+        if cleaned.get("webhook_url") and cleaned.get("clear_webhook_url"):
+            self.add_error("webhook_url", "Either give a new URL or remove the stored one, not both.")
+        if self.errors:
+            return cleaned
+        self._check_url_changes(cleaned)
         if self.errors:
             return cleaned
         candidate = Endpoint(
@@ -189,11 +216,34 @@ class EndpointForm(forms.ModelForm):
             raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
         return cleaned
 
+    def _new_webhook_url(self, cleaned) -> str:
+        if cleaned.get("clear_webhook_url"):
+            return ""
+        return cleaned.get("webhook_url") or self.instance.webhook_url  # blank keeps
+
+    def _check_url_changes(self, cleaned) -> None:
+        given = set()
+        if cleaned.get("api_key") or cleaned.get("clear_api_key"):
+            given.add("api_key_encrypted")
+        if cleaned.get("webhook_secret") or cleaned.get("clear_webhook_secret"):
+            given.add("webhook_secret_encrypted")
+        changes = url_changes(
+            self.instance,
+            {"base_url": cleaned["base_url"], "webhook_url": self._new_webhook_url(cleaned)},
+            given, self.can_manage)
+        for field_name, message in changes.refused.items():
+            self.add_error(field_name, message)
+        self._dropped = changes.dropped
+
     # -- saving ---------------------------------------------------------------------------------
     def save(self, commit: bool = True) -> Endpoint:
         endpoint = super().save(commit=False)
         cleaned = self.cleaned_data
         endpoint.levels = cleaned["levels_text"]
+        endpoint.webhook_url = self._new_webhook_url(cleaned)
+        for guarded in self._dropped:  # the URL moved to another origin
+            setattr(endpoint, guarded.secret_field, "")
+            self.dropped_secrets.append(guarded.secret_label)
         if cleaned.get("clear_api_key"):
             endpoint.api_key_encrypted = ""
         elif cleaned.get("api_key"):
@@ -215,7 +265,7 @@ class EndpointForm(forms.ModelForm):
         return endpoint
 
 
-FORM_EXTRA_FIELDS = ("levels", "api_key_encrypted", "webhook_secret_encrypted",
+FORM_EXTRA_FIELDS = ("levels", "api_key_encrypted", "webhook_url", "webhook_secret_encrypted",
                      "prompt_sample_encrypted", "next_scan_at")
 
 

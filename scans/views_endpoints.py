@@ -114,11 +114,16 @@ def endpoint_create(request, slug):
 def endpoint_edit(request, public_id):
     endpoint = _endpoint(request, public_id)
     require_write(request, endpoint)
-    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint)
+    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint,
+                        can_manage=Access.for_request(request).can_manage(endpoint.team_id))
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             form.save()
         messages.success(request, f"Endpoint {endpoint.name} saved.")
+        for label in form.dropped_secrets:
+            messages.warning(request, f"The stored {label} was removed because its URL now "
+                                      f"points at another server; enter it again if it "
+                                      f"belongs there.")
         return redirect("endpoint-detail", public_id=endpoint.public_id)
     if request.method == "POST":
         endpoint.refresh_from_db()  # the page shows what is stored, not the rejected input
