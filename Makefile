@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint install clean
+.PHONY: run serve test lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,19 +15,28 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# Web + worker + beat (exactly one beat) on the embedded defaults; Ctrl-C stops all three.
+# Web + worker + beat (exactly one beat) on the embedded defaults; Ctrl-C stops all of them.
+# Without DATABASE_URL, devservices starts the embedded PostgreSQL under var/postgres around it.
 run: install
+	$(BIN)/python -m tokvera_site.devservices run -- $(MAKE) --no-print-directory serve
+
+# What `run` runs once the database is up (also usable with your own DATABASE_URL).
+serve:
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py createcachetable
 	$(BIN)/python manage.py seed_demo
 	rm -rf var/prometheus && mkdir -p var/prometheus
 	DEBUG=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
 
+# The whole suite. Without DATABASE_URL, a throwaway embedded PostgreSQL and Redis are started
+# for it (and removed afterwards), so it runs exactly what CI runs.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	$(BIN)/python -m tokvera_site.devservices run --throwaway -- $(BIN)/pytest
 
 lint: install
 	$(BIN)/ruff check .
 
 clean:
+	-$(BIN)/python -m tokvera_site.devservices stop
 	rm -rf $(VENV) var

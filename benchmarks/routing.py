@@ -135,8 +135,6 @@ PASS_LOCK_WAIT_MS = 200  # a lease call waits at most this long for a running pa
 
 
 def _take_pass_lock(wait: bool) -> bool:
-    if connection.vendor != "postgresql":
-        return True  # SQLite serialises writers on its own
     with connection.cursor() as cursor:
         if not wait:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])

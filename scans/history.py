@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.db import NotSupportedError, connection
 from django.db.models import (
     Avg,
     BigIntegerField,
@@ -43,9 +42,8 @@ from django.db.models import (
     Sum,
     Value,
     When,
-    Window,
 )
-from django.db.models.functions import Cast, RowNumber
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from scans import scoring
@@ -70,9 +68,8 @@ _STATUS_ORDER = ("fail", "warn", "pass", scoring.INSUFFICIENT_EVIDENCE, "preview
 class _TimeBucket(Func):
     """floor((epoch seconds of `expression`) - since_epoch) / width): the bucket index.
 
-    Written per database because neither SQLite nor PostgreSQL has a portable "seconds since
-    the epoch" that Django exposes. Rows are filtered to [since, until], so the dividend is
-    never negative and SQLite's CAST (which truncates) is a floor there.
+    Written in PostgreSQL's terms (EXTRACT(EPOCH …)): Django exposes no portable "seconds
+    since the epoch". Rows are filtered to [since, until], so the dividend is never negative.
     """
 
     output_field = BigIntegerField()
@@ -80,18 +77,7 @@ class _TimeBucket(Func):
     def __init__(self, expression, since_epoch: float, width_s: int):
         super().__init__(expression, Value(float(since_epoch)), Value(float(width_s)))
 
-    def as_sql(self, compiler, connection, **extra):  # pragma: no cover - other databases
-        raise NotSupportedError(f"history downsampling is not written for {connection.vendor}")
-
-    def as_sqlite(self, compiler, connection, **extra):
-        field_sql, field_params = compiler.compile(self.source_expressions[0])
-        since_sql, since_params = compiler.compile(self.source_expressions[1])
-        width_sql, width_params = compiler.compile(self.source_expressions[2])
-        sql = (f"CAST((((julianday({field_sql}) - 2440587.5) * 86400.0) - {since_sql}) "
-               f"/ {width_sql} AS INTEGER)")
-        return sql, (*field_params, *since_params, *width_params)
-
-    def as_postgresql(self, compiler, connection, **extra):
+    def as_sql(self, compiler, connection, **extra):
         field_sql, field_params = compiler.compile(self.source_expressions[0])
         since_sql, since_params = compiler.compile(self.source_expressions[1])
         width_sql, width_params = compiler.compile(self.source_expressions[2])
@@ -320,26 +306,15 @@ def _latest_rows_postgresql(endpoints, team_ids, n: int):
 def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[GradePoint]]:
     """The last `n` succeeded scans of each endpoint, oldest first, keyed by endpoint id.
 
-    One query for all endpoints (no N+1): on PostgreSQL an array subquery per endpoint reads
-    its newest `n` scans off the index; elsewhere a window function numbers each endpoint's
-    scans from the newest and keeps the first `n`. Endpoints without a scan map to [].
+    One query for all endpoints (no N+1): an array subquery per endpoint reads its newest `n`
+    scans off the index. Endpoints without a scan map to [].
     """
     endpoints = list(endpoints)
     result: dict[int, list[GradePoint]] = {e.pk: [] for e in endpoints}
     if not endpoints or n < 1:
         return result
     team_ids = {e.team_id for e in endpoints}
-    if connection.vendor == "postgresql":
-        rows = _latest_rows_postgresql(endpoints, team_ids, n)
-    else:
-        rows = (
-            scoped_to_teams(Scan, team_ids)
-            .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
-            .annotate(rank=Window(RowNumber(), partition_by=[F("endpoint_id")],
-                                  order_by=[F("queued_at").desc(), F("pk").desc()]))
-            .filter(rank__lte=n)
-            .values(*_LATEST_FIELDS)
-        )
+    rows = _latest_rows_postgresql(endpoints, team_ids, n)
     for r in rows:
         points = _float(r["points"])
         result[r["endpoint_id"]].append(GradePoint(

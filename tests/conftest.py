@@ -1,8 +1,9 @@
-"""Shared test helpers: factories for users, teams and tokens, and service markers.
+"""Shared test helpers: factories for users, teams and tokens, and the `redis` marker.
 
-Tests marked `postgres` or `redis` need those services; on the SQLite default they are
-skipped with the reason. CI sets TOKVERA_REQUIRE_SERVICES=1, which turns such a skip into
-a failure, so CI can never pass by silently skipping them.
+The suite always runs on PostgreSQL (`make test` starts a throwaway embedded one when
+DATABASE_URL is unset, and a throwaway Redis with it). Tests marked `redis` need a Redis broker;
+a bare `pytest` without one skips them with the reason, and TOKVERA_REQUIRE_SERVICES=1 (set by
+.ci/run) turns such a skip into a failure, so CI can never pass by silently skipping them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -21,10 +23,6 @@ from scans import teams
 from scans.models import Membership, Role, Team
 
 REQUIRE_SERVICES = os.environ.get("TOKVERA_REQUIRE_SERVICES") == "1"
-
-
-def _uses_postgres() -> bool:
-    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 
 def _redis_url() -> str | None:
@@ -53,19 +51,37 @@ def pytest_configure(config):
             "data_folder_in": folder, "data_folder_out": folder,
             "control_folder": folder, "store_processed": False,
         }
-    # The manifest storage needs `collectstatic`; tests serve the files as they are.
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
 
 
 @pytest.fixture(autouse=True)
 def _service_markers(request):
-    if request.node.get_closest_marker("postgres") and not _uses_postgres():
-        _skip_or_fail("needs PostgreSQL semantics; DATABASE_URL points at SQLite")
     if request.node.get_closest_marker("redis") and _redis_url() is None:
         _skip_or_fail("needs a Redis broker; set CELERY_BROKER_URL=redis://127.0.0.1:6379/N")
+
+
+def scratch_database(prefix: str) -> str:
+    """A new, empty database on the test PostgreSQL server, for a test whose site runs in
+    other processes (gunicorn, workers); its URL. Dropped at the end of the session."""
+    import atexit
+
+    import psycopg
+    from django.db import connection
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = {**connection.get_connection_params(), "dbname": "postgres", "autocommit": True}
+    with psycopg.connect(**admin) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop():
+        with psycopg.connect(**admin) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    atexit.register(drop)
+    params = connection.settings_dict
+    host = quote(params["HOST"] or "", safe="")
+    port = f":{params['PORT']}" if params["PORT"] else ""
+    password = f":{quote(params['PASSWORD'], safe='')}" if params["PASSWORD"] else ""
+    return f"postgres://{quote(params['USER'] or '', safe='')}{password}@{host}{port}/{name}"
 
 
 def free_port() -> int:

@@ -6,15 +6,17 @@ one line that names the variable and says what it expects (ConfigError).
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
+# Local state (generated keys, the embedded database, the embedded broker, collected static files).
+VAR_DIR = Path(os.environ.get("TOKVERA_VAR_DIR") or BASE_DIR / "var").resolve()
 
 
 class ConfigError(Exception):
@@ -23,9 +25,13 @@ class ConfigError(Exception):
 
 env = environ.Env()
 
-DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
-BROKER_SCHEMES = ("filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp", "sqla+sqlite")
-CACHE_SCHEMES = ("locmemcache", "redis", "rediss", "dummycache")
+DATABASE_SCHEMES = ("postgres", "postgresql", "pgsql")
+BROKER_SCHEMES = ("filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp")
+# The cache is shared by every process (web, worker, beat, commands): the database by default,
+# Redis when CACHE_URL says so. A per-process memory cache would split rate limits, build locks
+# and the public snapshot between processes.
+CACHE_SCHEMES = ("dbcache", "redis", "rediss")
+DEFAULT_CACHE_URL = "dbcache://tokvera_cache"
 
 
 def _without_password(url: str) -> str:
@@ -54,22 +60,35 @@ def _parse(name: str, parser, expects: str, **kwargs):
         raise ConfigError(f"{name}={raw!r} is not valid: expected {expects}") from exc
 
 
+def _embedded_database_url() -> str:
+    """The embedded PostgreSQL under var/ that `make run` starts (tokvera_site.devservices)."""
+    from tokvera_site.devservices import DATABASE_NAME, DEFAULT_DATA_DIR, EmbeddedPostgres, ServiceError
+
+    try:
+        return EmbeddedPostgres(DEFAULT_DATA_DIR).url(DATABASE_NAME)
+    except ServiceError:
+        raise ConfigError(
+            "DATABASE_URL is not set and the embedded PostgreSQL (var/postgres) is not running: "
+            "start the site with `make run`, or set DATABASE_URL=postgres://USER@HOST:PORT/DB"
+        ) from None
+
+
 def database() -> dict:
-    url = _url_with_scheme(
-        "DATABASE_URL", f"sqlite:///{VAR_DIR / 'tokvera.sqlite3'}", DATABASE_SCHEMES
-    )
+    raw = env.str("DATABASE_URL", default="").strip()
+    if raw.startswith("sqlite"):
+        raise ConfigError(
+            f"DATABASE_URL={raw!r} is not valid: SQLite is not supported; expected a postgres:// URL "
+            "(or leave DATABASE_URL unset to use the embedded PostgreSQL of `make run`)"
+        )
+    url = _url_with_scheme("DATABASE_URL", raw or _embedded_database_url(), DATABASE_SCHEMES)
     try:
         config = env.db_url_config(url)
     except Exception as exc:  # django-environ raises several kinds here
         raise ConfigError(f"DATABASE_URL is not valid: {exc}") from exc
-    if config["ENGINE"].endswith("postgresql"):
-        config["CONN_MAX_AGE"] = _parse(
-            "DB_CONN_MAX_AGE", env.int, "a whole number of seconds", default=60
-        )
-        config["CONN_HEALTH_CHECKS"] = True
-    else:
-        # SQLite: wait for a writer rather than failing with "database is locked".
-        config.setdefault("OPTIONS", {})["timeout"] = 20
+    # A Unix socket folder is written percent-encoded in the URL's host (libpq's convention).
+    config["HOST"] = unquote(config.get("HOST") or "")
+    config["CONN_MAX_AGE"] = _parse("DB_CONN_MAX_AGE", env.int, "a whole number of seconds", default=60)
+    config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
@@ -78,7 +97,7 @@ def broker_url() -> str:
 
 
 def cache() -> dict:
-    url = _url_with_scheme("CACHE_URL", "locmemcache://tokvera", CACHE_SCHEMES)
+    url = _url_with_scheme("CACHE_URL", DEFAULT_CACHE_URL, CACHE_SCHEMES)
     try:
         return env.cache_url_config(url)
     except Exception as exc:

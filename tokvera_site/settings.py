@@ -87,11 +87,15 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
+# Hashed, compressed file names once `collectstatic` has written its manifest (production, see
+# docs/operations.md); until then the files are served as they are, so every page and command
+# works on a fresh clone with DEBUG off.
+_HAS_MANIFEST = (STATIC_ROOT / "staticfiles.json").exists()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        if not DEBUG  # noqa: F821 - set by _load() above
+        if _HAS_MANIFEST and not DEBUG  # noqa: F821 - set by _load() above
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
@@ -160,6 +164,16 @@ if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821 - set by _load()
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Scans (scans/scanning.py; docs/operations.md). A running scan touches its row every
+# SCAN_HEARTBEAT_S; the reaper errors one silent for SCAN_STALE_AFTER_S (its worker died) and
+# frees its origin. A scan whose origin is busy stays queued and is sent again once
+# SCAN_ORIGIN_BUSY_RETRY_S have passed (by the beat's next run). A finished report waits in the
+# worker up to SCAN_STORE_RETRY_S for an unreachable database.
+SCAN_HEARTBEAT_S = 15
+SCAN_STALE_AFTER_S = 90
+SCAN_ORIGIN_BUSY_RETRY_S = 30
+SCAN_STORE_RETRY_S = 300
 
 LOGGING = {
     "version": 1,

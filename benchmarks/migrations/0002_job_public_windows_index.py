@@ -1,4 +1,4 @@
-"""A covering index for the public benchmark snapshot (benchmarks/snapshot.py), PostgreSQL only.
+"""A covering index for the public benchmark snapshot (benchmarks/snapshot.py).
 
 The snapshot reads, per active model, every job settled in the last 30 days: its status, when
 it was submitted and when it completed. With those columns in the index (INCLUDE), PostgreSQL
@@ -7,9 +7,8 @@ instead of reading the whole job table, whose rows also carry the request and re
 364 MB instead of 3.5 GB at 5 million jobs (tests/perf/bench_public.py).
 
 It is created CONCURRENTLY, so a deploy does not block writes to the job table while it builds
-(hence a non-atomic migration). SQLite, used in development and tests, has no INCLUDE and does
-not need it. It lives outside the model state on purpose: the model's indexes describe what
-every backend gets; this one is a PostgreSQL access path for one query.
+(hence a non-atomic migration). It lives outside the model state on purpose: the model's indexes
+describe the data; this one is an access path for one query.
 """
 
 from django.db import migrations
@@ -18,8 +17,6 @@ INDEX = "job_public_windows_idx"
 
 
 def create(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(
         f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INDEX} ON benchmarks_job "
         "(model_id, settled_at) INCLUDE (status, created_at, completed_at) "
@@ -28,8 +25,6 @@ def create(apps, schema_editor):
 
 
 def drop(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
 
 

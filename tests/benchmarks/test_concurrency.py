@@ -17,7 +17,7 @@ from benchmarks.models import Host, Job, JobStatus
 from tests.benchmarks.conftest import build_net, make_catalog
 from tests.conftest import bearer
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _in_thread(fn):

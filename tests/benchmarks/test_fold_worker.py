@@ -19,7 +19,7 @@ from tests.benchmarks.conftest import build_net, make_catalog
 from tokvera_site.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

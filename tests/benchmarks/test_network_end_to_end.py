@@ -1,4 +1,5 @@
-"""A whole network on one machine: the site under gunicorn (temporary SQLite file), three
+"""A whole network on one machine: the site under gunicorn (a database of its own on the test
+PostgreSQL server), three
 `tokvera target` upstreams of different speeds, three `tokvera host-agent` processes, jobs
 submitted over HTTP; then the settled counts and each host's EWMAs, folded exactly once, and a
 coordinator restart the agents live through. A fourth agent, whose upstream answers every
@@ -7,7 +8,6 @@ request with HTTP 500, fails its jobs with that reason and keeps running. All on
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,10 +15,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from scans.stats import ewma
-from tests.conftest import free_port
+from tests.conftest import free_port, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "e2e-q4"
@@ -83,22 +84,23 @@ class Site:
             yield
 
 
-def _rows(db: Path, sql: str, *params):
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=20) as conn:
+def _rows(db: str, sql: str, *params):
+    with psycopg.connect(db) as conn:
         return conn.execute(sql, params).fetchall()
 
 
 def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
-    db = tmp_path / "network.sqlite3"
+    db = scratch_database("e2e")
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{db}",
-        "CACHE_URL": "locmemcache://e2e",
+        "DATABASE_URL": db,
+        "CACHE_URL": "dbcache://tokvera_cache",
         "CELERY_BROKER_URL": "filesystem://",
         "SECRET_KEY": "e2e-" + "k" * 40,
         "DEBUG": "0",
     }
     _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "createcachetable")
     _manage(env, "createteam", "ops", "--owner", "ops@example.test")
     _manage(env, "createteam", "buyers", "--owner", "buyer@example.test")
     buyer_token = _manage(env, "createtoken", "--team", "buyers", "--scope", "read-write").strip()
@@ -184,7 +186,7 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
     assert flaky[3] == pytest.approx(0.5 * 0.9 ** 3)  # but each lowers reputation
     for name, (host_id, ttft, tps, reputation, gpu) in hosts.items():
         samples = _rows(db, "SELECT ttft_ms, completion_tokens, elapsed_ms FROM benchmarks_job "
-                            "WHERE host_id = ? AND status = 'completed' ORDER BY settled_at, id",
+                            "WHERE host_id = %s AND status = 'completed' ORDER BY settled_at, id",
                         host_id)
         served += len(samples)
         assert gpu == f"{name} GPU"

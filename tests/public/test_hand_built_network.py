@@ -164,7 +164,6 @@ def test_every_figure_of_the_hand_built_network_on_all_three_surfaces(network):
     assert '"success_rate": 0.8,' in slo_text and '"success_rate": 0.666667,' in slo_text
 
 
-@pytest.mark.postgres
 def test_percentile_disc_in_postgresql_gives_the_hand_built_figures(network):
     built = snapshot.build_snapshot(T0)
     assert snapshot.slo_payload(built) == EXPECTED_SLO

@@ -104,7 +104,6 @@ def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_):
     assert none == {"tier": "none", "hosts": 2, "ttft_p50_ms": 250, "ttft_p95_ms": 250, "tps_p50": None}
 
 
-@pytest.mark.postgres
 def test_postgresql_has_the_covering_index_the_job_windows_query_reads(db):
     from django.db import connection
 

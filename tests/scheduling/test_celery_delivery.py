@@ -26,7 +26,7 @@ from tests.factories import make_endpoint
 from tokvera_site.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
 def _start_worker(concurrency: int = 2) -> subprocess.Popen:

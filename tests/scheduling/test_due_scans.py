@@ -63,7 +63,6 @@ def test_a_scan_waiting_for_a_busy_origin_is_not_reaped_but_a_lost_one_is(world)
     assert lost.status == ScanStatus.ERRORED and "no worker picked" in lost.error_reason
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_beats_racing_make_one_scan_per_slot(world):
     endpoints = [make_endpoint(world.team, name=f"e{i}",
@@ -87,7 +86,6 @@ def test_two_beats_racing_make_one_scan_per_slot(world):
     assert Scan.dangerously_unscoped.filter(endpoint__in=endpoints).count() == len(endpoints)
 
 
-@pytest.mark.postgres
 def test_the_due_finder_uses_the_partial_index_on_postgres(world):
     with connection.cursor() as cursor:
         cursor.execute("SET enable_seqscan = off")

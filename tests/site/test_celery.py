@@ -62,7 +62,6 @@ def test_a_countdown_at_or_past_the_visibility_timeout_is_refused():
 
 
 @pytest.mark.redis
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_runs_a_task_sent_through_redis():
     expired = Invitation.dangerously_unscoped.create(

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(**env_overrides) -> subprocess.CompletedProcess:
+    # The test database's server stays; everything else falls back to its default.
     env = {k: v for k, v in os.environ.items() if k not in {
-        "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DEBUG", "SECRET_KEY"}}
+        "CELERY_BROKER_URL", "CACHE_URL", "DEBUG", "SECRET_KEY"}}
     env.update(env_overrides)
     code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
     return subprocess.run(
@@ -27,7 +28,9 @@ def _start(**env_overrides) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("variable", "value", "expects"),
     [
-        ("DATABASE_URL", "mysql://root@localhost/x", "scheme is one of sqlite, postgres"),
+        ("DATABASE_URL", "mysql://root@localhost/x", "scheme is one of postgres"),
+        ("DATABASE_URL", "sqlite:///var/tokvera.sqlite3",
+         "SQLite is not supported; expected a postgres:// URL"),
         ("DATABASE_URL", "not a url", "scheme is one of"),
         ("CELERY_BROKER_URL", "kafka://localhost", "scheme is one of filesystem, redis"),
         ("CACHE_URL", "memcache://localhost", "scheme is one of"),
@@ -71,3 +74,29 @@ def test_postgres_url_selects_psycopg_backend():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.split() == ["django.db.backends.postgresql", "somedb", "127.0.0.1", "5432"]
+
+
+def test_without_database_url_and_no_embedded_server_the_site_says_how_to_start_one(tmp_path):
+    result = _start(DATABASE_URL="", TOKVERA_VAR_DIR=str(tmp_path))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "embedded PostgreSQL" in line and "make run" in line and "DATABASE_URL" in line
+
+
+def test_a_unix_socket_folder_in_the_url_reaches_psycopg_decoded():
+    code = "from tokvera_site import config; print(config.database()['HOST'])"
+    env = {**os.environ, "DATABASE_URL": "postgres://postgres@%2Fsrv%2Fpg%20run/tokvera"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "/srv/pg run"
+
+
+def test_the_default_cache_is_shared_through_the_database():
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.CACHES['default']['BACKEND'])")
+    out = _start()
+    assert out.returncode == 0, out.stderr
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**{k: v for k, v in os.environ.items() if k != "CACHE_URL"},
+                                           "DJANGO_SETTINGS_MODULE": "tokvera_site.settings"})
+    assert done.stdout.strip() == "django.core.cache.backends.db.DatabaseCache", done.stderr
