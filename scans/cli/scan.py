@@ -102,7 +102,7 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         self._progress.stop()
 
-    def __call__(self, level: int, completed: int, total: int) -> None:
+    def __call__(self, level: int, completed: int, total: int, record: object = None) -> None:
         task = self._tasks.get(level)
         if task is None:
             task = self._tasks[level] = self._progress.add_task("", total=total, level=level)

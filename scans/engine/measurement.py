@@ -238,6 +238,9 @@ class Measurement:
     loop_lag_threshold_ms: float
     origin_time: float   # perf_counter at the start: timelines are relative to it
     scanner: dict = field(default_factory=dict)
+    #: The /models answer and the probe request (``preflight.Preflight``); None in
+    #: measurements built without one.
+    preflight: object | None = None
 
     @property
     def all_requests(self) -> list[RequestRecord]:

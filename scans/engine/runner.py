@@ -36,6 +36,7 @@ import httpx
 
 from .measurement import LevelResult, Measurement, RequestRecord
 from .plan import ScanPlan
+from .preflight import run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .sse import SSEDecoder
 from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
@@ -68,9 +69,9 @@ DONE_GRACE_S = 1.0
 #: How much of an error body is kept as the failure's detail.
 ERROR_DETAIL_BYTES = 512
 
-#: ``progress(concurrency, completed, total)``: called when a level starts (completed 0) and
-#: after each of its requests ends.
-ProgressCallback = Callable[[int, int, int], None]
+#: ``progress(concurrency, completed, total, record)``: called when a level starts (completed 0,
+#: record None) and after each of its requests ends (with that request's record).
+ProgressCallback = Callable[[int, int, int, RequestRecord | None], None]
 
 TOOL_NAME = "tokvera-scan"
 
@@ -129,7 +130,7 @@ class _Scan:
         pending = iter(records)
         completed = 0
         if self.progress:
-            self.progress(concurrency, 0, total)
+            self.progress(concurrency, 0, total, None)
 
         async def worker() -> None:
             nonlocal completed
@@ -137,7 +138,7 @@ class _Scan:
                 await self.request(record)
                 completed += 1
                 if self.progress:
-                    self.progress(concurrency, completed, total)
+                    self.progress(concurrency, completed, total, record)
 
         monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
         cpu_start = time.process_time()
@@ -414,8 +415,10 @@ async def run_scan_async(
     transport: httpx.AsyncBaseTransport | None = None,
     connect_guard: ConnectGuard | None = None,
     lag_threshold_ms: float = LOOP_LAG_THRESHOLD_MS,
+    preflight_only: bool = False,
 ) -> Measurement:
-    """Run every level of `plan` and return what was measured.
+    """Run the preflight (``preflight.run_preflight``), then every level of `plan` unless the
+    preflight stopped the scan or `preflight_only`; return what was measured.
 
     `transport`: an httpx transport to send everything through (the load, the /metrics probe,
     the DCGM exporter). By default a ``ScanTransport``; `connect_guard(host, port, ip)` is
@@ -435,17 +438,26 @@ async def run_scan_async(
                                  headers=_client_headers(plan)) as client:
         scan = _Scan(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport))
-        sampler = GpuSampler(client, dcgm_url=plan.dcgm_url, target_host=plan.host,
-                             use_nvidia_smi=plan.use_nvidia_smi)
-        sampler.start()
+        preflight = await run_preflight(scan)
         levels: list[LevelResult] = []
-        try:
-            for concurrency in plan.levels:
-                sampler.level = concurrency
-                levels.append(await scan.run_level(concurrency, plan.requests_at(concurrency)))
-        finally:
-            gpu = await sampler.stop()
-        metrics = await probe_metrics(client, plan.origin, timeout=min(plan.timeout_s, 10.0))
+        if preflight.stopped or preflight_only:
+            levels, gpu = preflight.without_load(lag_threshold_ms)
+        else:
+            sampler = GpuSampler(client, dcgm_url=plan.dcgm_url, target_host=plan.host,
+                                 use_nvidia_smi=plan.use_nvidia_smi)
+            sampler.start()
+            try:
+                for concurrency in plan.levels:
+                    sampler.level = concurrency
+                    levels.append(await scan.run_level(concurrency,
+                                                       plan.requests_at(concurrency)))
+            finally:
+                gpu = await sampler.stop()
+        if preflight.server_answered and not preflight_only:
+            metrics = await probe_metrics(client, plan.origin,
+                                          timeout=min(plan.timeout_s, 10.0))
+        else:
+            metrics = preflight.metrics_not_probed(plan.origin)
     finished_at = _now_iso()
     records = [r for level in levels for r in level.requests]
     cost = cost_per_1000_requests(records, plan.price_input_per_mtok,
@@ -462,6 +474,7 @@ async def run_scan_async(
         cost=cost,
         loop_lag_threshold_ms=lag_threshold_ms,
         origin_time=origin_time,
+        preflight=preflight,
         scanner={
             "tool": TOOL_NAME,
             "version": _tool_version(),
@@ -518,6 +531,7 @@ def run_scan(
     lag_threshold_ms: float = LOOP_LAG_THRESHOLD_MS,
     use_uvloop: bool | None = None,
     tune_gc: bool = True,
+    preflight_only: bool = False,
 ) -> Measurement:
     """Synchronous wrapper of `run_scan_async` on a fresh event loop (uvloop when installed,
     unless `use_uvloop` is False). Must not be called from a running event loop.
@@ -527,4 +541,5 @@ def run_scan(
     with _gc_tuned(tune_gc), asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
         return runner.run(run_scan_async(plan, progress, transport=transport,
                                          connect_guard=connect_guard,
-                                         lag_threshold_ms=lag_threshold_ms))
+                                         lag_threshold_ms=lag_threshold_ms,
+                                         preflight_only=preflight_only))
