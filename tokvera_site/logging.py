@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import re
 
-# API tokens (tkv_…), host tokens (tkh_…), bearer headers and password fields.
+# API tokens (tkv_…), host tokens (tkh_…), Authorization values (any scheme), bare bearer
+# credentials, password fields and invitation links (whose path is the invitation's secret).
 _SECRET_PATTERNS = [
     re.compile(r"\btk[vh]_[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?bearer\s+)[^\s'\",]+"),
+    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?(?:[a-z]+\s+)?)[^\s'\",}\]]+"),
+    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{6,}"),
     re.compile(r"(?i)(password['\"]?\s*[:=]\s*['\"]?)[^\s'\",&]+"),
+    re.compile(r"(/invites/)[A-Za-z0-9_\-]{16,}"),
 ]
 
 
