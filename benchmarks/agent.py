@@ -5,7 +5,8 @@
 
 The agent heartbeats every 15 s (the coordinator says how often), asks for leases, runs each
 job as a streaming chat completion against its upstream and reports `complete` (TTFT at the
-first non-empty content, completion tokens from the server's usage, elapsed time) or `fail`.
+first output token of any kind, thinking included, completion tokens from the server's usage,
+elapsed time; read by the scanner's stream parser, scans/engine/stream.py) or `fail`.
 Coordinator restarts and upstream errors are met with backoff, never a crash; reports are
 retried until the coordinator answers (completion is idempotent there, so a retry is safe).
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from scans.engine.sse import SSEDecoder
+from scans.engine.stream import StreamParser, classify_end
 
 __all__ = ["AgentConfig", "Agent", "Outcome", "run_upstream", "add_arguments", "run"]
 
@@ -58,7 +59,11 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one upstream run measured. `reason` is set when the job must be reported failed."""
+    """What one upstream run measured. `reason` is set when the job must be reported failed.
+
+    `ttft_ms` is the time to the first output token of any kind (thinking included), the same
+    time the scanner grades; `first_answer_ms` the time to the first answer token. Both from
+    the moment the request body was written."""
 
     ttft_ms: float | None
     completion_tokens: int
@@ -67,6 +72,9 @@ class Outcome:
     finish_reason: str | None
     usage_reported: bool
     reason: str | None = None
+    first_answer_ms: float | None = None
+    thinking_chunks: int = 0
+    reasoning_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,7 +101,9 @@ class Backoff:
 
 async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job: dict,
                        timeout_s: float = 300.0) -> Outcome:
-    """Stream one chat completion and measure it. Never raises for upstream trouble."""
+    """Stream one chat completion and measure it with the scanner's stream parser
+    (``scans.engine.stream``), so a job's figures mean what a scan's do. Never raises for
+    upstream trouble."""
     body = {
         "model": model,
         "messages": job["messages"],
@@ -102,59 +112,65 @@ async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job
         "stream_options": {"include_usage": True},
     }
     url = upstream.rstrip("/") + "/chat/completions"
-    parts: list[str] = []
-    ttft_ms = None
-    usage_tokens = None
-    content_chunks = 0
-    finish_reason = None
+    parser = StreamParser(keep_text=True)
     started = time.perf_counter()
+    written: list[float] = []
 
-    def outcome(reason: str | None = None) -> Outcome:
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        tokens = usage_tokens if usage_tokens is not None else content_chunks
-        return Outcome(ttft_ms=ttft_ms, completion_tokens=tokens, elapsed_ms=elapsed_ms,
-                       content="".join(parts), finish_reason=finish_reason,
-                       usage_reported=usage_tokens is not None, reason=reason)
+    async def trace(name: str, info: dict) -> None:
+        if name == "http11.send_request_body.complete":
+            written.append(time.perf_counter())
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", url, json=body) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    return outcome(f"upstream answered HTTP {response.status_code}")
-                decoder = SSEDecoder()
-                done = False
-                async for raw in response.aiter_raw():
-                    for data in decoder.feed(raw):
-                        if data.strip() == b"[DONE]":
-                            done = True
-                            break
-                        try:
-                            chunk = json.loads(data)
-                        except ValueError:
-                            return outcome("upstream sent an event that is not JSON")
-                        if not isinstance(chunk, dict):
-                            continue
-                        for choice in chunk.get("choices") or ():
-                            delta = choice.get("delta") or {}
-                            text = delta.get("content")
-                            if isinstance(text, str) and text:
-                                if ttft_ms is None:  # the first non-empty content, not a role chunk
-                                    ttft_ms = (time.perf_counter() - started) * 1000
-                                parts.append(text)
-                                content_chunks += 1
-                            if choice.get("finish_reason"):
-                                finish_reason = choice["finish_reason"]
-                        usage = chunk.get("usage")
-                        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                            usage_tokens = usage["completion_tokens"]
-                    if done:
-                        break
+            reason = await _read_upstream(client, url, body, parser, trace)
     except TimeoutError:
-        return outcome(f"upstream did not finish within {timeout_s:.0f} s")
+        reason = f"upstream did not finish within {timeout_s:.0f} s"
     except httpx.HTTPError as exc:
-        return outcome(f"upstream error: {type(exc).__name__}: {exc}"[:180])
-    return outcome()
+        reason = f"upstream error: {type(exc).__name__}: {exc}"
+    return _outcome(parser, started, written[0] if written else started, reason)
+
+
+async def _read_upstream(client: httpx.AsyncClient, url: str, body: dict,
+                         parser: StreamParser, trace: Callable) -> str | None:
+    """Read the stream into `parser`; the failure reason, or None for a reply."""
+    async with client.stream("POST", url, json=body, extensions={"trace": trace}) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return f"upstream answered HTTP {response.status_code}"
+        sse = "event-stream" in response.headers.get("content-type", "")
+        decoder = SSEDecoder()
+        tally = parser.tally
+        async for raw in response.aiter_raw():
+            parser.feed(decoder.feed(raw), time.perf_counter())
+            if decoder.oversized:
+                return f"upstream sent an SSE event over {decoder.max_line} bytes"
+            if tally.stream_error is not None or tally.done_at is not None:
+                break  # the outcome is known; the end of the body is not awaited
+        else:
+            parser.feed(decoder.flush(), time.perf_counter())
+    failure = classify_end(tally, events_seen=decoder.events_seen, sse=sse)
+    return None if failure is None else f"{failure[0]}: {failure[1]}"
+
+
+def _outcome(parser: StreamParser, started: float, written: float,
+             reason: str | None) -> Outcome:
+    tally = parser.tally
+
+    def since_written_ms(moment: float | None) -> float | None:
+        return None if moment is None else max(0.0, (moment - written) * 1000)
+
+    return Outcome(
+        ttft_ms=since_written_ms(tally.first_output_at),
+        completion_tokens=tally.output_units,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        content="".join(parser.answer_text or ()),
+        finish_reason=tally.finish_reason,
+        usage_reported=tally.reported_usage,
+        reason=None if reason is None else reason[:180],
+        first_answer_ms=since_written_ms(tally.first_answer_at),
+        thinking_chunks=tally.thinking_chunks,
+        reasoning_tokens=tally.reasoning_tokens,
+    )
 
 
 # --- the agent -------------------------------------------------------------------------------
@@ -324,7 +340,10 @@ class Agent:
                 "completion_tokens": outcome.completion_tokens,
                 "elapsed_ms": outcome.elapsed_ms,
                 "result": {"content": outcome.content, "finish_reason": outcome.finish_reason,
-                           "usage_reported": outcome.usage_reported},
+                           "usage_reported": outcome.usage_reported,
+                           "first_answer_ms": outcome.first_answer_ms,
+                           "thinking_chunks": outcome.thinking_chunks,
+                           "reasoning_tokens": outcome.reasoning_tokens},
             })
             if answer is not None and answer.status_code == 400:
                 # The coordinator found the figures implausible; say so rather than drop the job.

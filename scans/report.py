@@ -21,7 +21,7 @@ from typing import Any
 
 from scans import scoring
 from scans.checks import check_values, generation_rate_basis
-from scans.engine.measurement import LevelResult, Measurement
+from scans.engine.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
 from scans.engine.plan import ScanPlan
 from scans.engine.prompts import PromptSample
 from scans.stats import percentile
@@ -41,6 +41,12 @@ REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sam
                       "actually reached the model (for example, exported after any gateway "
                       "cache).")
 _TIMELINE_LIMIT = 2000  # per level: raw per-request timelines kept in report.json
+#: What the graded ``ttft_*`` checks read (issue 15; DECISIONS.md, "Reasoning models").
+TTFT_BASIS = {
+    "graded": GRADED_TTFT,
+    "text": ("time to first token = time to the first output token of any kind (thinking "
+             "included); the time to the first answer token is reported beside it"),
+}
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -68,7 +74,10 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
         "failure_examples": level.failure_examples,
         "retried": sum(1 for r in level.requests if r.retried),
         "usage_reported": sum(1 for r in succeeded if r.reported_usage),
-        "ttft_ms": _percentiles(ttft),
+        "ttft_ms": _percentiles(ttft),  # the graded time: see measurements.ttft_basis
+        "time_to_first_answer_ms": _percentiles(level.first_answer_samples_ms()),
+        "thinking_ms": _percentiles(level.thinking_samples_ms()),
+        "output": level.output_shares(),
         "chunk_gap_ms": _percentiles(gaps),
         "generation_rate": {
             "median": _r(percentile(rates, 50)),
@@ -84,7 +93,7 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
         },
         "duration_s": _r(level.duration_s),
         "scanner_cpu_s": _r(level.cpu_s),
-        "content_chunks": level.content_chunks,
+        "output_chunks": level.output_chunks,
         "ttft_samples_ms": [_r(t, 2) for t in ttft],
         "request_timelines": [r.timeline_ms(origin) for r in level.requests[:_TIMELINE_LIMIT]],
     }
@@ -113,6 +122,8 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
                              "present": measurement.metrics.present,
                              "detail": measurement.metrics.detail},
         "generation_rate_basis": basis,
+        "ttft_basis": TTFT_BASIS,
+        "reasoning": budget_hint(measurement, plan.max_tokens),
         "scanner": measurement.scanner,
         "repeat_prompt_note": REPEAT_PROMPT_NOTE,
     })

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from scans.engine.target import TargetConfig, TargetServer
+from scans.engine.target import REASONING_FIELDS, TargetConfig, TargetServer
 from tokvera_site.cli import UsageError
 
 
@@ -30,13 +30,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
                         help="at most N streams generate at once; others wait for a slot")
     parser.add_argument("--seed", type=int, default=None, help="seed for jitter and errors")
+    parser.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
+                        help="stream N thinking tokens before the answer, like a reasoning "
+                             "model; they count against max_tokens (default 0)")
+    parser.add_argument("--reasoning-field", choices=REASONING_FIELDS,
+                        default="reasoning_content",
+                        help="the delta field the thinking goes in: reasoning_content (vLLM, "
+                             "SGLang, llama-server; the default) or reasoning (OpenRouter)")
 
 
 def _config(args: argparse.Namespace) -> TargetConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: expected 0..65535")
-    if min(args.ttft_ms, args.itl_ms, args.jitter_ms) < 0 or args.tokens < 0:
-        raise UsageError("times and --tokens must not be negative")
+    if min(args.ttft_ms, args.itl_ms, args.jitter_ms) < 0 or min(args.tokens,
+                                                                 args.reasoning_tokens) < 0:
+        raise UsageError("times, --tokens and --reasoning-tokens must not be negative")
     if not 0 <= args.error_rate <= 1:
         raise UsageError("--error-rate must be between 0 and 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
@@ -45,7 +53,8 @@ def _config(args: argparse.Namespace) -> TargetConfig:
                         jitter_ms=args.jitter_ms, error_rate=args.error_rate,
                         usage=not args.no_usage, metrics=not args.no_metrics,
                         role_chunk=args.role_chunk, max_concurrency=args.max_concurrency,
-                        seed=args.seed)
+                        seed=args.seed, reasoning_tokens=args.reasoning_tokens,
+                        reasoning_field=args.reasoning_field)
 
 
 async def _serve(config: TargetConfig, host: str, port: int) -> None:

@@ -13,8 +13,11 @@ from decimal import Decimal
 
 from scans.stats import percentile
 
+from .stream import StreamTally
+
 __all__ = [
     "FAILURE_CLASSES",
+    "GRADED_TTFT",
     "CostFigure",
     "GpuReading",
     "LevelResult",
@@ -30,20 +33,27 @@ FAILURE_CLASSES = (
     "incomplete_stream",  # the body ended (or broke) before [DONE] or a finish_reason
     "stream_error",       # an `error` object in the stream, or an event too large to buffer
     "not_sse",            # a 2xx whose body is not an SSE stream (e.g. a JSON error body)
-    "empty_reply",        # a clean stream without one non-empty content chunk
+    "empty_reply",        # a clean stream without any output (content, reasoning, tool call)
 )
+
+#: Which time the graded ``ttft_*`` checks read: the first output token of any kind, thinking
+#: included (not the first answer token). See DECISIONS.md, "Reasoning models".
+GRADED_TTFT = "first_output_token"
 
 
 @dataclass(slots=True)
-class RequestRecord:
-    """One request's named timestamps and outcome.
+class RequestRecord(StreamTally):
+    """One request's named timestamps and outcome, and what its stream carried (the
+    ``StreamTally`` fields, read by ``stream.StreamParser``).
 
     Timestamps (seconds, ``perf_counter``; None when the moment never came):
     ``scheduled_at`` a worker took the request; ``sent_at`` the request was handed to httpx;
     ``body_written_at`` the last byte of the request body was written (httpcore trace);
-    ``headers_at`` the response headers were read; ``first_content_at`` / ``last_content_at``
-    the first / last chunk with non-empty ``choices[0].delta.content`` arrived; ``done_at`` the
-    stream said it was done (``[DONE]``); ``ended_at`` the request was over, whatever the outcome.
+    ``headers_at`` the response headers were read; ``first_output_at`` / ``last_output_at`` the
+    first / last chunk with output of any kind (thinking or answer) arrived;
+    ``first_answer_at`` the first answer chunk (content, refusal or tool call) arrived;
+    ``done_at`` the stream said it was done (``[DONE]``); ``ended_at`` the request was over,
+    whatever the outcome.
     """
 
     level: int
@@ -52,49 +62,30 @@ class RequestRecord:
     sent_at: float | None = None
     body_written_at: float | None = None
     headers_at: float | None = None
-    first_content_at: float | None = None
-    last_content_at: float | None = None
-    done_at: float | None = None
     ended_at: float | None = None
-    content_times: array = field(default_factory=lambda: array("d"))
     status_code: int | None = None
     failure: str | None = None
     error: str | None = None
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
     reused_connection: bool | None = None
     retried: bool = False
-    ignored_lines: int = 0
 
     @property
     def succeeded(self) -> bool:
         return self.failure is None
 
+    def _since_written_ms(self, moment: float | None) -> float | None:
+        if moment is None or self.body_written_at is None:
+            return None
+        return (moment - self.body_written_at) * 1000.0
+
     @property
     def ttft_ms(self) -> float | None:
-        if self.first_content_at is None or self.body_written_at is None:
-            return None
-        return (self.first_content_at - self.body_written_at) * 1000.0
-
-    def gaps_ms(self) -> list[float]:
-        times = self.content_times
-        return [(times[i] - times[i - 1]) * 1000.0 for i in range(1, len(times))]
+        """Time to first token as graded (``GRADED_TTFT``): to the first output of any kind."""
+        return self._since_written_ms(self.first_output_at)
 
     @property
-    def reported_usage(self) -> bool:
-        return self.completion_tokens is not None
-
-    def rate(self, basis: str) -> float | None:
-        """(units - 1) / (last content - first content), units being completion tokens
-        (``basis == "tokens"``) or content chunks; None below 2 units or with no elapsed time."""
-        units = self.completion_tokens if basis == "tokens" else len(self.content_times)
-        if units is None or units < 2 or self.first_content_at is None:
-            return None
-        elapsed = (self.last_content_at or 0.0) - self.first_content_at
-        if elapsed <= 0:
-            return None
-        return (units - 1) / elapsed
+    def time_to_first_answer_ms(self) -> float | None:
+        return self._since_written_ms(self.first_answer_at)
 
     def timeline_ms(self, origin: float) -> dict:
         """The named timestamps in ms from `origin` (for report.json's raw data)."""
@@ -109,12 +100,16 @@ class RequestRecord:
             "sent_at_ms": rel(self.sent_at),
             "body_written_at_ms": rel(self.body_written_at),
             "headers_at_ms": rel(self.headers_at),
-            "first_content_at_ms": rel(self.first_content_at),
-            "last_content_at_ms": rel(self.last_content_at),
+            "first_output_at_ms": rel(self.first_output_at),
+            "first_answer_at_ms": rel(self.first_answer_at),
+            "last_output_at_ms": rel(self.last_output_at),
             "done_at_ms": rel(self.done_at),
             "ended_at_ms": rel(self.ended_at),
-            "content_chunks": len(self.content_times),
+            "output_chunks": len(self.output_times),
+            "thinking_chunks": self.thinking_chunks,
+            "answer_chunks": self.answer_chunks,
             "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "prompt_tokens": self.prompt_tokens,
             "finish_reason": self.finish_reason,
             "retried": self.retried,
@@ -158,7 +153,15 @@ class LevelResult:
         return dict(sorted(examples.items()))
 
     def ttft_samples_ms(self) -> list[float]:
+        """Time to first token as graded (``GRADED_TTFT``), one per successful request."""
         return [t for r in self.succeeded if (t := r.ttft_ms) is not None]
+
+    def first_answer_samples_ms(self) -> list[float]:
+        return [t for r in self.succeeded if (t := r.time_to_first_answer_ms) is not None]
+
+    def thinking_samples_ms(self) -> list[float]:
+        """First answer minus first output, for the successful requests that thought."""
+        return [t for r in self.succeeded if (t := r.thinking_ms()) is not None]
 
     def gap_samples_ms(self) -> list[float]:
         gaps: list[float] = []
@@ -188,8 +191,29 @@ class LevelResult:
         return max(0.0, self.finished_at - self.started_at)
 
     @property
-    def content_chunks(self) -> int:
-        return sum(len(r.content_times) for r in self.requests)
+    def output_chunks(self) -> int:
+        return sum(len(r.output_times) for r in self.requests)
+
+    def output_shares(self) -> dict:
+        """How the successful streams' output split into thinking and answer: by chunks, and
+        by tokens where every stream that thought stated its reasoning tokens."""
+        streams = self.succeeded
+        thinking = sum(r.thinking_chunks for r in streams)
+        outputs = sum(len(r.output_times) for r in streams)
+        thought = [r for r in streams if r.thought]
+        token_share = None
+        if thought and all(r.reasoning_tokens is not None for r in thought):
+            reasoning = sum(r.reasoning_tokens or 0 for r in thought)
+            completion = sum(r.completion_tokens or 0 for r in streams)
+            token_share = reasoning / completion if completion else None
+        return {
+            "thinking_chunks": thinking,
+            "answer_chunks": sum(r.answer_chunks for r in streams),
+            "thinking_share_of_chunks": thinking / outputs if outputs else None,
+            "thinking_share_of_tokens": token_share,
+            "streams_that_thought": len(thought),
+            "stopped_while_thinking": sum(1 for r in streams if r.stopped_while_thinking),
+        }
 
 
 @dataclass
@@ -251,3 +275,37 @@ class Measurement:
             if level.concurrency == concurrency:
                 return level
         return None
+
+
+#: A suggested budget is rounded up to a multiple of this.
+BUDGET_STEP = 256
+
+
+def budget_hint(measurement: Measurement, max_tokens: int) -> dict | None:
+    """When the scan saw thinking: how many requests ran out of `max_tokens` before answering,
+    and a budget that would have fitted. None when no stream thought. A hint only: the scan
+    never changes what was asked.
+
+    The suggestion: 1.25 x the largest output (tokens when stated, else chunks) of a stream
+    that thought and then answered, and at least twice the budget used when some ran out;
+    four times the budget when no thinking stream answered at all (its length is unknown)."""
+    streams = [r for r in measurement.all_requests if r.succeeded and r.thought]
+    if not streams:
+        return None
+    stopped = [r for r in streams if r.stopped_while_thinking]
+    answered = [r.output_units for r in streams if r.first_answer_at is not None]
+    if not answered:
+        wanted = 4 * max_tokens
+    else:
+        wanted = max(1.25 * max(answered), 2 * max_tokens if stopped else 0)
+    suggested = max(max_tokens, -(-int(wanted) // BUDGET_STEP) * BUDGET_STEP)
+    return {
+        "streams_that_thought": len(streams),
+        "stopped_while_thinking": len(stopped),
+        "max_tokens": max_tokens,
+        "suggested_max_tokens": suggested if stopped else None,
+        "note": (f"{len(stopped)} of {len(streams)} requests that thought ran out of "
+                 f"max_tokens {max_tokens} before answering; try --max-tokens {suggested}"
+                 if stopped else
+                 f"every request that thought answered within max_tokens {max_tokens}"),
+    }

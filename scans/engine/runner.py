@@ -5,10 +5,10 @@ own event loop) or ``await run_scan_async(plan)``. Neither touches global state.
 
 What is measured, per request (see ``RequestRecord``):
 
-* TTFT from the moment the request body was fully written (httpcore's trace event
-  ``http11.send_request_body.complete``) to the first chunk whose ``choices[0].delta.content``
-  is non-empty; a role-only or empty chunk and the response headers do not count.
-* the arrival time of every non-empty content chunk (gaps and rates are derived from them);
+* the arrival of every chunk with output (``stream.StreamParser`` says what output is:
+  content, reasoning, refusal or tool calls), timed from the moment the request body was fully
+  written (httpcore's trace event ``http11.send_request_body.complete``): time to the first
+  output token (graded as TTFT), to the first answer token, chunk gaps and rates;
 * usage (``usage.completion_tokens``), finish reason, failure class.
 
 Connections: a request sent on a reused keep-alive connection that the server had already
@@ -29,7 +29,7 @@ import gc
 import json
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 import httpx
@@ -39,18 +39,8 @@ from .plan import ScanPlan
 from .preflight import run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .sse import SSEDecoder
+from .stream import JSON_IMPL, StreamParser, classify_end
 from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
-
-try:  # a faster JSON parser when installed; the stdlib's otherwise
-    import orjson
-
-    _loads = orjson.loads
-    _JSON_IMPL = "orjson"
-    _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-    _JSON_IMPL = "json"
-    _JSONError = (ValueError,)
 
 __all__ = [
     "LOOP_LAG_INTERVAL_S",
@@ -162,7 +152,10 @@ class _Scan:
                 await self._attempt(record, body, deadline, retry_allowed=True)
         except TimeoutError:
             if record.done_at is not None and record.failure is None:
-                self._classify_end(record, done=True, finished=True, events=1, sse=True)
+                # [DONE] came, then the body did not end within the grace period
+                failure = classify_end(record, events_seen=1, sse=True)
+                if failure is not None:
+                    record.failure, record.error = failure
             elif record.failure is None:
                 record.failure = "timeout"
                 record.error = f"no complete answer within {self.timeout:g} s"
@@ -230,109 +223,76 @@ class _Scan:
 
     async def _read_stream(self, record: RequestRecord, response: httpx.Response,
                            deadline: asyncio.Timeout) -> None:
-        headers = response.headers
-        sse = "event-stream" in headers.get("content-type", "")
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        pieces = (response.aiter_raw() if encoding in ("", "identity")
-                  else response.aiter_bytes())
+        """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder``, chunk meaning
+        in ``StreamParser`` (which fills `record`), failure classes in ``_classify``."""
+        sse = "event-stream" in response.headers.get("content-type", "")
+        head = bytearray()  # a non-SSE body's first bytes, for the failure's detail
+        pieces = _body_pieces(response)
+        if not sse:
+            pieces = _keeping_head(pieces, head)
         decoder = SSEDecoder()
-        times = record.content_times
-        append = times.append
-        perf = time.perf_counter
-        loads = _loads
-        json_errors = _JSONError
-        done = False
-        finished = False
-        head = b""
+        broke: httpx.TransportError | None = None
         try:
-            async for piece in pieces:
-                t = perf()
-                if not sse and len(head) < ERROR_DETAIL_BYTES:
-                    head += piece[:ERROR_DETAIL_BYTES]
-                events = decoder.feed(piece)
-                if decoder.oversized:
-                    record.failure = "stream_error"
-                    record.error = (f"an SSE line or event over {decoder.max_line} bytes "
-                                    "(not buffered)")
-                    return
-                for payload in events:
-                    if payload == b"[DONE]":
-                        if not done:
-                            done = True
-                            record.done_at = t
-                            _shorten(deadline, DONE_GRACE_S)
-                        continue
-                    try:
-                        obj = loads(payload)
-                    except json_errors:
-                        obj = _lenient_lines(payload, record)
-                        if obj is None:
-                            continue
-                    if type(obj) is not dict:
-                        record.ignored_lines += 1
-                        continue
-                    error = obj.get("error")
-                    if error:
-                        record.failure = "stream_error"
-                        record.error = _error_message(error)
-                        return
-                    choices = obj.get("choices")
-                    if choices and type(choices) is list:
-                        choice = choices[0]
-                        if type(choice) is dict:
-                            delta = choice.get("delta")
-                            if type(delta) is dict:
-                                content = delta.get("content")
-                                if content and type(content) is str:
-                                    append(t)
-                            reason = choice.get("finish_reason")
-                            if reason is not None:
-                                finished = True
-                                record.finish_reason = str(reason)[:64]
-                    usage = obj.get("usage")
-                    if usage and type(usage) is dict:
-                        tokens = usage.get("completion_tokens")
-                        if type(tokens) is int and tokens >= 0:
-                            record.completion_tokens = tokens
-                            prompt_tokens = usage.get("prompt_tokens")
-                            if type(prompt_tokens) is int and prompt_tokens >= 0:
-                                record.prompt_tokens = prompt_tokens
-            for payload in decoder.flush():
-                if payload == b"[DONE]":
-                    done = True
-                    record.done_at = perf()
+            await _pump(pieces, decoder, StreamParser(record), deadline)
         except httpx.TransportError as exc:  # the body broke off (reset, truncated chunking)
-            if not done:
-                record.failure = "incomplete_stream"
-                record.error = _short(exc)
-                return
-        finally:
-            if times:
-                record.first_content_at = times[0]
-                record.last_content_at = times[-1]
-        if not sse and decoder.events_seen == 0 and head:
-            record.failure = "not_sse"
-            record.error = (f"{headers.get('content-type', 'no content-type')}: "
-                            + head.decode("utf-8", "replace")[:200])
-            return
-        self._classify_end(record, done=done, finished=finished,
-                           events=decoder.events_seen, sse=sse)
+            broke = exc
+        if record.failure is None:
+            failure = _classify(record, decoder, sse=sse, head=bytes(head), broke=broke,
+                                content_type=response.headers.get("content-type"))
+            if failure is not None:
+                record.failure, record.error = failure
 
-    @staticmethod
-    def _classify_end(record: RequestRecord, *, done: bool, finished: bool, events: int,
-                      sse: bool) -> None:
-        if record.failure is not None:
+
+def _body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as it arrives: raw bytes unless the server compressed it anyway."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    return response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
+
+
+async def _keeping_head(pieces: AsyncIterator[bytes], head: bytearray) -> AsyncIterator[bytes]:
+    async for piece in pieces:
+        if len(head) < ERROR_DETAIL_BYTES:
+            head += piece[:ERROR_DETAIL_BYTES]
+        yield piece
+
+
+async def _pump(pieces: AsyncIterator[bytes], decoder: SSEDecoder, parser: StreamParser,
+                deadline: asyncio.Timeout) -> None:
+    """Feed every network read to the decoder and its events to the parser, stamped with the
+    moment the read returned. Stops early at an oversized event or an error object; after
+    ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most."""
+    perf = time.perf_counter
+    feed = decoder.feed
+    parse = parser.feed
+    tally = parser.tally
+    waiting_for_done = True
+    async for piece in pieces:
+        t = perf()
+        events = feed(piece)
+        if decoder.oversized:
             return
-        if not (done or finished):
-            if not sse and events == 0:
-                record.failure = "not_sse"
-                record.error = "the body is not an SSE stream"
-            else:
-                record.failure = "incomplete_stream"
-                record.error = "the stream ended without [DONE] or a finish_reason"
-        elif not record.content_times:
-            record.failure = "empty_reply"
-            record.error = "the stream ended cleanly without any content"
+        if events:
+            parse(events, t)
+            if tally.stream_error is not None:
+                return
+            if waiting_for_done and tally.done_at is not None:
+                waiting_for_done = False
+                _shorten(deadline, DONE_GRACE_S)
+    parser.feed(decoder.flush(), perf())
+
+
+def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: bytes,
+              broke: httpx.TransportError | None,
+              content_type: str | None) -> tuple[str, str] | None:
+    """The failure class of a 2xx stream that was read to its end (or broke off), or None."""
+    if decoder.oversized:
+        return "stream_error", f"an SSE line or event over {decoder.max_line} bytes (not buffered)"
+    if broke is not None and record.done_at is None:
+        return "incomplete_stream", _short(broke)
+    if not sse and decoder.events_seen == 0 and head:
+        return "not_sse", (f"{content_type or 'no content-type'}: "
+                           + head.decode("utf-8", "replace")[:200])
+    return classify_end(record, events_seen=decoder.events_seen, sse=sse)
 
 
 def _failed_before_response(exc: httpx.HTTPError) -> bool:
@@ -349,28 +309,6 @@ def _shorten(deadline: asyncio.Timeout, seconds: float) -> None:
     current = deadline.when()
     if current is None or when < current:
         deadline.reschedule(when)
-
-
-def _lenient_lines(payload: bytes, record: RequestRecord) -> dict | None:
-    """A data payload that is not JSON: if it is several JSON lines (a server that omits the
-    blank line between events), take the first object; otherwise count it and skip it."""
-    if b"\n" in payload:
-        for line in payload.split(b"\n"):
-            try:
-                obj = _loads(line)
-            except _JSONError:
-                continue
-            if type(obj) is dict:
-                return obj
-    record.ignored_lines += 1
-    return None
-
-
-def _error_message(error: object) -> str:
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("type") or error
-        return f"error in stream: {message}"[:300]
-    return f"error in stream: {error}"[:300]
 
 
 async def _error_detail(response: httpx.Response) -> str:
@@ -479,7 +417,7 @@ async def run_scan_async(
             "tool": TOOL_NAME,
             "version": _tool_version(),
             "event_loop": type(loop).__module__.split(".")[0],
-            "json": _JSON_IMPL,
+            "json": JSON_IMPL,
             "transport": type(own_transport).__name__,
             "loop_lag_interval_ms": LOOP_LAG_INTERVAL_S * 1000.0,
             "loop_lag_threshold_ms": lag_threshold_ms,

@@ -14,6 +14,7 @@ up as time to first token under load, as it does on a real server with a fixed b
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import random
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-__all__ = ["TargetConfig", "TargetServer", "running_target"]
+__all__ = ["REASONING_FIELDS", "StreamTiming", "TargetConfig", "TargetServer",
+           "running_target"]
 
 _WORDS = (
     " the", " model", " streams", " a", " token", " at", " steady", " pace", " while", " load",
@@ -46,6 +48,24 @@ class TargetConfig:
     role_chunk: bool = False
     max_concurrency: int | None = None
     seed: int | None = None
+    #: Thinking tokens streamed before the answer, like a reasoning model (they count
+    #: against max_tokens), in this delta field: "reasoning_content" (vLLM and SGLang with a
+    #: reasoning parser, llama-server) or "reasoning" (OpenRouter, newer vLLM).
+    reasoning_tokens: int = 0
+    reasoning_field: str = "reasoning_content"
+
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+@dataclass(frozen=True)
+class StreamTiming:
+    """The target's own clock (``perf_counter``) for one stream it served: when the request
+    was read, and when it wrote the first output chunk and the first answer chunk."""
+
+    received_at: float
+    first_output_at: float | None
+    first_answer_at: float | None
 
 
 class _BadRequest(Exception):
@@ -63,6 +83,8 @@ class TargetServer:
             asyncio.Semaphore(self.config.max_concurrency) if self.config.max_concurrency else None
         )
         self._counter = 0
+        #: The last streams served, on the target's clock (for calibration and tests).
+        self.stream_timings: collections.deque[StreamTiming] = collections.deque(maxlen=4096)
         self.registry = CollectorRegistry(auto_describe=True)
         self._m_requests = Counter(
             "tokvera_target_requests", "Chat completion requests answered, by status code",
@@ -147,6 +169,7 @@ class TargetServer:
             _write_simple(writer, 404, b'{"error":{"message":"not found"}}', close=not keep_alive)
 
     async def _chat(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
+        received_at = time.perf_counter()
         cfg = self.config
         try:
             req = json.loads(body)
@@ -162,12 +185,14 @@ class TargetServer:
             _write_simple(writer, 500, b'{"error":{"message":"simulated failure",'
                           b'"type":"server_error"}}', close=not keep_alive)
             return
-        max_tokens = req.get("max_tokens") or req.get("max_completion_tokens") or cfg.tokens
+        wanted = cfg.reasoning_tokens + cfg.tokens
+        max_tokens = req.get("max_tokens") or req.get("max_completion_tokens") or wanted
         try:
-            n_tokens = max(0, min(int(cfg.tokens), int(max_tokens)))
+            n_tokens = max(0, min(wanted, int(max_tokens)))
         except (TypeError, ValueError):
-            n_tokens = cfg.tokens
-        finish = "length" if n_tokens < cfg.tokens else "stop"
+            n_tokens = wanted
+        n_thinking = min(cfg.reasoning_tokens, n_tokens)
+        finish = "length" if n_tokens < wanted else "stop"
         model = str(req.get("model") or "tokvera-target")
         prompt_tokens = _count_prompt_words(req.get("messages"))
         stream = bool(req.get("stream"))
@@ -186,19 +211,21 @@ class TargetServer:
             if not stream:
                 await self._sleep_until(time.perf_counter() + (cfg.ttft_ms + cfg.itl_ms *
                                         max(0, n_tokens - 1)) / 1000.0)
-                text = "".join(_WORDS[i % len(_WORDS)] for i in range(n_tokens))
+                words = [_WORDS[i % len(_WORDS)] for i in range(n_tokens)]
+                message = {"role": "assistant", "content": "".join(words[n_thinking:])}
+                if n_thinking:
+                    message[cfg.reasoning_field] = "".join(words[:n_thinking])
                 data = {
                     "id": ident, "object": "chat.completion", "created": int(time.time()),
                     "model": model,
-                    "choices": [{"index": 0, "finish_reason": finish,
-                                 "message": {"role": "assistant", "content": text}}],
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                 }
                 if cfg.usage:
-                    data["usage"] = _usage(prompt_tokens, n_tokens)
+                    data["usage"] = _usage(prompt_tokens, n_tokens, n_thinking)
                 _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
             else:
-                await self._stream(writer, ident, model, n_tokens, finish, prompt_tokens,
-                                   include_usage, keep_alive)
+                await self._stream(writer, ident, model, (n_tokens, n_thinking), finish,
+                                   prompt_tokens, include_usage, keep_alive, received_at)
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
         finally:
@@ -206,10 +233,12 @@ class TargetServer:
             if self._slots is not None:
                 self._slots.release()
 
-    async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str, n_tokens: int,
-                      finish: str, prompt_tokens: int, include_usage: bool,
-                      keep_alive: bool) -> None:
+    async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str,
+                      tokens: tuple[int, int], finish: str, prompt_tokens: int,
+                      include_usage: bool, keep_alive: bool, received_at: float) -> None:
+        """Stream `tokens` = (all, thinking first) on the absolute schedule."""
         cfg = self.config
+        n_tokens, n_thinking = tokens
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"transfer-encoding: chunked\r\n"
@@ -229,21 +258,26 @@ class TargetServer:
             _write_event(writer, prefix + '{"role":"assistant","content":""},'
                          '"finish_reason":null}]}')
         due = t0
+        first_output_at = first_answer_at = None
         for i in range(n_tokens):
             nominal = t0 + ttft + i * itl + (rng.random() * jitter if jitter else 0.0)
             due = max(due, nominal)
             await self._sleep_until(due)
-            word = _WORDS[i % len(_WORDS)]
-            if i == 0 and not cfg.role_chunk:
-                delta = '{"role":"assistant","content":"%s"}' % word
-            else:
-                delta = '{"content":"%s"}' % word
+            name = cfg.reasoning_field if i < n_thinking else "content"
+            role = '"role":"assistant",' if i == 0 and not cfg.role_chunk else ""
+            delta = '{%s"%s":"%s"}' % (role, name, _WORDS[i % len(_WORDS)])
+            written_at = time.perf_counter()
             _write_event(writer, prefix + delta + ',"finish_reason":null}]}')
+            if first_output_at is None:
+                first_output_at = written_at
+            if i >= n_thinking and first_answer_at is None:
+                first_answer_at = written_at
             if writer.transport.get_write_buffer_size() > 256 * 1024:
                 await writer.drain()
+        self.stream_timings.append(StreamTiming(received_at, first_output_at, first_answer_at))
         _write_event(writer, prefix + '{},"finish_reason":"%s"}]}' % finish)
         if include_usage:
-            usage = json.dumps(_usage(prompt_tokens, n_tokens), separators=(",", ":"))
+            usage = json.dumps(_usage(prompt_tokens, n_tokens, n_thinking), separators=(",", ":"))
             _write_event(
                 writer,
                 '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
@@ -259,9 +293,12 @@ class TargetServer:
             await asyncio.sleep(delay)
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict:
+    usage: dict = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                   "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
 def _count_prompt_words(messages: object) -> int:

@@ -1,5 +1,6 @@
 """What the host agent measures on its upstream, against raw asyncio SSE servers on loopback:
-TTFT at the first non-empty content, tokens from usage, and upstream trouble as a reason."""
+TTFT at the first output token (the scanner's stream parser), tokens from usage, and upstream
+trouble as a reason."""
 
 from __future__ import annotations
 
@@ -95,13 +96,14 @@ def test_without_usage_the_agent_counts_content_chunks_and_says_so():
     assert outcome.completion_tokens == 2 and outcome.usage_reported is False
 
 
-def test_a_reply_with_no_content_has_no_ttft_and_zero_tokens():
+def test_a_clean_stream_without_any_output_is_a_failed_job_as_in_a_scan():
     outcome, _ = _measure([
         (0, _delta(role="assistant")),
         (0, _event({"choices": [], "usage": {"completion_tokens": 0}})),
         (0, _event("[DONE]")),
     ])
-    assert outcome.ok and outcome.ttft_ms is None and outcome.completion_tokens == 0
+    assert not outcome.ok and outcome.reason.startswith("empty_reply")
+    assert outcome.ttft_ms is None and outcome.completion_tokens == 0
 
 
 def test_an_upstream_error_status_becomes_a_failure_reason():
@@ -117,9 +119,9 @@ def test_an_unreachable_upstream_becomes_a_failure_reason():
     assert not outcome.ok and outcome.reason.startswith("upstream error: ConnectError")
 
 
-def test_a_stream_that_is_not_json_becomes_a_failure_reason():
+def test_a_stream_of_events_that_are_not_json_becomes_a_failure_reason():
     outcome, _ = _measure([(0, _event("{not json"))])
-    assert outcome.reason == "upstream sent an event that is not JSON"
+    assert not outcome.ok and outcome.reason.startswith("incomplete_stream")
 
 
 def test_a_stream_cut_short_is_a_failure_not_a_completion():

@@ -67,7 +67,7 @@ def test_sse_split_at_arbitrary_byte_boundaries_is_read_whole():
     _reported(m, port, requests=2)
     records = m.levels[0].requests
     assert all(r.succeeded for r in records)
-    assert [len(r.content_times) for r in records] == [6, 6]
+    assert [len(r.output_times) for r in records] == [6, 6]
     assert [r.completion_tokens for r in records] == [6, 6]
 
 
@@ -77,7 +77,7 @@ def test_crlf_line_endings_are_read():
     with raw_server(stream_server(lambda n: body)) as port:
         m = scan(port, requests=2)
     _reported(m, port, requests=2)
-    assert all(r.succeeded and len(r.content_times) == 4 for r in m.levels[0].requests)
+    assert all(r.succeeded and len(r.output_times) == 4 for r in m.levels[0].requests)
 
 
 def test_data_field_without_a_space_is_read():
@@ -86,7 +86,7 @@ def test_data_field_without_a_space_is_read():
     with raw_server(stream_server(lambda n: body)) as port:
         m = scan(port, requests=2)
     _reported(m, port, requests=2)
-    assert all(r.succeeded and len(r.content_times) == 3 for r in m.levels[0].requests)
+    assert all(r.succeeded and len(r.output_times) == 3 for r in m.levels[0].requests)
 
 
 def test_comment_and_keep_alive_lines_are_skipped():
@@ -96,7 +96,7 @@ def test_comment_and_keep_alive_lines_are_skipped():
     with raw_server(stream_server(lambda n: body)) as port:
         m = scan(port, requests=2)
     _reported(m, port, requests=2)
-    assert all(r.succeeded and len(r.content_times) == 2 for r in m.levels[0].requests)
+    assert all(r.succeeded and len(r.output_times) == 2 for r in m.levels[0].requests)
 
 
 def test_a_role_only_first_chunk_is_not_content():
@@ -108,7 +108,7 @@ def test_a_role_only_first_chunk_is_not_content():
     with raw_server(stream_server(lambda n: body)) as port:
         m = scan(port, requests=2)
     _reported(m, port, requests=2)
-    assert all(r.succeeded and len(r.content_times) == 1 for r in m.levels[0].requests)
+    assert all(r.succeeded and len(r.output_times) == 1 for r in m.levels[0].requests)
 
 
 def test_ttft_is_not_stopped_by_a_role_only_chunk():
@@ -129,7 +129,7 @@ def test_ttft_is_not_stopped_by_a_role_only_chunk():
         m = scan(port, requests=1)
     record = m.levels[0].requests[0]
     assert record.succeeded
-    assert record.headers_at < record.first_content_at
+    assert record.headers_at < record.first_output_at
     assert record.ttft_ms >= 300 * 0.99  # a lower bound set by the server's own sleep
 
 
@@ -151,7 +151,7 @@ def test_chunks_with_several_tokens_count_once_as_chunks_and_fully_as_tokens():
         m = scan(port, levels=(1, 2), requests=2)
     report = _reported(m, port, levels=(1, 2), requests=2)
     record = m.levels[0].requests[0]
-    assert len(record.content_times) == 4 and record.completion_tokens == 12
+    assert len(record.output_times) == 4 and record.completion_tokens == 12
     assert report["levels"][0]["generation_rate"]["basis"] == "tokens"
     assert record.rate("tokens") > record.rate("chunks")
 
@@ -163,7 +163,7 @@ def test_non_json_data_lines_are_skipped_and_counted():
         m = scan(port, requests=2)
     _reported(m, port, requests=2)
     for record in m.levels[0].requests:
-        assert record.succeeded and len(record.content_times) == 2
+        assert record.succeeded and len(record.output_times) == 2
         assert record.ignored_lines == 2
 
 
@@ -203,7 +203,7 @@ def test_a_mid_stream_connection_reset_is_an_incomplete_stream():
     _reported(m, port, levels=(1, 2), requests=2)
     for level in m.levels:
         assert level.failed_by_class == {"incomplete_stream": 2}
-        assert all(len(r.content_times) == 2 for r in level.requests)
+        assert all(len(r.output_times) == 2 for r in level.requests)
 
 
 def test_429_and_500_storms_at_higher_levels_are_counted_per_class():

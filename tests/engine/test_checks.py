@@ -25,8 +25,10 @@ def _record(level: int, ttft_ms: float | None = 100.0, chunks: int = 3, gap_ms: 
         r.failure = failure
         return r
     start = ttft_ms / 1000.0
-    r.content_times = array("d", [start + i * gap_ms / 1000.0 for i in range(chunks)])
-    r.first_content_at, r.last_content_at = r.content_times[0], r.content_times[-1]
+    r.output_times = array("d", [start + i * gap_ms / 1000.0 for i in range(chunks)])
+    r.first_output_at, r.last_output_at = r.output_times[0], r.output_times[-1]
+    r.first_answer_at = r.first_output_at
+    r.answer_chunks = chunks
     r.completion_tokens = tokens
     return r
 

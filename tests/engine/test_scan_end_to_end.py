@@ -47,8 +47,8 @@ def test_every_request_keeps_its_named_timestamps_in_order():
     _, m = _scan(TargetConfig(**FAST), levels=(1,), requests=3)
     for r in m.levels[0].requests:
         assert (r.scheduled_at <= r.sent_at <= r.body_written_at <= r.headers_at
-                <= r.first_content_at <= r.last_content_at <= r.done_at <= r.ended_at)
-        assert len(r.content_times) == 12 and r.completion_tokens == 12
+                <= r.first_output_at <= r.last_output_at <= r.done_at <= r.ended_at)
+        assert len(r.output_times) == 12 and r.completion_tokens == 12
 
 
 def test_a_server_without_usage_fails_usage_and_falls_back_to_a_chunk_rate():
@@ -114,7 +114,7 @@ def test_errors_from_the_target_are_counted_and_capped():
 def test_a_target_with_a_role_chunk_and_a_slot_limit_still_streams_every_reply():
     plan, m = _scan(TargetConfig(**FAST, role_chunk=True, max_concurrency=2))
     assert all(level.failed_by_class == {} for level in m.levels)
-    assert all(len(r.content_times) == 12 for r in m.all_requests)
+    assert all(len(r.output_times) == 12 for r in m.all_requests)
 
 
 def test_the_html_report_is_self_contained():

@@ -57,7 +57,7 @@ def test_a_scan_over_https_streams_through_the_scanner_transport(tmp_path):
                         requests=3, max_tokens=8, timeout_s=10)
         m = run_scan(plan, transport=ScanTransport(verify=trust))
     assert all(level.failed_by_class == {} for level in m.levels)
-    assert all(len(r.content_times) == 3 for r in m.all_requests)
+    assert all(len(r.output_times) == 3 for r in m.all_requests)
 
 
 def test_an_untrusted_certificate_is_a_transport_error(tmp_path):

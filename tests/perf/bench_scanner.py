@@ -46,7 +46,7 @@ def _child(url: str, level: int, requests: int, uvloop: bool) -> None:
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     lv = measurement.levels[-1]
-    chunks = lv.content_chunks  # the measured level's chunks over the CPU it took
+    chunks = lv.output_chunks  # the measured level's chunks over the CPU it took
     ttft = lv.ttft_samples_ms()
     print(json.dumps({
         "level": level, "requests": requests, "succeeded": len(lv.succeeded),
@@ -55,7 +55,7 @@ def _child(url: str, level: int, requests: int, uvloop: bool) -> None:
         "chunks": chunks, "cpu_s": cpu, "level_cpu_s": lv.cpu_s, "wall_s": wall,
         "chunks_per_cpu_s": chunks / lv.cpu_s if lv.cpu_s else None,
         "chunks_per_cpu_s_whole_process": (
-            sum(level.content_chunks for level in measurement.levels) / cpu if cpu else None),
+            sum(level.output_chunks for level in measurement.levels) / cpu if cpu else None),
         "peak_rss_mb": usage1.ru_maxrss / 1024.0,
         "loop_lag_p99_ms": lv.loop_lag_p99_ms, "loop_lag_max_ms": lv.loop_lag_max_ms,
         "client_bound": lv.client_bound, "event_loop": measurement.scanner["event_loop"],
