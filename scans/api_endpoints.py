@@ -291,20 +291,19 @@ class EndpointViewSet(
     @extend_schema(request=None, responses={202: ScanSerializer})
     @scans.mapping.post
     def trigger_scan(self, request, public_id=None):
-        """Start a scan now (rate-limited per endpoint; 429 with Retry-After when too soon)."""
+        """Start a scan now (rate-limited per endpoint; 429 with Retry-After when too soon;
+        503 with Retry-After, and nothing saved, when the task queue is unreachable)."""
         endpoint = self.get_object()
-        if endpoint.mode != EndpointMode.SCHEDULED:
-            raise exceptions.ValidationError(
-                {"mode": ["this endpoint is pushed: upload reports with POST …/reports"]})
         try:
-            scan = scanning.request_scan(endpoint, ScanTrigger.API)
+            scan = scanning.scan_now(endpoint, ScanTrigger.API)
+        except scanning.NotScannable as exc:
+            raise exceptions.ValidationError({"mode": [str(exc)]}) from None
         except scanning.ScanRateLimited as exc:
-            seconds = max(1, int(exc.retry_after.total_seconds()))
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(seconds)})
-        from scans.tasks import run_scan
-
-        transaction.on_commit(lambda: run_scan.delay(scan.pk))
+                            headers={"Retry-After": str(exc.retry_after_s)})
+        except scanning.ScanNotQueued as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            headers={"Retry-After": str(exc.retry_after_s)})
         return Response(ScanSerializer(scan).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(

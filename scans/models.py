@@ -242,6 +242,11 @@ class Scan(TeamOwned):
     finished_at = models.DateTimeField(null=True, blank=True)
     # A running scan not finished by then is presumed dead (worker killed) and reaped.
     deadline_at = models.DateTimeField(null=True, blank=True)
+    # A running scan touches this every SCAN_HEARTBEAT_S; a silent one's worker died (reap()).
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the beat sends this queued scan to a worker (again): nothing waits inside a worker,
+    # so a killed worker loses no other scan (scanning.redispatch_due()).
+    redispatch_at = models.DateTimeField(null=True, blank=True)
     report = models.JSONField(null=True, blank=True)
     # denormalized from report["score"] for lists, charts and SLO windows
     grade = models.CharField(max_length=25, blank=True, default="")  # A–F or insufficient_evidence

@@ -7,13 +7,18 @@ that fires twice, a task delivered twice or two workers racing make exactly one 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from scans import encryption
 from scans.models import (
@@ -34,12 +39,33 @@ QUEUED_GRACE = timedelta(minutes=30)
 RUNNING_GRACE = timedelta(minutes=5)
 # Manual "scan now" at most this often per endpoint.
 MANUAL_SCAN_COOLDOWN = timedelta(minutes=2)
+# A queued scan already sent to a worker is sent again after this long if no worker has taken
+# it (its message was lost with a killed worker, or the broker refused it); a duplicate
+# delivery of a claimed scan does nothing.
+REDISPATCH_AFTER = timedelta(minutes=5)
+# What a scan-now answers when the broker is unreachable: try again after this many seconds.
+BROKER_RETRY_AFTER_S = 30
 
 
 class ScanRateLimited(Exception):
     def __init__(self, retry_after: timedelta):
         self.retry_after = retry_after
-        super().__init__(f"a scan was started recently; try again in {int(retry_after.total_seconds())} s")
+        super().__init__(f"a scan was started less than {int(MANUAL_SCAN_COOLDOWN.total_seconds() // 60)} "
+                         f"minutes ago; try again in {self.retry_after_s} s")
+
+    @property
+    def retry_after_s(self) -> int:
+        return max(1, int(self.retry_after.total_seconds()))
+
+
+class NotScannable(Exception):
+    """The site does not start scans of this endpoint (it is pushed)."""
+
+
+class ScanNotQueued(Exception):
+    """The task queue could not take the scan: nothing was saved and no cooldown was spent."""
+
+    retry_after_s = BROKER_RETRY_AFTER_S
 
 
 def next_slot(after: datetime, interval_minutes: int) -> datetime:
@@ -75,7 +101,7 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
             with transaction.atomic():
                 scan = Scan.dangerously_unscoped.create(
                     endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
-                    deadline_at=now + QUEUED_GRACE,
+                    deadline_at=now + QUEUED_GRACE, redispatch_at=now + REDISPATCH_AFTER,
                 )
         except IntegrityError:
             continue  # this slot was scanned already; the schedule still moved on
@@ -83,23 +109,57 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
     return created
 
 
-def request_scan(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> Scan:
-    """A manual or API scan, at most one per MANUAL_SCAN_COOLDOWN per endpoint."""
+def redispatch_due(now: datetime | None = None) -> list[int]:
+    """Queued scans the beat must send (again): those whose origin was busy and whose wait is
+    over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless."""
     now = now or timezone.now()
-    cutoff = now - MANUAL_SCAN_COOLDOWN
     with transaction.atomic():
-        won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).filter(
-            _no_manual_scan_since(cutoff)
-        ).update(last_manual_scan_at=now)
-        if not won:
-            endpoint.refresh_from_db(fields=["last_manual_scan_at"])
-            raise ScanRateLimited(endpoint.last_manual_scan_at + MANUAL_SCAN_COOLDOWN - now)
-        return Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger,
-                                                deadline_at=now + QUEUED_GRACE)
+        due = list(
+            Scan.dangerously_unscoped.select_for_update(skip_locked=True)
+            .filter(status=ScanStatus.QUEUED, redispatch_at__lte=now)
+            .values_list("pk", flat=True)[:1000]
+        )
+        Scan.dangerously_unscoped.filter(pk__in=due).update(redispatch_at=now + REDISPATCH_AFTER)
+    return due
 
 
-def _no_manual_scan_since(cutoff: datetime):
-    return Q(last_manual_scan_at__isnull=True) | Q(last_manual_scan_at__lte=cutoff)
+def send(scan_id: int) -> None:
+    """Hand a queued scan to the workers (raises BrokerUnreachable when the broker is down)."""
+    from scans.tasks import run_scan
+
+    run_scan.delay(scan_id)
+
+
+def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> Scan:
+    """A manual or API scan, at most one per MANUAL_SCAN_COOLDOWN per endpoint, sent to a
+    worker at once. Call it outside a transaction: the scan must be committed before a worker
+    can see it. If the broker refuses it, the scan is deleted and the cooldown given back
+    (ScanNotQueued), so the caller can simply try again."""
+    if endpoint.mode != EndpointMode.SCHEDULED:
+        raise NotScannable("This endpoint is pushed: its scans are uploaded from inside its "
+                           "network (tokvera scan --publish, or POST …/reports), not started here.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        previous = (Endpoint.dangerously_unscoped.select_for_update().filter(pk=endpoint.pk)
+                    .values_list("last_manual_scan_at", flat=True).get())
+        if previous is not None and previous > now - MANUAL_SCAN_COOLDOWN:
+            raise ScanRateLimited(previous + MANUAL_SCAN_COOLDOWN - now)
+        Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
+        scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger,
+                                                deadline_at=now + QUEUED_GRACE,
+                                                redispatch_at=now + REDISPATCH_AFTER)
+    try:
+        send(scan.pk)
+    except BrokerUnreachable as exc:
+        log.warning("scan-now of endpoint %s not queued: the broker is unreachable (%s)",
+                    endpoint.pk, exc)
+        with transaction.atomic():
+            Scan.dangerously_unscoped.filter(pk=scan.pk, status=ScanStatus.QUEUED).delete()
+            Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, last_manual_scan_at=now).update(
+                last_manual_scan_at=previous)
+        raise ScanNotQueued("The task queue is unreachable, so the scan was not started (nothing "
+                            f"was saved); try again in {BROKER_RETRY_AFTER_S} s.") from None
+    return scan
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -178,27 +238,82 @@ def validate_profile(endpoint: Endpoint) -> None:
                         f"lower the timeout or the requests (at most 2 h)")
 
 
-def keep_waiting(scan_id: int) -> None:
-    """A queued scan is alive but its origin is busy: move its start-by deadline on."""
-    Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
-        deadline_at=timezone.now() + QUEUED_GRACE
-    )
+def keep_waiting(scan_id: int) -> bool:
+    """A queued scan is alive but its origin is busy: it stays a row (not a message held by a
+    worker), the beat sends it again after SCAN_ORIGIN_BUSY_RETRY_S, and its start-by deadline
+    moves on. False if it is no longer queued."""
+    now = timezone.now()
+    return bool(Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+        deadline_at=now + QUEUED_GRACE,
+        redispatch_at=now + timedelta(seconds=settings.SCAN_ORIGIN_BUSY_RETRY_S),
+    ))
+
+
+class _OriginBusy(Exception):
+    pass
 
 
 def claim(scan_id: int, now: datetime | None = None) -> Scan | None:
-    """Move a queued scan to running; None if someone else already did (duplicate delivery)."""
+    """Move a queued scan to running and take its origin's lock, in one transaction (so a lock
+    always belongs to a running scan). None if the scan is not queued (a duplicate delivery)
+    or its origin is busy (it stays queued)."""
     now = now or timezone.now()
     scan = Scan.dangerously_unscoped.select_related("endpoint").filter(pk=scan_id).first()
     if scan is None:
         return None
     deadline = now + worst_case_duration(scan.endpoint) + RUNNING_GRACE
-    won = Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
-        status=ScanStatus.RUNNING, started_at=now, deadline_at=deadline
-    )
-    if not won:
+    try:
+        with transaction.atomic():
+            won = Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+                status=ScanStatus.RUNNING, started_at=now, deadline_at=deadline, heartbeat_at=now
+            )
+            if not won:
+                return None
+            if not acquire_origin(origin_of(scan.endpoint.base_url), scan_id, deadline - now):
+                raise _OriginBusy
+    except _OriginBusy:
         return None
     scan.refresh_from_db()
     return scan
+
+
+def run_queued(scan_id: int) -> str:
+    """What a worker does with a scan's message: claim it and run it. A scan whose origin is
+    busy is left queued for the beat to send again; nothing waits inside the worker, so a
+    killed worker loses only the scan it was running."""
+    claimed = claim(scan_id)
+    if claimed is not None:
+        return execute(claimed)
+    if keep_waiting(scan_id):
+        return "waiting for its origin"
+    return "not queued"
+
+
+@contextmanager
+def heartbeat(scan_id: int):
+    """Touch the running scan's row every SCAN_HEARTBEAT_S from a thread (with its own database
+    connection), so the reaper can tell a live scan from one whose worker died."""
+    stop = threading.Event()
+
+    def beat():
+        try:
+            while not stop.wait(settings.SCAN_HEARTBEAT_S):
+                try:
+                    Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.RUNNING).update(
+                        heartbeat_at=timezone.now())
+                except DatabaseError as exc:  # the database is away; try again next beat
+                    log.warning("scan %s: heartbeat not written: %s", scan_id, type(exc).__name__)
+                    connection.close()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, name=f"scan-{scan_id}-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def fail(scan_id: int, reason: str) -> bool:
@@ -291,12 +406,15 @@ def _numeric(value) -> float | None:
 
 
 def reap(now: datetime | None = None) -> int:
-    """Error out scans whose worker died (running past the deadline) or that never started."""
+    """Error out scans whose worker died (silent heartbeat, or past the deadline) or that never
+    started, and free every origin lock not held by a running scan."""
     now = now or timezone.now()
-    dead = list(
-        Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING, deadline_at__lt=now)
-        .values_list("pk", flat=True)
-    )
+    running = Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING)
+    silent_for = settings.SCAN_STALE_AFTER_S
+    silent = list(running.filter(heartbeat_at__lt=now - timedelta(seconds=silent_for))
+                  .values_list("pk", flat=True))
+    overdue = list(running.filter(deadline_at__lt=now).exclude(pk__in=silent)
+                   .values_list("pk", flat=True))
     # A queued scan's deadline is when it must have started; a scan waiting for its busy
     # origin has it pushed back on every retry (keep_waiting), so only lost ones pass it.
     lost = list(
@@ -305,12 +423,17 @@ def reap(now: datetime | None = None) -> int:
         .values_list("pk", flat=True)
     )
     count = 0
-    for scan_id in dead:
-        count += fail(scan_id, "the worker stopped before the scan finished (reaped after its deadline)")
-    # A dead scan's origin lock would otherwise block the origin until it expires.
-    OriginLock.objects.filter(scan_id__in=dead).delete()
+    for scan_id in silent:
+        count += fail(scan_id, f"the worker stopped heartbeating (no sign of life for over "
+                               f"{silent_for} s): it died, or lost the database")
+    for scan_id in overdue:
+        count += fail(scan_id, "the worker stopped before the scan finished (it ran past its "
+                               "deadline: every request timing out in turn, plus 5 minutes)")
     for scan_id in lost:
         count += fail(scan_id, "no worker picked the scan up within 30 minutes")
+    # A dead scan's lock (or one its worker could not delete) would block its origin until it
+    # expires. Locks are taken in the same transaction that starts their scan (claim()).
+    OriginLock.objects.exclude(scan_id__in=running.values("pk")).delete()
     return count
 
 
@@ -323,10 +446,22 @@ def prompt_sample(endpoint: Endpoint):
 
 
 def execute(scan: Scan) -> str:
-    """Run a claimed scan with the engine, through the site's outbound guard, and store it.
+    """Run a claimed scan with the engine, through the site's outbound guard, store it and
+    free its origin; the scan heartbeats all along.
 
     An unreachable target is the endpoint's result (succeeded, graded F); an address the guard
     refuses, or our own failure, is an errored scan with the reason."""
+    try:
+        with heartbeat(scan.pk):
+            return _measure_and_store(scan)
+    finally:
+        try:
+            release_origin(origin_of(scan.endpoint.base_url), scan.pk)
+        except DatabaseError:  # the reaper frees a lock whose scan is not running
+            log.warning("scan %s: origin lock left for the reaper (database unreachable)", scan.pk)
+
+
+def _measure_and_store(scan: Scan) -> str:
     from scans import outbound
     from scans.engine import PlanError, run_scan
     from scans.report import report_from_measurement
@@ -338,18 +473,53 @@ def execute(scan: Scan) -> str:
         measurement = run_scan(plan, connect_guard=outbound.guard)
         refused = outbound.refusal_in(measurement)
         if refused:
-            fail(scan.pk, refused)
-            return "errored"
+            return _errored(scan, refused)
         report = report_from_measurement(plan, measurement, prompt_sample(endpoint))
     except (PlanError, outbound.OutboundRefused, encryption.UnreadableSecret) as exc:
-        fail(scan.pk, str(exc))
-        return "errored"
+        return _errored(scan, str(exc))
     except Exception as exc:
         log.exception("scan %s failed on our side", scan.pk)
-        fail(scan.pk, f"internal error while scanning: {type(exc).__name__}")
-        return "errored"
-    store_report(scan, report)
-    return "succeeded"
+        return _errored(scan, f"internal error while scanning: {type(exc).__name__}")
+    try:
+        # The finished report stays in this worker until the database takes it.
+        return _when_database_returns(lambda: store_report(scan, report).status)
+    except DatabaseUnreachable:
+        reason = (f"the database was unreachable for {settings.SCAN_STORE_RETRY_S} s after the "
+                  "scan finished, so its report could not be stored")
+        try:
+            fail(scan.pk, reason)
+        except DatabaseError:  # still away: the reaper errors the silent scan later
+            log.error("scan %s: %s; not even its error could be written", scan.pk, reason)
+        raise
+
+
+def _errored(scan: Scan, reason: str) -> str:
+    _when_database_returns(lambda: fail(scan.pk, reason))
+    return "errored"
+
+
+class DatabaseUnreachable(Exception):
+    pass
+
+
+def _when_database_returns(write):
+    """Run a database write; while the database is unreachable, retry with backoff (1 s
+    doubling to 30 s) for up to SCAN_STORE_RETRY_S, then raise DatabaseUnreachable. Only
+    connection failures are retried: the writes here are conditional, so one that did commit
+    before its connection dropped changes nothing the second time."""
+    give_up_at = time.monotonic() + settings.SCAN_STORE_RETRY_S
+    pause = 1.0
+    while True:
+        try:
+            return write()
+        except (OperationalError, InterfaceError) as exc:
+            if time.monotonic() + pause > give_up_at:
+                raise DatabaseUnreachable(str(exc)) from exc
+            log.warning("the database is unreachable (%s); retrying in %.0f s",
+                        type(exc).__name__, pause)
+            connection.close()
+            time.sleep(pause)
+            pause = min(pause * 2, 30.0)
 
 
 def plan_for(endpoint: Endpoint):

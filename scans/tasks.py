@@ -9,10 +9,6 @@ from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
-# One scan per target origin at a time (scanning.acquire_origin), so two endpoints on one
-# server do not load it at once; a busy origin's scan waits this long and tries again.
-ORIGIN_BUSY_RETRY_S = 30
-
 
 @shared_task(acks_late=True)  # idempotent: deleting what is expired twice deletes nothing more
 def delete_expired_invitations() -> int:
@@ -26,12 +22,13 @@ def delete_expired_invitations() -> int:
 
 @shared_task
 def enqueue_due_scans() -> int:
-    """Every minute: one queued scan per due endpoint slot, each sent to a worker."""
+    """Every minute: one queued scan per due endpoint slot, and the queued scans due to be sent
+    again (waiting for a busy origin, or never taken), each sent to a worker."""
     from scans import scanning
 
-    scan_ids = scanning.enqueue_due()
+    scan_ids = scanning.enqueue_due() + scanning.redispatch_due()
     for scan_id in scan_ids:
-        run_scan.delay(scan_id)
+        scanning.send(scan_id)
     return len(scan_ids)
 
 
@@ -42,27 +39,13 @@ def reap_scans() -> int:
     return scanning.reap()
 
 
-@shared_task(bind=True, acks_late=True, max_retries=None)
-def run_scan(self, scan_id: int) -> str:
-    """Run one queued scan. A second delivery finds it claimed and does nothing."""
+@shared_task(acks_late=True)
+def run_scan(scan_id: int) -> str:
+    """Run one queued scan. A second delivery finds it claimed and does nothing; a scan whose
+    origin is busy stays queued for the beat to send again (scanning.run_queued)."""
     from scans import scanning
-    from scans.models import Scan, ScanStatus
-    from tokvera_site.celery import check_countdown
 
-    scan = Scan.dangerously_unscoped.select_related("endpoint").filter(pk=scan_id).first()
-    if scan is None or scan.status != ScanStatus.QUEUED:
-        return "not queued"
-    origin = scanning.origin_of(scan.endpoint.base_url)
-    hold = scanning.worst_case_duration(scan.endpoint) + scanning.RUNNING_GRACE
-    if not scanning.acquire_origin(origin, scan_id, hold):
-        # Another scan of this origin (or this very scan, delivered twice) is running.
-        scanning.keep_waiting(scan_id)
-        raise self.retry(countdown=check_countdown(ORIGIN_BUSY_RETRY_S))
-    try:
-        claimed = scanning.claim(scan_id)
-        return "claimed elsewhere" if claimed is None else scanning.execute(claimed)
-    finally:
-        scanning.release_origin(origin, scan_id)
+    return scanning.run_queued(scan_id)
 
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=60)

@@ -26,7 +26,7 @@ from scans import charts, history, scanning, slo
 from scans.compare import compare
 from scans.endpoint_forms import EndpointForm
 from scans.history import scoped_to_teams
-from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, new_badge_key
+from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
 from scans.tenancy import Access, get_visible_or_404, require_manage, require_write
 from scans.views import team_for_request
 
@@ -178,21 +178,16 @@ def endpoint_badge_rotate(request, public_id):
 def endpoint_scan_now(request, public_id):
     endpoint = _endpoint(request, public_id)
     require_write(request, endpoint)
-    if endpoint.mode != EndpointMode.SCHEDULED:
-        messages.error(request, "This endpoint is pushed: its scans are uploaded from inside its "
-                                "network with tokvera scan --publish, not started here.")
-        return redirect("endpoint-detail", public_id=endpoint.public_id)
     try:
-        scan = scanning.request_scan(endpoint, ScanTrigger.MANUAL)
-    except scanning.ScanRateLimited as exc:
-        seconds = max(1, int(exc.retry_after.total_seconds()))
-        messages.error(request, f"A scan was started less than "
-                                f"{int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60)} "
-                                f"minutes ago; try again in {seconds} s.")
+        scan = scanning.scan_now(endpoint, ScanTrigger.MANUAL)
+    except (scanning.NotScannable, scanning.ScanRateLimited) as exc:
+        messages.error(request, str(exc))
         return redirect("endpoint-detail", public_id=endpoint.public_id)
-    from scans.tasks import run_scan
-
-    transaction.on_commit(lambda: run_scan.delay(scan.pk))
+    except scanning.ScanNotQueued as exc:
+        response = render(request, "scans/scan_not_queued.html",
+                          {"endpoint": endpoint, "reason": str(exc)}, status=503)
+        response["Retry-After"] = str(exc.retry_after_s)
+        return response
     messages.success(request, "Scan queued; it appears below when a worker picks it up.")
     return redirect("scan-detail", public_id=scan.public_id)
 

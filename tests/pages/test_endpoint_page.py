@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scans import slo
+from scans.engine.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan
 from tests.factories import make_endpoint
 from tests.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
@@ -111,15 +112,18 @@ def test_the_scan_list_shows_errored_scans_with_their_reason(world, owner_client
     assert "refused to connect to 10.0.0.7" in body
 
 
-def test_scan_now_queues_a_manual_scan_and_sends_it_to_a_worker_on_commit(
-        world, owner_client, endpoint, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+def test_scan_now_queues_a_manual_scan_and_a_worker_runs_it(
+        world, owner_client, settings, eager_tasks):
+    settings.OUTBOUND_ALLOW = ["loopback"]
+    with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=4)) as (host, port):
+        endpoint = make_endpoint(world.team, base_url=f"http://{host}:{port}/v1", levels=[1],
+                                 requests_per_level=2)
         response = owner_client.post(reverse("endpoint-scan-now", args=[endpoint.public_id]))
 
     scan = Scan.dangerously_unscoped.get(endpoint=endpoint)
-    assert scan.trigger == "manual" and scan.status == "queued"
+    assert scan.trigger == "manual"
+    assert scan.status == "succeeded", scan.error_reason  # the task ran (in-process here)
     assert response["Location"] == reverse("scan-detail", args=[scan.public_id])
-    assert len(callbacks) == 1  # run_scan.delay, only once the scan row is committed
 
 
 def test_scan_now_too_soon_is_refused_with_the_wait(world, owner_client, endpoint):

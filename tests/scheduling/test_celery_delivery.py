@@ -120,11 +120,12 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
     scan = Scan.dangerously_unscoped.get(pk=scan_id)
     assert scan.status == ScanStatus.RUNNING  # nobody is left to finish it
 
-    assert scanning.reap(now=scan.deadline_at - timedelta(seconds=1)) == 0
-    assert scanning.reap(now=scan.deadline_at + timedelta(seconds=1)) == 1
+    silence = timedelta(seconds=settings.SCAN_STALE_AFTER_S)
+    assert scanning.reap(now=scan.heartbeat_at + silence - timedelta(seconds=1)) == 0
+    assert scanning.reap(now=scan.heartbeat_at + silence + timedelta(seconds=1)) == 1
     scan.refresh_from_db()
     assert scan.status == ScanStatus.ERRORED
-    assert "worker stopped" in scan.error_reason
+    assert "worker stopped heartbeating" in scan.error_reason
     assert not OriginLock.objects.exists()
 
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=4)) as (host, port):

@@ -50,7 +50,8 @@ def test_a_slot_already_scanned_is_not_scanned_again(world):
 
 def test_a_scan_waiting_for_a_busy_origin_is_not_reaped_but_a_lost_one_is(world):
     endpoint = make_endpoint(world.team)
-    waiting = scanning.request_scan(endpoint, "manual")
+    waiting = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual",
+                                               deadline_at=timezone.now() + scanning.QUEUED_GRACE)
     lost = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="schedule",
                                             slot=timezone.now())
     later = timezone.now() + scanning.QUEUED_GRACE + timedelta(minutes=1)
