@@ -10,3 +10,7 @@ class ScansConfig(AppConfig):
         from scans.schedules import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)
+
+        from tokvera_site.logging import redact_access_logs
+
+        redact_access_logs()  # request lines carry invitation secrets

@@ -20,6 +20,16 @@ class TeamRuleError(ValueError):
     """A request that would break a team rule (e.g. leaving a team without an owner)."""
 
 
+class NotTheInvitee(TeamRuleError):
+    """An invitation used by an account whose email is not the invited address."""
+
+
+def is_invitee(invitation: Invitation, user) -> bool:
+    """Only the invited address may accept: a link forwarded, leaked or guessed from a log
+    must not let another account (of any team) join, let alone with the invited role."""
+    return (user.email or "").strip().lower() == invitation.email
+
+
 @transaction.atomic
 def create_team(slug: str, name: str, owner) -> Team:
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)
@@ -104,6 +114,8 @@ def accept_invitation(secret: str, user) -> Membership | None:
     invitation = find_invitation(secret)
     if invitation is None:
         return None
+    if not is_invitee(invitation, user):
+        raise NotTheInvitee(f"This invitation is for {invitation.email}, not {user.email or 'you'}.")
     claimed = Invitation.dangerously_unscoped.filter(
         pk=invitation.pk, accepted_at__isnull=True
     ).update(accepted_at=timezone.now(), accepted_by=user)

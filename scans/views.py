@@ -183,11 +183,15 @@ def team_switch(request, slug):
 
 
 def invite_accept(request, secret):
-    """An invitation link. A logged-in user accepts it; someone without an account sets a
-    password and joins in one step (the account's email is the invited address)."""
+    """An invitation link. The account of the invited address accepts it (logged in, or
+    logging in first); someone without an account sets a password and joins in one step
+    (the new account's email is the invited address). Any other account is refused."""
     invitation = teams.find_invitation(secret)
     if invitation is None:
         return render(request, "scans/invite_invalid.html", status=404)
+    if request.user.is_authenticated and not teams.is_invitee(invitation, request.user):
+        return render(request, "scans/invite_wrong_account.html",
+                      {"invitation": invitation}, status=403)
     form = None
     if not request.user.is_authenticated:
         if teams.user_by_email(invitation.email) is not None:

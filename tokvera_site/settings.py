@@ -19,6 +19,8 @@ def _load():
         "CELERY_BROKER_URL": config.broker_url(),
         "ALLOWED_HOSTS": config.string_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"]),
         "INVITE_MAX_AGE_HOURS": config.integer("INVITE_MAX_AGE_HOURS", 72),
+        # The console email backend masks invitation links unless this is on (development).
+        "EMAIL_SHOW_SECRETS": config.flag("EMAIL_SHOW_SECRETS", default=False),
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
     }
 
@@ -117,9 +119,7 @@ if SITE_URL.startswith("https://"):  # noqa: F821 - set by _load() above
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     CSRF_TRUSTED_ORIGINS = [SITE_URL]  # noqa: F821
-EMAIL_BACKEND = config.env.str(
-    "EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
-)
+EMAIL_BACKEND = config.env.str("EMAIL_BACKEND", default="tokvera_site.mail.ConsoleEmailBackend")
 DEFAULT_FROM_EMAIL = config.env.str("DEFAULT_FROM_EMAIL", default="tokvera@localhost")
 
 REST_FRAMEWORK = {

@@ -1,0 +1,26 @@
+"""The development email backend: prints messages to the console with their secrets masked.
+
+Invitation links carry a secret, and the console is a log (terminals are scrolled back, and
+captured by process managers). Unless EMAIL_SHOW_SECRETS is on (for local development, where
+you want to click the link), the printed message goes through the same redaction as the logs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from django.conf import settings
+from django.core.mail.backends import console
+
+from tokvera_site.logging import redact
+
+
+class ConsoleEmailBackend(console.EmailBackend):
+    def write_message(self, message):
+        if not settings.EMAIL_SHOW_SECRETS:
+            message = copy.copy(message)
+            message.subject = redact(message.subject)
+            message.body = redact(message.body)
+            message.alternatives = [(redact(content), mimetype) for content, mimetype
+                                    in getattr(message, "alternatives", [])]
+        super().write_message(message)
