@@ -29,6 +29,7 @@ from scans.stats import percentile
 __all__ = [
     "REPEAT_PROMPT_NOTE",
     "build_report",
+    "cli_notes",
     "regrade",
     "render_html",
     "report_from_measurement",
@@ -276,6 +277,30 @@ def _engine():
     return Engine(dirs=[str(TEMPLATES_DIR)], autoescape=True, debug=False)
 
 
+def _ttft_basis_text(measurements: Mapping[str, Any]) -> str:
+    """Which time the graded TTFT checks read; reports from before issue 15 have no
+    ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
+    basis = measurements.get("ttft_basis")
+    if isinstance(basis, Mapping) and basis.get("graded") == "first_output_token":
+        return "the first output token"
+    return "the first content chunk (a report from before thinking was parsed)"
+
+
+def cli_notes(report: Mapping[str, Any]) -> list[str]:
+    """The lines `tokvera scan` prints about which TTFT was graded and about thinking."""
+    measurements = report.get("measurements") or {}
+    lines = [f"TTFT is graded at {_ttft_basis_text(measurements)} (thinking included)"]
+    reasoning = measurements.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        for lv in report.get("levels", []):
+            answer = _ms_texts(lv.get("time_to_first_answer_ms"))
+            thinking = _ms_texts(lv.get("thinking_ms"))
+            lines.append(f"concurrency {lv.get('concurrency')}: first answer p50 "
+                         f"{answer['p50']} ms, thinking p50 {thinking['p50']} ms")
+        lines.append(str(reasoning.get("note")))
+    return lines
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained HTML file for `report` (inline CSS and SVG; no network)."""
     from django.template import Context
@@ -299,6 +324,10 @@ def render_html(report: Mapping[str, Any]) -> str:
                            or "none",
             "ttft": _ms_texts(lv.get("ttft_ms")),
             "gaps": _ms_texts(lv.get("chunk_gap_ms")),
+            "answer": _ms_texts(lv.get("time_to_first_answer_ms")),
+            "thinking": _ms_texts(lv.get("thinking_ms")),
+            "thinking_share_text": _fmt((lv.get("output") or {}).get("thinking_share_of_chunks"),
+                                        "share"),
             "examples": {cls: (msg if len(msg) <= 90 else msg[:89] + "…")
                          for cls, msg in (lv.get("failure_examples") or {}).items()},
             "rate_text": (f"{rate['median']:.1f} {rate.get('unit') or ''}"
@@ -323,6 +352,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         "cost_text": (f"${cost:,.4f}" if isinstance(cost, int | float) and math.isfinite(cost)
                       else None),
         "measurements": measurements,
+        "ttft_basis_text": _ttft_basis_text(measurements),
         "target": report.get("target", {}),
         "plan": report.get("plan", {}),
     }

@@ -12,7 +12,7 @@ from scans import scoring
 from scans.cli import publish as publishing
 from scans.engine import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan
 from scans.engine.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
-from scans.report import report_from_measurement, write_report
+from scans.report import cli_notes, report_from_measurement, write_report
 from tokvera_site.cli import UsageError
 
 EXIT_BELOW_FLOOR = 4
@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", metavar="N", type=int, default=None,
                         help="requests per level (default: max(20, 4 x level))")
     parser.add_argument("--max-tokens", metavar="N", type=int, default=DEFAULT_MAX_TOKENS,
-                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
+                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS}); a "
+                             "reasoning model's thinking counts against it, often hundreds of "
+                             "tokens, so give those a larger budget (the report suggests one)")
     parser.add_argument("--timeout", metavar="SECONDS", type=float, default=DEFAULT_TIMEOUT_S,
                         help=f"per-request timeout (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--prompts", metavar="FILE", type=Path, default=None,
@@ -164,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     total = sum(level["requests"] for level in report["levels"])
     sys.stdout.write(f"tokvera scan: {summary}; {failed} of {total} requests failed; "
                      f"report: {os.fspath(html_path)}\n")
+    for line in cli_notes(report):  # which TTFT was graded; thinking and the budget hint
+        sys.stdout.write(f"tokvera scan: {line}\n")
     if not args.quiet:
         for level in report["levels"]:
             for cls, message in level.get("failure_examples", {}).items():

@@ -168,3 +168,37 @@ def test_bad_agent_arguments_are_usage_errors(monkeypatch):
     for overrides in ({"slots": 0}, {"coordinator": "127.0.0.1:8000"}, {"poll_s": 0}):
         with pytest.raises(UsageError):
             agent.config_from_args(_args(**overrides))
+
+
+def test_a_thinking_stream_is_timed_like_a_scan_at_its_first_thinking_token():
+    """llama-server and vLLM with a reasoning parser stream the thinking in
+    ``delta.reasoning_content`` before the answer in ``delta.content`` (llama.cpp
+    tools/server/README.md, ``--reasoning-format deepseek``; vLLM "Reasoning Outputs",
+    https://docs.vllm.ai/en/latest/features/reasoning_outputs/); the usage counts both."""
+    outcome, _ = _measure([
+        (0, _delta(role="assistant", reasoning_content="")),
+        (0.05, _delta(reasoning_content="Hmm")),
+        (0, _delta(reasoning_content=", easy")),
+        (0.2, _delta(content="Hi")),
+        (0, _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                    "usage": {"completion_tokens": 3,
+                              "completion_tokens_details": {"reasoning_tokens": 2}}})),
+        (0, _event("[DONE]")),
+    ])
+    assert outcome.ok and outcome.content == "Hi"  # the buyer gets the answer, not the thinking
+    assert outcome.ttft_ms < outcome.first_answer_ms  # 200 ms of thinking in between
+    assert (outcome.thinking_chunks, outcome.reasoning_tokens) == (2, 2)
+    assert outcome.completion_tokens == 3
+
+
+def test_a_job_still_thinking_when_max_tokens_runs_out_is_completed_not_failed():
+    """OpenRouter's spelling, ``delta.reasoning`` ("Reasoning Tokens",
+    https://openrouter.ai/docs/use-cases/reasoning-tokens), cut by ``finish_reason: length``."""
+    outcome, _ = _measure([
+        (0, _delta(reasoning="Let")), (0, _delta(reasoning=" me")),
+        (0, _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})),
+        (0, _event("[DONE]")),
+    ])
+    assert outcome.ok and outcome.finish_reason == "length"
+    assert outcome.first_answer_ms is None and outcome.content == ""
+    assert outcome.completion_tokens == 2 and outcome.usage_reported is False
