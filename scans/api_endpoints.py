@@ -3,14 +3,8 @@ object is reached through the team scoping layer; writes need a writing role."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 
-import jsonschema
-from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -21,7 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from scans import encryption, scanning
+from scans import encryption, pushes, scanning
 from scans.endpoint_forms import apply_schedule
 from scans.endpoint_secrets import url_changes
 from scans.engine.plan import PlanError
@@ -35,18 +29,12 @@ from scans.models import (
     ScanTrigger,
     Team,
 )
-from scans.report import regrade
 from scans.tenancy import Access
 from scans.tenancy_api import TeamScopedViewSet
+from scans.validators import validate_one_line
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "report.schema.json"
 DEFAULT_HISTORY_POINTS = 500
 MAX_HISTORY_POINTS = 5000
-
-
-@cache
-def report_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
 
 
 class EndpointSerializer(serializers.ModelSerializer):
@@ -81,6 +69,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "next_scan_at", "created_at", "latest_scan",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
+        extra_kwargs = {"name": {"validators": [validate_one_line]}}
 
     def get_has_webhook(self, endpoint) -> bool:
         return bool(endpoint.webhook_url)
@@ -345,43 +334,29 @@ class EndpointViewSet(
         return Response({"endpoint": endpoint.public_id, "check": check,
                          "points": [p.as_dict() for p in points]})
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: ScanSerializer})
+    @extend_schema(request=OpenApiTypes.OBJECT,
+                   responses={200: ScanSerializer, 201: ScanSerializer, 400: OpenApiTypes.OBJECT,
+                              413: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="reports")
     def reports(self, request, public_id=None):
-        """Upload a report made by `tokvera scan --publish` inside a private network. It is
-        validated against the report schema and re-graded here; its own grade is ignored."""
+        """Upload a report made by `tokvera scan --publish` inside a private network. Every
+        check is recomputed here from the report's own samples; a report whose claims its
+        samples do not give is refused (400). 200: this exact report was already stored.
+        413: over the size limit. 429: too many reports for this endpoint (Retry-After)."""
         endpoint = self.get_object()
-        report = request.data
-        if not isinstance(report, dict):
-            raise exceptions.ValidationError({"report": ["expected a report.json object"]})
-        errors = sorted(jsonschema.Draft202012Validator(report_schema()).iter_errors(report),
-                        key=lambda e: list(e.absolute_path))
-        if errors:
-            raise exceptions.ValidationError({
-                "report": [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-                           for e in errors[:20]]})
-        if report["target"]["model"] != endpoint.model:
-            raise exceptions.ValidationError(
-                {"report": [f"target.model {report['target']['model']!r} is not this endpoint's "
-                            f"model {endpoint.model!r}"]})
         try:
-            regraded = regrade(report)
-        except ValueError as exc:
-            raise exceptions.ValidationError({"report": [str(exc)]}) from None
-        digest = hashlib.sha256(
-            json.dumps(report, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        already = endpoint.scans.filter(report_digest=digest).first()
-        if already is not None:  # a retried upload: the same answer, nothing stored twice
-            return Response(ScanSerializer(already).data, status=status.HTTP_200_OK)
-        try:
-            with transaction.atomic():
-                scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.PUSH,
-                                                        report_digest=digest)
-                scan = scanning.store_report(scan, regraded, pushed=True)
-        except IntegrityError:  # the same upload, racing this one, won
-            scan = endpoint.scans.get(report_digest=digest)
-            return Response(ScanSerializer(scan).data, status=status.HTTP_200_OK)
-        return Response(ScanSerializer(scan).data, status=status.HTTP_201_CREATED)
+            pushes.refuse_oversized(request.META.get("CONTENT_LENGTH"))  # before reading it
+            received = pushes.receive_report(endpoint, request.body)
+        except pushes.ReportTooLarge as exc:
+            return Response({"report": [str(exc)]},
+                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        except pushes.PushRateLimited as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(exc.retry_after_s)})
+        except pushes.ReportRefused as exc:
+            raise exceptions.ValidationError({"report": exc.messages}) from None
+        return Response(ScanSerializer(received.scan).data,
+                        status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
 
 
 class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):

@@ -24,6 +24,7 @@ from scans.checks import check_values, generation_rate_basis
 from scans.engine.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
 from scans.engine.plan import ScanPlan
 from scans.engine.prompts import PromptSample
+from scans.proof import sample_times_ms
 from scans.stats import percentile
 
 __all__ = [
@@ -96,7 +97,9 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
         "scanner_cpu_s": _r(level.cpu_s),
         "output_chunks": level.output_chunks,
         "ttft_samples_ms": [_r(t, 2) for t in ttft],
-        "request_timelines": [r.timeline_ms(origin) for r in level.requests[:_TIMELINE_LIMIT]],
+        # every chunk's arrival too, so a site can recompute the checks (scans/proof.py)
+        "request_timelines": [{**r.timeline_ms(origin), **sample_times_ms(r, origin)}
+                              for r in level.requests[:_TIMELINE_LIMIT]],
     }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import json
+
 from scans import scanning, scoring
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
 from scans.scoring import CheckValue
@@ -62,3 +65,23 @@ def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTr
         scanning.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1")
         scan.refresh_from_db()
     return scan
+
+
+@functools.cache
+def _measured_report_json(model: str, error_rate: float, variant: int) -> str:
+    from scans.engine import ScanPlan, run_scan
+    from scans.engine.target import TargetConfig, running_target
+    from scans.report import report_from_measurement
+
+    config = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8, error_rate=error_rate, seed=variant)
+    with running_target(config) as (host, port):
+        plan = ScanPlan(base_url=f"http://{host}:{port}/v1", model=model, levels=(1, 2),
+                        requests=3, max_tokens=16)
+        return json.dumps(report_from_measurement(plan, run_scan(plan)))
+
+
+def measured_report(model: str = "tiny", *, error_rate: float = 0.0, variant: int = 0) -> dict:
+    """A report.json as `tokvera scan` writes it, from a real scan of `tokvera target` on
+    loopback: what a site can prove from its samples (one scan per argument set and run).
+    `variant` makes another scan, so another report."""
+    return json.loads(_measured_report_json(model, error_rate, variant))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from datetime import timedelta
 
 import pytest
@@ -14,7 +13,7 @@ from django.utils import timezone
 from scans.models import CheckResult, Endpoint, Scan
 from scans.scoring import CheckValue
 from tests.conftest import bearer
-from tests.factories import GOOD_VALUES, make_endpoint, make_report, make_scan
+from tests.factories import GOOD_VALUES, make_endpoint, make_report, make_scan, measured_report
 
 pytestmark = pytest.mark.django_db
 
@@ -138,8 +137,7 @@ def test_stored_report_is_served_back_whole(world, api):
 
 def test_a_pushed_report_is_regraded_here_not_trusted(world, api):
     endpoint = make_endpoint(world.team, mode="pushed")
-    report = make_report({**GOOD_VALUES, "error_rate": CheckValue(0.3)})
-    forged = copy.deepcopy(report)
+    forged = measured_report(error_rate=1.0)  # every request failed: the samples give F
     forged["score"]["grade"] = "A"
     forged["score"]["points"] = 99.0
     forged["score"]["caps_applied"] = []
@@ -149,9 +147,9 @@ def test_a_pushed_report_is_regraded_here_not_trusted(world, api):
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
     response = api.post(url, forged, format="json", **bearer(world.read_write_token))
     assert response.status_code == 201, response.json()
-    assert response.json()["grade"] == "F"  # error_rate 0.3 caps at F
+    assert response.json()["grade"] == "F"  # error_rate 1.0 caps at F
     scan = Scan.dangerously_unscoped.get(public_id=response.json()["id"])
-    assert scan.pushed and scan.tool_version == "0.1.0"
+    assert scan.pushed and scan.tool_version == forged["tool_version"]
     assert CheckResult.dangerously_unscoped.get(scan=scan, check_id="error_rate").status == "fail"
 
 
@@ -264,12 +262,12 @@ def test_the_webhook_url_is_write_only(world, api):
 def test_a_report_pushed_twice_is_stored_once(world, api):
     endpoint = make_endpoint(world.team, mode="pushed")
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
-    report = make_report()
+    report = measured_report()
     first = api.post(url, report, format="json", **bearer(world.read_write_token))
     again = api.post(url, report, format="json", **bearer(world.read_write_token))
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"]
     assert Scan.dangerously_unscoped.filter(endpoint=endpoint).count() == 1
-    other = make_report({**GOOD_VALUES, "error_rate": CheckValue(0.02)})
+    other = measured_report(variant=1)
     assert api.post(url, other, format="json",
                     **bearer(world.read_write_token)).status_code == 201

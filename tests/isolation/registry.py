@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scans.models import ApiToken, Endpoint, Invitation, Membership, Role, Scan, Team
-from tests.factories import make_endpoint, make_report, make_scan
+from tests.factories import make_endpoint, make_scan, measured_report
 
 PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept"}
 ACCOUNT = {"home", "api-whoami"}
@@ -181,7 +181,7 @@ TEAM: dict[str, list[Case]] = {
     ],
     "api-endpoint-reports": [
         Case(
-            "api", "POST", "write", kwargs=_endpoint_id, data=lambda w: make_report(),
+            "api", "POST", "write", kwargs=_endpoint_id, data=lambda w: measured_report(),
             ok=frozenset({201}),
             effect=lambda w: Scan.dangerously_unscoped.filter(
                 endpoint__team=w.team, pushed=True).exists(),
