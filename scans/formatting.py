@@ -16,6 +16,7 @@ __all__ = [
     "bound_text",
     "check_value",
     "ms",
+    "number",
     "percent",
     "rate",
     "ratio",
@@ -48,6 +49,11 @@ def _number(value: float, unit: str, bounds: Iterable[float | bool] = ()) -> str
     numeric = [float(b) * scale for b in bounds if not isinstance(b, bool)]
     digits = _digits(scaled, numeric, BASE_DIGITS.get(unit, 1))
     return f"{scaled:,.{digits}f}"
+
+
+def number(value: float | None, unit: str, bounds: Iterable[float] = ()) -> str:
+    """The bare number (no unit) by the unit's rule: for tables whose header names the unit."""
+    return MISSING if value is None else _number(value, unit, bounds)
 
 
 def ms(value: float | None, bounds: Iterable[float] = ()) -> str:

@@ -19,12 +19,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scans import scoring
+from scans import formatting as fmt
+from scans import headline, scoring
 from scans.checks import check_values, generation_rate_basis
 from scans.engine.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
 from scans.engine.plan import ScanPlan
 from scans.engine.prompts import PromptSample
 from scans.proof import sample_times_ms
+from scans.redaction import redact_report
 from scans.stats import percentile
 
 __all__ = [
@@ -133,18 +135,28 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     })
     if measurements_extra:
         measurements.update(measurements_extra)
-    return {
+    levels = []
+    for level in measurement.levels:
+        entry = _level_dict(level, basis, measurement.origin_time)
+        entry.update(headline.level_numbers(level))
+        entry["failure_summary"] = headline.failure_summary(
+            entry["failed"], entry["failure_examples"], entry["requests"])
+        levels.append(entry)
+    preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
+    # Error messages are the server's words and servers echo keys: none survives.
+    return redact_report({
         "tool_version": f"tokvera {measurement.scanner.get('version', 'unknown')}",
         "target": {"base_url": measurement.base_url, "model": measurement.model},
         "started_at": measurement.started_at,
         "finished_at": measurement.finished_at,
         "plan": plan.public_dict(),
-        "levels": [_level_dict(level, basis, measurement.origin_time)
-                   for level in measurement.levels],
+        "preflight": preflight,
+        "failure_summary": headline.scan_failure_summary(levels, preflight),
+        "levels": levels,
         "checks": graded.checks,
         "measurements": measurements,
         "score": graded.score,
-    }
+    }, [plan.api_key] if plan.api_key else [])
 
 
 def report_from_measurement(plan: ScanPlan, measurement: Measurement,
@@ -185,83 +197,75 @@ def write_report(report: Mapping[str, Any], out_dir: str | os.PathLike) -> tuple
 
 # -- HTML ----------------------------------------------------------------------------------------
 
-_CHART_W, _CHART_H, _PAD_L, _PAD_B, _BINS = 560, 150, 40, 28, 24
+#: Check ids and statuses as people read them (report.html; the ids stay in report.json).
+CHECK_LABELS = {
+    "ttft_p95_at_concurrency_1": "Time to first token, p95, one request at a time",
+    "ttft_p99_load_ratio": "Time to first token under load (p99, loaded ÷ alone)",
+    "inter_chunk_p95_at_concurrency_1": "Gap between chunks, p95, one request at a time",
+    "error_rate": "Failed requests, all levels",
+    "error_rate_at_peak": "Failed requests at the highest level",
+    "generation_rate_load_ratio": "Per-stream speed under load (loaded ÷ alone)",
+    "usage_reported_share": "Streams that stated their token usage",
+    "metrics_endpoint": "Prometheus /metrics",
+    "repeat_prompt_share": "Repeated prompts in your sample",
+    "gpu_utilization_at_peak": "GPU utilization at peak",
+}
+STATUS_LABELS = {"pass": "pass", "warn": "warning", "fail": "fail",
+                 "insufficient_evidence": "not counted", "preview": "preview, not counted"}
+
+
+def _status_text(check: Mapping[str, Any]) -> str:
+    """ "not counted: no --prompts sample" rather than "insufficient_evidence"."""
+    label = STATUS_LABELS.get(check.get("status"), str(check.get("status")))
+    reason = check.get("reason")
+    if not check.get("counted", True) and reason:
+        return f"{label}: {reason.split(':', 1)[0] if len(reason) > 60 else reason}"
+    return label
+
+
+def _check_bounds(check: Mapping[str, Any]) -> list:
+    return [b["value"] for b in (check.get("pass"), check.get("warn"))
+            if isinstance(b, Mapping) and not isinstance(b.get("value"), bool)]
 
 
 def _fmt(value: Any, unit: str | None = None) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "present" if value else "absent"
-    if isinstance(value, int | float):
-        if unit == "share":
-            return f"{value * 100:.1f}%"
-        if unit == "ratio":
-            return f"{value:.2f}×"
-        if unit == "ms":
-            return f"{value:.1f} ms"
-        return f"{value:g}"
-    return str(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and not unit:
+        return fmt.number(value, "rate")
+    return fmt.check_value(value, unit or "")
 
 
 def _bound(bound: Mapping[str, Any], unit: str) -> str:
-    if bound["op"] == "==":
-        return "present" if bound["value"] else "absent"
-    op = "≤" if bound["op"] == "<=" else "≥"
-    value = bound["value"]
-    shown = f"{value * 100:g}%" if unit == "share" else f"{value:g}"
-    return f"{op} {shown}{' ms' if unit == 'ms' else ''}"
+    return fmt.bound_text(bound["op"], bound["value"], unit)
 
 
 def _ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
-    """p50/p95/p99 (and max) as display text with one decimal; a dash when missing."""
+    """p50/p95/p99 (and max) as display text in ms (no unit); a dash when missing."""
     figures = figures or {}
-    return {key: (f"{figures[key]:.1f}" if isinstance(figures.get(key), int | float) else "—")
+    return {key: fmt.number(figures[key] if isinstance(figures.get(key), int | float)
+                            else None, "ms")
             for key in ("p50", "p95", "p99", "max")}
 
 
-def _chart(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """Histogram geometry of each level's TTFT samples, on one shared x axis."""
-    all_samples = [t for lv in levels for t in (lv.get("ttft_samples_ms") or [])]
-    if not all_samples:
-        return []
-    low, high = min(all_samples), max(all_samples)
-    if high <= low:
-        high = low + 1.0
-    width = (high - low) / _BINS
-    plot_w = _CHART_W - _PAD_L - 10
-    plot_h = _CHART_H - _PAD_B - 10
-    charts = []
-    for lv in levels:
-        samples = lv.get("ttft_samples_ms") or []
-        counts = [0] * _BINS
-        for t in samples:
-            counts[min(_BINS - 1, int((t - low) / width))] += 1
-        top = max(counts) if samples else 0
-        bars = []
-        for i, count in enumerate(counts):
-            if not count:
-                continue
-            h = plot_h * count / top
-            bars.append({"x": round(_PAD_L + i * plot_w / _BINS, 2),
-                         "y": round(10 + plot_h - h, 2),
-                         "w": round(max(1.0, plot_w / _BINS - 1), 2), "h": round(h, 2),
-                         "title": f"{low + i * width:.1f}–{low + (i + 1) * width:.1f} ms: "
-                                  f"{count}"})
-        markers = []
-        for name, value in ((lv.get("ttft_ms") or {}).items()):
-            if name in ("p50", "p95", "p99") and isinstance(value, int | float):
-                x = _PAD_L + (value - low) / (high - low) * plot_w
-                markers.append({"name": name, "x": round(min(_PAD_L + plot_w, x), 2),
-                                "value": f"{value:.1f}"})
-        charts.append({
-            "concurrency": lv.get("concurrency"), "bars": bars, "markers": markers,
-            "n": len(samples), "w": _CHART_W, "h": _CHART_H, "base_y": 10 + plot_h,
-            "left": _PAD_L, "right": _PAD_L + plot_w,
-            "low": f"{low:.0f}", "high": f"{high:.0f}", "mid": f"{(low + high) / 2:.0f}",
-            "mid_x": round(_PAD_L + plot_w / 2, 2), "label_y": _CHART_H - 8,
-        })
-    return charts
+def _when(iso: Any) -> str:
+    """An ISO timestamp as "2025-05-01 12:03:04 UTC" (the report is read anywhere)."""
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return str(iso or "")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _took(report: Mapping[str, Any]) -> str | None:
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.fromisoformat(str(report.get(k)).replace("Z", "+00:00"))
+                      for k in ("started_at", "finished_at"))
+    except ValueError:
+        return None
+    return fmt.seconds((end - start).total_seconds())
 
 
 def _engine():
@@ -314,7 +318,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         unit = check.get("unit", "")
         checks.append({
             **check,
-            "value_text": _fmt(check.get("value"), unit),
+            "label": CHECK_LABELS.get(check.get("id"), check.get("id")),
+            "status_text": _status_text(check),
+            "value_text": fmt.check_value(check.get("value"), unit, _check_bounds(check)),
             "pass_text": _bound(check["pass"], unit),
             "warn_text": _bound(check["warn"], unit),
         })
@@ -333,15 +339,18 @@ def render_html(report: Mapping[str, Any]) -> str:
                                         "share"),
             "examples": {cls: (msg if len(msg) <= 90 else msg[:89] + "…")
                          for cls, msg in (lv.get("failure_examples") or {}).items()},
-            "rate_text": (f"{rate['median']:.1f} {rate.get('unit') or ''}"
-                          if isinstance(rate.get("median"), int | float) else "—"),
+            "failure_summary": headline.level_failure_summary(lv),
+            "rate_text": fmt.rate(rate.get("median") if isinstance(rate.get("median"),
+                                                                  int | float) else None,
+                                  rate.get("unit") or ""),
             "lag": _ms_texts(lv.get("loop_lag_ms") if isinstance(lv.get("loop_lag_ms"), dict)
                              else None),
         })
-    weights = [{"pillar": k, "percent": f"{v * 100:.1f}%",
+    weights = [{"pillar": k, "percent": fmt.percent(v),
                 "points": _fmt((score.get("pillar_points") or {}).get(k))}
                for k, v in (score.get("effective_weight") or {}).items()]
     measurements = report.get("measurements", {})
+    report_levels = report.get("levels", [])
     cost = measurements.get("cost_per_1000_requests")
     context = {
         "report": report,
@@ -351,7 +360,17 @@ def render_html(report: Mapping[str, Any]) -> str:
         "checks": checks,
         "levels": levels,
         "weights": weights,
-        "charts": _chart(report.get("levels", [])),
+        "charts": headline.ttft_histograms(report_levels),
+        "headline_columns": headline.COLUMNS,
+        "headline_rows": headline.headline_rows(report_levels),
+        "throughput_chart": headline.throughput_chart(report_levels),
+        "ttft_chart": headline.ttft_chart(report_levels),
+        "failure_summary": (report["failure_summary"] if "failure_summary" in report else
+                            headline.scan_failure_summary(report_levels,
+                                                          report.get("preflight"))),
+        "preflight": report.get("preflight"),
+        "started_text": _when(report.get("started_at")),
+        "took_text": _took(report),
         "cost_text": (f"${cost:,.4f}" if isinstance(cost, int | float) and math.isfinite(cost)
                       else None),
         "measurements": measurements,

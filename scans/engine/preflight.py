@@ -10,7 +10,7 @@ got no answer at all (a transport error -- refused, DNS, TLS -- or no response h
 stream or a slow stream does not stop it: the server answered, and the load measures how often.
 
 Every cause is one sentence, with the server's own message truncated to
-``SERVER_MESSAGE_CHARS`` and the API key (or any 8-character piece of it) blanked out.
+``SERVER_MESSAGE_CHARS`` and the API key masked (``scans.redaction``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from scans.redaction import redact_text
+
 from .measurement import GpuReading, LevelResult, MetricsProbe, RequestRecord
 
 if TYPE_CHECKING:  # the runner imports this module
@@ -33,7 +35,6 @@ __all__ = [
     "ModelsListing",
     "Preflight",
     "failure_phrase",
-    "redact",
     "run_preflight",
     "server_message",
 ]
@@ -45,38 +46,6 @@ MODELS_IDS_KEPT = 20
 #: How many ids a cause sentence names.
 CAUSE_IDS_NAMED = 8
 SERVER_MESSAGE_CHARS = 160
-_KEY_PIECE = 8
-_REDACTED = "[redacted]"
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with `secret`, and every piece of it of 8 or more characters, blanked out (servers
-    echo keys in 401 bodies, sometimes partly masked)."""
-    if not secret or not text:
-        return text
-    if len(secret) < _KEY_PIECE:
-        return text.replace(secret, _REDACTED)
-    pieces = {secret[i:i + _KEY_PIECE] for i in range(len(secret) - _KEY_PIECE + 1)}
-    # Blank every span covered by a piece of the key, merged into one [redacted] each.
-    covered = [False] * len(text)
-    for piece in pieces:
-        start = text.find(piece)
-        while start != -1:
-            for i in range(start, start + _KEY_PIECE):
-                covered[i] = True
-            start = text.find(piece, start + 1)
-    if not any(covered):
-        return text
-    out, i = [], 0
-    while i < len(text):
-        if covered[i]:
-            while i < len(text) and covered[i]:
-                i += 1
-            out.append(_REDACTED)
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
 
 
 _MESSAGE_IN_JSON = re.compile(r'"(?:message|detail|error)"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -345,7 +314,8 @@ async def run_preflight(scan: _Scan) -> Preflight:
     where = plan.origin.split("://", 1)[-1]
     cause, kind = _cause(probe, models, plan.model, where, plan.timeout_s,
                          authenticated=bool(plan.api_key))
-    cause = redact(cause, plan.api_key)
-    probe.error = redact(probe.error or "", plan.api_key) or None
-    models.detail = redact(models.detail, plan.api_key)
+    secrets = [plan.api_key] if plan.api_key else []
+    cause = redact_text(cause, secrets)
+    probe.error = redact_text(probe.error or "", secrets) or None
+    models.detail = redact_text(models.detail, secrets)
     return Preflight(models, probe, stopped=stops_the_scan(probe), cause=cause, kind=kind)
