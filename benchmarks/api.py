@@ -4,7 +4,8 @@ Host calls (`Authorization: Bearer tkh_…`, benchmarks.authentication):
     POST /v1/hosts/heartbeat, POST /v1/hosts/lease,
     POST /v1/jobs/{id}/start, /complete, /fail   (only the host the job is leased to: else 404)
 Buyer calls (a team API token or a session, through the foundation's scoping layer):
-    POST /v1/jobs   (202 with the job id)      GET /v1/jobs/{id}   (own team only: else 404)
+    POST /v1/jobs   (202 with the job id; 429 over the team's limits)
+    GET /v1/jobs/{id}   (own team only: else 404)
 
 Views only parse, call a service (benchmarks.hosts / jobs / routing) and shape the answer.
 """
@@ -90,17 +91,20 @@ class FailSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=190)
 
 
+def _too_many(detail: str, code: str, retry_after: int, **extra) -> Response:
+    return Response({"detail": detail, "code": code, **extra},
+                    status=status.HTTP_429_TOO_MANY_REQUESTS,
+                    headers={"Retry-After": str(retry_after)})
+
+
 def _rate_limited(host, scope: str) -> Response | None:
     limit = policy.value(f"NETWORK_{scope.upper()}_LIMIT")
     window = policy.value(f"NETWORK_{scope.upper()}_WINDOW_S")
     allowed, retry_after = ratelimit.allow(scope, str(host.pk), limit, window)
     if allowed:
         return None
-    return Response(
-        {"detail": f"Too many {scope} calls from this host: at most {limit} per {window} s."},
-        status=status.HTTP_429_TOO_MANY_REQUESTS,
-        headers={"Retry-After": str(retry_after)},
-    )
+    return _too_many(f"Too many {scope} calls from this host: at most {limit} per {window} s.",
+                     "rate_limited", retry_after)
 
 
 class HostView(APIView):
@@ -286,6 +290,15 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
     def create(self, request):
         raw_team = request.data.get("team") if isinstance(request.data, dict) else None
         team = self._team_for_submit(raw_team if isinstance(raw_team, str) else None)
+        # Abuse limits (docs/routing.md): a submission rate per team, counted before any work,
+        # and a cap on the team's unsettled jobs, checked as the job is created. A refused job
+        # is never created, so it never counts in the public figures.
+        limit = policy.value("NETWORK_SUBMIT_LIMIT")
+        window = policy.value("NETWORK_SUBMIT_WINDOW_S")
+        allowed, retry_after = ratelimit.allow("submit", str(team.pk), limit, window)
+        if not allowed:
+            return _too_many(f"Too many job submissions from this team: at most {limit} per "
+                             f"{window} s.", "rate_limited", retry_after, limit=limit, window_s=window)
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -294,6 +307,9 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
                               data["max_tokens"])
         except jobs.UnknownCatalogModel as exc:
             raise exceptions.ValidationError({"model": str(exc)}) from exc
+        except jobs.TooManyUnsettledJobs as exc:
+            return _too_many(str(exc), "too_many_unsettled_jobs",
+                             policy.value("NETWORK_UNSETTLED_RETRY_AFTER_S"), limit=exc.limit)
         # The pass may have assigned it already: report the status it has now.
         job.status = Job.dangerously_unscoped.filter(pk=job.pk).values_list("status", flat=True).get()
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)

@@ -9,12 +9,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from benchmarks import audit
+from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
 from scans import credentials
+from scans.validators import validate_one_line
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
 HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}
@@ -63,6 +66,10 @@ def _check_trust(level: str) -> str:
 def create_host(team, name: str, trust_level: str = TrustLevel.NONE, actor=None) -> tuple[Host, str]:
     """A new host and its token. The token is returned once and never stored."""
     _check_trust(trust_level)
+    try:
+        validate_one_line(name)
+    except ValidationError as exc:
+        raise HostError(f"host name: {exc.messages[0]}") from None
     new = credentials.new_secret(TOKEN_KIND)
     host = Host.dangerously_unscoped.create(
         team=team, name=name, trust_level=trust_level, token_prefix=new.prefix,
@@ -138,10 +145,17 @@ def set_connect_ready(host: Host, ready: bool, actor=None) -> None:
 
 def catalog_ids() -> frozenset[str]:
     """Every catalog id (active or not), cached briefly: heartbeats check against it."""
-    ids = cache.get(_CATALOG_IDS_KEY)
+    try:
+        ids = cache.get(_CATALOG_IDS_KEY)
+    except CACHE_ERRORS as exc:  # heartbeats keep working without the cache
+        warn("catalog ids read from the database", exc)
+        return frozenset(CatalogModel.objects.values_list("id", flat=True))
     if ids is None:
         ids = frozenset(CatalogModel.objects.values_list("id", flat=True))
-        cache.set(_CATALOG_IDS_KEY, ids, timeout=30)
+        try:
+            cache.set(_CATALOG_IDS_KEY, ids, timeout=30)
+        except CACHE_ERRORS as exc:
+            warn("catalog ids not cached", exc)
     return ids
 
 

@@ -26,7 +26,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from benchmarks import policy
+from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
+from scans.models import Team
 
 REASON_NO_HOST = "no_host"
 REASON_ATTEMPTS = "attempts_exhausted"
@@ -61,6 +63,17 @@ class BadFigures(JobError):
     """Negative or absurd figures in a completion (400); nothing is recorded."""
 
 
+class TooManyUnsettledJobs(JobError):
+    """The team already has the most unsettled jobs it may have (429); no job is created."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        super().__init__(
+            f"This team already has {limit} unsettled jobs (queued, leased or running), the most "
+            "it may have: submit more once some have completed or failed."
+        )
+
+
 @dataclass(frozen=True)
 class Figures:
     ttft_ms: float | None
@@ -83,11 +96,19 @@ def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime |
             f"max_tokens {max_tokens} exceeds the context length of {model_id} ({catalog.context_len})"
         )
     now = now or timezone.now()
-    job = Job.dangerously_unscoped.create(
-        team=team, model=catalog, max_tokens=max_tokens,
-        request_json={"messages": messages, "max_tokens": max_tokens},
-        created_at=now, queued_at=now,
-    )
+    limit = policy.value("NETWORK_MAX_UNSETTLED_PER_TEAM")
+    with transaction.atomic():
+        # One submission per team at a time, so concurrent calls cannot both pass the count.
+        # FOR NO KEY UPDATE: rows that merely reference the team are not blocked.
+        Team.dangerously_unscoped.select_for_update(no_key=True).filter(pk=team.pk).values_list("pk").get()
+        unsettled = Job.dangerously_unscoped.filter(team=team, settled_at__isnull=True).count()
+        if unsettled >= limit:
+            raise TooManyUnsettledJobs(limit)
+        job = Job.dangerously_unscoped.create(
+            team=team, model=catalog, max_tokens=max_tokens,
+            request_json={"messages": messages, "max_tokens": max_tokens},
+            created_at=now, queued_at=now,
+        )
     routing.assignment_pass(now)
     return job
 
@@ -320,5 +341,10 @@ def housekeeping(now: datetime | None = None) -> tuple[int, int]:
 
 
 def housekeeping_due(now: datetime) -> bool:
-    """At most once a second across the site (the cache decides); the periodic task always runs."""
-    return cache.add(f"benchmarks:housekeeping:{int(now.timestamp())}", 1, timeout=5)
+    """At most once a second across the site (the cache decides); the periodic task always runs,
+    so while the cache is unreachable this says no rather than failing the lease."""
+    try:
+        return cache.add(f"benchmarks:housekeeping:{int(now.timestamp())}", 1, timeout=5)
+    except CACHE_ERRORS as exc:
+        warn("housekeeping left to the periodic task", exc)
+        return False

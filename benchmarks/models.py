@@ -131,19 +131,27 @@ class Host(TeamOwned):
         return self.name
 
     @staticmethod
-    def online_q(now: datetime | None = None) -> Q:
-        now = now or timezone.now()
+    def _online_span(now: datetime) -> tuple[datetime, datetime]:
+        """Heartbeats stamped in [now - online window, now + slack] count. The server stamps
+        them; the slack only covers web servers' clock differences and a heartbeat recorded while
+        a snapshot was being read. A stamp further ahead is a broken clock and never counts."""
         window = timedelta(seconds=policy.value("NETWORK_ONLINE_WINDOW_S"))
-        return Q(suspended=False, revoked_at__isnull=True, last_heartbeat_at__gte=now - window)
+        slack = timedelta(seconds=policy.value("NETWORK_HEARTBEAT_FUTURE_SLACK_S"))
+        return now - window, now + slack
+
+    @staticmethod
+    def online_q(now: datetime | None = None) -> Q:
+        oldest, newest = Host._online_span(now or timezone.now())
+        return Q(suspended=False, revoked_at__isnull=True,
+                 last_heartbeat_at__gte=oldest, last_heartbeat_at__lte=newest)
 
     def is_online(self, now: datetime | None = None) -> bool:
-        now = now or timezone.now()
-        window = timedelta(seconds=policy.value("NETWORK_ONLINE_WINDOW_S"))
+        oldest, newest = Host._online_span(now or timezone.now())
         return (
             not self.suspended
             and self.revoked_at is None
             and self.last_heartbeat_at is not None
-            and self.last_heartbeat_at >= now - window
+            and oldest <= self.last_heartbeat_at <= newest
         )
 
 
@@ -220,6 +228,9 @@ class Job(TeamOwned):
             models.Index(fields=["host", "settled_at"],
                          condition=Q(settled_at__isnull=False, folded_at__isnull=True),
                          name="job_unfolded_idx"),
+            # The per-team cap on unsettled jobs counts one team's jobs not yet settled.
+            models.Index(fields=["team"], condition=Q(settled_at__isnull=True),
+                         name="job_team_unsettled_idx"),
             # Success rate and latency windows per model (the public figures).
             models.Index(fields=["model", "settled_at"], condition=Q(settled_at__isnull=False),
                          name="job_settled_by_model_idx"),

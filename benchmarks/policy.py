@@ -11,6 +11,9 @@ from django.conf import settings
 DEFAULTS = {
     # A host is online while its last heartbeat is at most this old (and it is not suspended).
     "NETWORK_ONLINE_WINDOW_S": 45,
+    # Heartbeats are stamped by the server; one stamped more than this ahead of now (a broken
+    # clock) does not count as online.
+    "NETWORK_HEARTBEAT_FUTURE_SLACK_S": 5,
     # What the agent is told to use between heartbeats.
     "NETWORK_HEARTBEAT_INTERVAL_S": 15,
     # A job assigned to a host that has not called `start` within this time goes back to the queue.
@@ -30,6 +33,13 @@ DEFAULTS = {
     "NETWORK_MAX_SLOTS": 64,
     # The most queued jobs one assignment pass considers (the rest wait for the next pass).
     "NETWORK_PASS_BATCH": 500,
+    # Per-team limits on POST /v1/jobs: submissions per fixed window, and jobs not yet settled
+    # (queued, leased or running). Over either the call gets 429 and no job is created.
+    "NETWORK_SUBMIT_LIMIT": 120,
+    "NETWORK_SUBMIT_WINDOW_S": 60,
+    "NETWORK_MAX_UNSETTLED_PER_TEAM": 100,
+    # Retry-After of a submission refused by the unsettled cap (jobs usually settle in seconds).
+    "NETWORK_UNSETTLED_RETRY_AFTER_S": 10,
 }
 
 

@@ -13,16 +13,25 @@ request context (no context processors run). Every figure comes from
 
 A cached copy stores the coordinator time it was built at; a copy older than its limit is never
 served, whatever the cache backend's own expiry does.
+
+When the cache cannot be reached (Redis down, or the database behind the database cache), each
+process falls back on its own memory: it serves the last entry it built or read while that one
+is fresh, else builds one from the database (one build at a time per process). When the
+database cannot answer either, it serves its last entry whatever its age (the page and the JSON
+carry the time it was built), or, having none, answers 503 with Retry-After: never a 500.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.core.cache import cache
+from django.db import Error as DatabaseError
 from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -30,6 +39,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_safe
 
 from benchmarks import snapshot as snap
+from benchmarks.cache_outage import CACHE_ERRORS, warn
 from tokvera_site.config import BASE_DIR
 
 PAGE_CACHE_S = 300  # the page snapshot is kept this long in the site's cache
@@ -55,7 +65,30 @@ def _fresh(entry: dict | None, max_age_s: int, now: datetime) -> bool:
     return entry is not None and timedelta(0) <= now - entry["built_at"] <= timedelta(seconds=max_age_s)
 
 
+UNAVAILABLE_RETRY_AFTER_S = 30  # a 503 (no snapshot at all) says to come back after this
+
+
+class SnapshotUnavailable(Exception):
+    """Neither the cache, nor the database, nor this process's memory has a snapshot to serve."""
+
+
+# Per process: the newest entry this process built or read, by full cache key (prefix included).
+_last_entries: dict[str, dict] = {}
+_build_lock = threading.Lock()
+
+
 def _entry(key: str, max_age_s: int, build) -> dict:
+    """The entry under `key`: from the cache when it is reachable, else from this process."""
+    try:
+        entry = _entry_from_cache(key, max_age_s, build)
+    except CACHE_ERRORS as exc:
+        warn(f"{key} served without the cache", exc)
+        entry = _entry_without_cache(key, max_age_s, build)
+    _last_entries[cache.make_key(key)] = entry
+    return entry
+
+
+def _entry_from_cache(key: str, max_age_s: int, build) -> dict:
     """The cached entry under `key` if it is fresh, else a new one built by one request."""
     now = timezone.now()
     entry = cache.get(key)
@@ -75,6 +108,20 @@ def _entry(key: str, max_age_s: int, build) -> dict:
         if _fresh(entry, max_age_s, timezone.now()):
             return entry
     return build(timezone.now())
+
+
+def _entry_without_cache(key: str, max_age_s: int, build) -> dict:
+    with _build_lock:  # while the cache cannot coordinate builders: one per process
+        last = _last_entries.get(cache.make_key(key))
+        if _fresh(last, max_age_s, timezone.now()):
+            return last
+        try:
+            return build(timezone.now())
+        except DatabaseError as exc:
+            if last is None:
+                raise SnapshotUnavailable from exc
+            warn(f"{key}: the database is unreachable too; serving the copy of {last['built_at']}", exc)
+            return last
 
 
 def _dumps(payload: dict) -> bytes:
@@ -125,7 +172,7 @@ def percent(share: float | None) -> str:
     reads 0 %: 0.9996 is 99.9 %, not a rounded-up perfect score."""
     if share is None:
         return EM_DASH
-    text = f"{share * 100:.1f}"
+    text = f"{snap.half_up(Decimal(repr(share)) * 100, 1):.1f}"
     if text == "100.0" and share < 1:
         text = "99.9"
     elif text == "0.0" and share > 0:
@@ -179,8 +226,10 @@ def page_context(snapshot: dict) -> dict:
         "sparse": snapshot["sparse"],
         "models": models,
         "hardware": snapshot["hardware"],
-        "gpu_kinds": sum(1 for h in snapshot["hardware"] if h["gpu"] is not None),
+        "gpu_kinds": snap.gpu_models_online(snapshot["hardware"]),
         "ewma_alpha": snap.EWMA_ALPHA,
+        "min_operators": snap.MIN_OPERATORS,
+        "min_cell_hosts": snap.MIN_HOSTS_PER_CELL,
     }
 
 
@@ -217,22 +266,40 @@ def _json(body: bytes) -> HttpResponse:
     return _public(response, LIVE_MAX_AGE_S)
 
 
+def _unavailable(content_type: str) -> HttpResponse:
+    message = "The benchmark figures are unavailable right now; try again shortly."
+    body = json.dumps({"detail": message}) if content_type == "application/json" else message
+    response = HttpResponse(body, status=503, content_type=content_type)
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_S)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @require_safe
 def slo(request):
     """GET /v1/slo: per active catalog model, online hosts and 7 d / 30 d success and latency."""
-    return _json(live_entry()["slo"])
+    try:
+        return _json(live_entry()["slo"])
+    except SnapshotUnavailable:
+        return _unavailable("application/json")
 
 
 @require_safe
 def stats(request):
     """GET /v1/stats: online hosts, providers per model and the online hosts' hardware."""
-    return _json(live_entry()["stats"])
+    try:
+        return _json(live_entry()["stats"])
+    except SnapshotUnavailable:
+        return _unavailable("application/json")
 
 
 @require_safe
 def benchmarks_page(request):
-    return _public(HttpResponse(page_entry()["html"], content_type="text/html; charset=utf-8"),
-                   PAGE_MAX_AGE_S)
+    try:
+        html = page_entry()["html"]
+    except SnapshotUnavailable:
+        return _unavailable("text/plain; charset=utf-8")
+    return _public(HttpResponse(html, content_type="text/html; charset=utf-8"), PAGE_MAX_AGE_S)
 
 
 @require_safe

@@ -1,6 +1,7 @@
-"""A fixed-window call counter per host, in the Django cache (shared by every web worker when
-the cache is Redis). Cheap enough to run before any database write, so one host's flood is
-refused without costing the others."""
+"""A fixed-window call counter per host or team, in the Django cache (shared by every web
+worker). Cheap enough to run before any database write, so one caller's flood is refused without
+costing the others. It fails open: while the cache is unreachable every call is allowed (the
+limits protect capacity; heartbeats and submissions must not stop with the cache)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,27 @@ import time
 
 from django.core.cache import cache
 
+from benchmarks.cache_outage import CACHE_ERRORS, warn
+
 
 def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:
     """Count one call. Returns (allowed, seconds until the window resets)."""
     now = time.time()
     window = int(now // window_s)
     cache_key = f"benchmarks:rate:{scope}:{key}:{window}"
+    retry_after = max(1, int((window + 1) * window_s - now))
     try:
-        count = cache.incr(cache_key)  # one round trip in the common case
+        count = _count(cache_key, window_s)
+    except CACHE_ERRORS as exc:
+        warn(f"{scope} rate limit not applied", exc)
+        return True, retry_after
+    return count <= limit, retry_after
+
+
+def _count(cache_key: str, window_s: int) -> int:
+    try:
+        return cache.incr(cache_key)  # one round trip in the common case
     except ValueError:  # first call of this window
         if cache.add(cache_key, 1, timeout=window_s + 1):
-            count = 1
-        else:  # another worker created it between our two calls
-            count = cache.incr(cache_key)
-    retry_after = max(1, int((window + 1) * window_s - now))
-    return count <= limit, retry_after
+            return 1
+        return cache.incr(cache_key)  # another worker created it between our two calls

@@ -13,7 +13,12 @@ the three cannot disagree. docs/methodology.md explains every figure.
 - Online hosts: `Host.online_q(now)`, the coordinator's own rule (heartbeat at most 45 s old,
   not suspended, token not revoked), joined to the catalog ids each host advertises.
 - Per trust tier: nearest-rank p50 / p95 of the online hosts' `ttft_ewma_ms` and p50 of their
-  `tps_ewma` (hosts without an EWMA yet count as hosts but give no sample).
+  `tps_ewma` (hosts without an EWMA yet count as hosts but give no sample). A cell is published
+  only when at least MIN_HOSTS_PER_CELL hosts of at least MIN_OPERATORS teams gave a sample.
+- Hardware: online hosts per reported GPU name; a name reported by hosts of fewer than
+  MIN_OPERATORS teams is counted only in the "other" row.
+
+Every published figure is rounded by `half_up`, the one rounding rule (40.25 -> 40.3).
 
 A figure with no samples is None (an em dash on the page, null in JSON), never 0 or 1.
 The percentiles are computed in PostgreSQL with `percentile_disc`, which is nearest-rank (the
@@ -27,6 +32,8 @@ import inspect
 import math
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
 
 from django.db import connection, transaction
 
@@ -36,7 +43,7 @@ from scans.stats import ewma
 
 __all__ = [
     "EWMA_ALPHA", "LATENCY_PERCENTILES", "TIERS", "TTFT_PERCENTILES", "WINDOWS",
-    "build_snapshot", "online_window_s", "slo_payload", "stats_payload",
+    "build_snapshot", "half_up", "online_window_s", "slo_payload", "stats_payload",
 ]
 
 # Trailing windows for success and completion latency, by the name the JSON uses.
@@ -52,6 +59,12 @@ TIERS: tuple[str, ...] = tuple(level.value for level in TrustLevel)
 EWMA_ALPHA: float = inspect.signature(ewma).parameters["alpha"].default
 SUCCESS_DECIMALS = 6
 TPS_DECIMALS = 1
+# Privacy floors, counted by operator (the team that runs a host): a GPU name, or a tier's TTFT /
+# speed cell, is published only when hosts of at least MIN_OPERATORS teams stand behind it (and,
+# for a cell, at least MIN_HOSTS_PER_CELL hosts with a sample), so no figure is one operator's own.
+MIN_OPERATORS = 2
+MIN_HOSTS_PER_CELL = 2
+OTHER_GPUS = "other"
 
 _US_PER_MS = 1000
 
@@ -65,24 +78,26 @@ def _iso(now: datetime) -> str:
     return now.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def half_up(value: int | float | Decimal | Fraction | None, decimals: int = 0) -> int | float | None:
+    """The one rounding rule of every published figure: half up, on the decimal a reader sees
+    (40.25 -> 40.3, 200.5 -> 201), never float `round`'s half-to-even on binary values.
+    Whole numbers come back as int, others as float; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        value = Decimal(repr(value))  # the shortest decimal that reads back as this float
+    scaled = math.floor(Fraction(value) * 10**decimals + Fraction(1, 2))
+    return scaled if decimals == 0 else scaled / 10**decimals
+
+
 def _whole_ms_from_us(microseconds: int | None) -> int | None:
     """Whole milliseconds, half up, from an exact count of microseconds."""
-    if microseconds is None:
-        return None
-    return (microseconds + _US_PER_MS // 2) // _US_PER_MS
-
-
-def _whole_ms(value: float | None) -> int | None:
-    return None if value is None else math.floor(value + 0.5)
-
-
-def _tps(value: float | None) -> float | None:
-    return None if value is None else round(value, TPS_DECIMALS)
+    return None if microseconds is None else half_up(Fraction(microseconds, _US_PER_MS))
 
 
 def _success(completed: int, failed: int) -> float | None:
     settled = completed + failed
-    return None if settled == 0 else round(completed / settled, SUCCESS_DECIMALS)
+    return None if settled == 0 else half_up(Fraction(completed, settled), SUCCESS_DECIMALS)
 
 
 # --- jobs: success and completion latency -----------------------------------------------------
@@ -168,7 +183,7 @@ def _online_hosts(now: datetime) -> list[dict]:
     return list(
         Host.dangerously_unscoped.filter(Host.online_q(now))
         .order_by()
-        .values("id", "trust_level", "ttft_ewma_ms", "tps_ewma", "gpu_model")
+        .values("id", "team_id", "gpu_model")
     )
 
 
@@ -187,15 +202,27 @@ def _adverts(now: datetime, model_ids: list[str]) -> dict[str, set[int]]:
     return found
 
 
-def _tier_row(tier: str, hosts: int, ttft: list[float | None], tps: float | None) -> dict:
+def _enough(hosts: int, operators: int) -> bool:
+    """The privacy floor of a tier cell: several hosts, run by several teams."""
+    return hosts >= MIN_HOSTS_PER_CELL and operators >= MIN_OPERATORS
+
+
+def _tier_row(tier: str, hosts: int, ttft: list[float | None], tps: float | None,
+              ttft_hosts: int = 0, ttft_operators: int = 0,
+              tps_hosts: int = 0, tps_operators: int = 0) -> dict:
+    if not _enough(ttft_hosts, ttft_operators):
+        ttft = [None] * len(TTFT_PERCENTILES)
+    if not _enough(tps_hosts, tps_operators):
+        tps = None
     row = {"tier": tier, "hosts": hosts}
-    row.update({f"ttft_p{p}_ms": _whole_ms(v) for p, v in zip(TTFT_PERCENTILES, ttft, strict=True)})
-    row[f"tps_p{TPS_PERCENTILE}"] = _tps(tps)
+    row.update({f"ttft_p{p}_ms": half_up(v) for p, v in zip(TTFT_PERCENTILES, ttft, strict=True)})
+    row[f"tps_p{TPS_PERCENTILE}"] = half_up(tps, TPS_DECIMALS)
     return row
 
 
 def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
-    """Per model and tier, percentile_disc over the online hosts' EWMAs (NULLs are ignored)."""
+    """Per model and tier, percentile_disc over the online hosts' EWMAs (NULLs are ignored), with
+    how many hosts and distinct operating teams gave each figure a sample (the privacy floor)."""
     through = Host.catalog_models.through._meta.db_table
     hosts = Host._meta.db_table
     online_sql, online_params = (
@@ -204,7 +231,9 @@ def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
     sql = (
         f"SELECT a.catalogmodel_id, h.trust_level, count(*), "  # noqa: S608 - names from code
         "percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY h.ttft_ewma_ms), "
-        "percentile_disc(%s::float8) WITHIN GROUP (ORDER BY h.tps_ewma) "
+        "percentile_disc(%s::float8) WITHIN GROUP (ORDER BY h.tps_ewma), "
+        "count(h.ttft_ewma_ms), count(DISTINCT h.team_id) FILTER (WHERE h.ttft_ewma_ms IS NOT NULL), "
+        "count(h.tps_ewma), count(DISTINCT h.team_id) FILTER (WHERE h.tps_ewma IS NOT NULL) "
         f"FROM {through} a JOIN {hosts} h ON h.id = a.host_id "
         f"WHERE a.catalogmodel_id = ANY(%s) AND a.host_id IN ({online_sql}) "
         "GROUP BY a.catalogmodel_id, h.trust_level"
@@ -213,31 +242,46 @@ def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
     cells: dict[tuple[str, str], tuple] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for model_id, tier, count, ttft, tps in cursor.fetchall():
-            cells[model_id, tier] = (count, ttft or [None] * len(TTFT_PERCENTILES), tps)
+        for model_id, tier, count, ttft, tps, *floors in cursor.fetchall():
+            cells[model_id, tier] = (count, ttft or [None] * len(TTFT_PERCENTILES), tps, *floors)
     empty = (0, [None] * len(TTFT_PERCENTILES), None)
     return {model_id: [_tier_row(tier, *cells.get((model_id, tier), empty)) for tier in TIERS]
             for model_id in model_ids}
 
 
-def _hardware(hosts: list[dict]) -> list[dict]:
-    """Online hosts per reported GPU; hosts that reported none are counted under null.
+def _gpu_name(reported: str | None) -> str | None:
+    return " ".join((reported or "").split()) or None
 
-    `gpu_model` is free text chosen by the host, so a name fewer than MIN_HOSTS_PER_GPU online
-    hosts report is published only inside the "other" group: a unique GPU string would single
-    out one host, or carry whatever the operator typed (a team name, an email)."""
-    counts = Counter(" ".join((h["gpu_model"] or "").split()) or None for h in hosts)
-    rare = sum(n for gpu, n in counts.items() if gpu is not None and n < MIN_HOSTS_PER_GPU)
-    shown = {gpu: n for gpu, n in counts.items() if gpu is None or n >= MIN_HOSTS_PER_GPU}
-    ordered = sorted(shown.items(), key=lambda item: (-item[1], item[0] is None, item[0] or ""))
-    rows = [{"gpu": gpu, "hosts": n} for gpu, n in ordered]
-    if rare:
-        rows.insert(len(rows) - (None in shown), {"gpu": OTHER_GPUS, "hosts": rare})
+
+def _hardware(hosts: list[dict]) -> list[dict]:
+    """Online hosts per reported GPU, most hosts first (then by name), then "other", then null
+    (hosts that reported none).
+
+    `gpu_model` is free text chosen by the host, so a name is published only when hosts of at
+    least MIN_OPERATORS teams report it; any other name is counted only in the "other" row: a
+    name one operator's hosts report would single that operator out, or carry whatever it typed
+    (a team name, an email). A host that reports "other" itself is counted there too."""
+    hosts_per_gpu: Counter = Counter()
+    teams_per_gpu: dict[str | None, set[int]] = defaultdict(set)
+    for host in hosts:
+        gpu = _gpu_name(host["gpu_model"])
+        hosts_per_gpu[gpu] += 1
+        teams_per_gpu[gpu].add(host["team_id"])
+    named = {gpu: n for gpu, n in hosts_per_gpu.items()
+             if gpu is not None and gpu.casefold() != OTHER_GPUS
+             and len(teams_per_gpu[gpu]) >= MIN_OPERATORS}
+    folded = sum(n for gpu, n in hosts_per_gpu.items() if gpu is not None and gpu not in named)
+    rows = [{"gpu": gpu, "hosts": n} for gpu, n in sorted(named.items(), key=lambda g: (-g[1], g[0]))]
+    if folded:
+        rows.append({"gpu": OTHER_GPUS, "hosts": folded})
+    if hosts_per_gpu[None]:
+        rows.append({"gpu": None, "hosts": hosts_per_gpu[None]})
     return rows
 
 
-MIN_HOSTS_PER_GPU = 2
-OTHER_GPUS = "other"
+def gpu_models_online(hardware: list[dict]) -> int:
+    """How many GPU names the hardware list publishes: not the "other" row, not null."""
+    return sum(1 for row in hardware if row["gpu"] not in (None, OTHER_GPUS))
 
 
 # --- the snapshot -----------------------------------------------------------------------------
@@ -255,10 +299,11 @@ def build_snapshot(now: datetime) -> dict:
     catalog = list(CatalogModel.objects.filter(active=True).order_by("id")
                    .values("id", "display_name", "quant", "context_len"))
     model_ids = [m["id"] for m in catalog]
-    windows = _job_windows_sql(model_ids, now)
+    # Hosts first, closest to `now` (the job windows query is the slow one).
     hosts = _online_hosts(now)
     adverts = _adverts(now, model_ids)
     tiers = _tiers_sql(model_ids, now)
+    windows = _job_windows_sql(model_ids, now)
 
     models = []
     for entry in catalog:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tokvera_site import config
 from tokvera_site.config import BASE_DIR, VAR_DIR
 
@@ -22,7 +24,14 @@ def _load():
         # The console email backend masks invitation links unless this is on (development).
         "EMAIL_SHOW_SECRETS": config.flag("EMAIL_SHOW_SECRETS", default=False),
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
+        # Per-team limits on POST /v1/jobs, when the environment sets them (defaults and
+        # meaning: benchmarks/policy.py and docs/routing.md).
+        **{name: config.integer(name, 0) for name in NETWORK_LIMITS_FROM_ENV if name in os.environ},
     }
+
+
+NETWORK_LIMITS_FROM_ENV = ("NETWORK_SUBMIT_LIMIT", "NETWORK_SUBMIT_WINDOW_S",
+                           "NETWORK_MAX_UNSETTLED_PER_TEAM")
 
 
 globals().update(config.exit_on_config_error(_load))

@@ -45,6 +45,9 @@ ENV = {
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/12",
     "SECRET_KEY": "bench-network-" + "s" * 40,
     "DEBUG": "0",
+    # One buyer stands in for the whole network's demand: lift its per-team submit limits.
+    "NETWORK_SUBMIT_LIMIT": "1000000",
+    "NETWORK_MAX_UNSETTLED_PER_TEAM": "1000000",
 }
 HB_MODEL, JOB_MODEL = "hb-q4", "bench-q4"
 JOB_HOSTS, JOB_SLOTS = 100, 2

@@ -112,9 +112,9 @@ def build_network(now: datetime = T0) -> Network:
     """The hand-built network of tests/public/test_hand_built_network.py (figures there).
 
     Models: alpha-q4 and beta-q8 are active, retired-q4 is not.
-    Hosts (operator team "ursula-hosting", one host run by "vortex-rigs"):
-      none-a   none      seen 10 s ago   alpha         ttft 200.4  tps 40.24  RTX 4090
-      none-b   none      seen 45 s ago   alpha, beta   ttft 400    tps 55.55    RTX 4090
+    Hosts (operator team "ursula-hosting"; none-b and retired are run by "vortex-rigs"):
+      none-a   none      seen 10 s ago   alpha         ttft 200.4  tps 40.25  RTX 4090
+      none-b   none      seen 45 s ago   alpha, beta   ttft 400    tps 55.55  RTX 4090 (vortex)
       soft-a   software  seen 3 s ago    alpha         ttft 120    tps 60     A100 80GB
       soft-old software  seen 46 s ago   alpha         ttft 50     tps 100    (offline)
       edr-new  edr       seen 1 s ago    alpha, beta   no EWMA yet            no GPU reported
@@ -133,8 +133,8 @@ def build_network(now: datetime = T0) -> Network:
     net = Network(operator=operator, other_operator=other, buyer=buyer)
     h = net.hosts
     h["none-a"] = make_host(operator, "ursula-box-none-a", "none", models=["alpha-q4"], seen_ago_s=10,
-                            ttft=200.4, tps=40.24, gpu="RTX 4090", now=now)
-    h["none-b"] = make_host(operator, "ursula-box-none-b", "none", models=["alpha-q4", "beta-q8"],
+                            ttft=200.4, tps=40.25, gpu="RTX 4090", now=now)
+    h["none-b"] = make_host(other, "vortex-box-none-b", "none", models=["alpha-q4", "beta-q8"],
                             seen_ago_s=45, ttft=400.0, tps=55.55, gpu="RTX 4090", now=now)
     h["soft-a"] = make_host(operator, "ursula-box-soft-a", "software", models=["alpha-q4"],
                             seen_ago_s=3, ttft=120.0, tps=60.0, gpu="A100 80GB", now=now)

@@ -1,0 +1,80 @@
+"""Abuse limits on POST /v1/jobs: a submission rate and a cap on unsettled jobs, per team.
+
+A refused submission answers 429 with Retry-After and a JSON error, creates no job, and so can
+never count on the public /v1/slo (docs/routing.md, "Abuse limits")."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.test import Client
+
+from benchmarks import jobs
+from benchmarks.models import Job
+from tests.benchmarks.conftest import T0
+
+
+@pytest.fixture
+def small_limits(settings):
+    settings.NETWORK_SUBMIT_LIMIT = 1000
+    settings.NETWORK_MAX_UNSETTLED_PER_TEAM = 5
+
+
+def _slo_week(at) -> dict:
+    with time_machine.travel(at, tick=False):
+        body = Client().get("/v1/slo").json()
+    return body["models"][0]["windows"]["7d"]
+
+
+def test_a_buyer_over_the_unsettled_cap_gets_429s_and_cannot_sink_the_public_success_rate(
+        net, small_limits):
+    # No host serves the model: every accepted job fails `no_host` after the queue deadline.
+    with time_machine.travel(T0, tick=False):
+        answers = [net.submit() for _ in range(30)]
+
+    accepted = [a for a in answers if a.status_code == 202]
+    refused = [a for a in answers if a.status_code == 429]
+    assert (len(accepted), len(refused)) == (5, 25)
+    assert refused[0]["Retry-After"] == "10"
+    assert refused[0].json()["code"] == "too_many_unsettled_jobs"
+    assert refused[0].json()["limit"] == 5
+    assert "5 unsettled jobs" in refused[0].json()["detail"]
+    assert Job.dangerously_unscoped.count() == 5
+    # Another team is not held back by this one's cap.
+    with time_machine.travel(T0, tick=False):
+        assert net.submit(net.other_buyer_token).status_code == 202
+
+    after_deadline = T0 + timedelta(seconds=121)
+    assert jobs.fail_past_queue_deadline(after_deadline) == 6
+    week = _slo_week(after_deadline)
+    assert (week["completed"], week["failed"]) == (0, 6)  # the 25 refused never existed
+    # Once its jobs have settled, the team may submit again.
+    with time_machine.travel(after_deadline, tick=False):
+        assert net.submit().status_code == 202
+
+
+def test_a_buyer_over_the_submission_rate_gets_429_until_the_window_passes(net, settings):
+    settings.NETWORK_SUBMIT_LIMIT = 3
+    settings.NETWORK_SUBMIT_WINDOW_S = 60
+    with time_machine.travel(T0, tick=False) as clock:
+        assert [net.submit().status_code for _ in range(3)] == [202, 202, 202]
+        over = net.submit()
+        assert over.status_code == 429
+        assert over.json()["code"] == "rate_limited"
+        assert over.json()["detail"] == "Too many job submissions from this team: at most 3 per 60 s."
+        assert 1 <= int(over["Retry-After"]) <= 60
+        assert Job.dangerously_unscoped.count() == 3
+        assert net.submit(net.other_buyer_token).status_code == 202  # its own budget
+        clock.shift(timedelta(seconds=61))
+        assert net.submit().status_code == 202
+
+
+def test_malformed_submissions_count_against_the_rate_too(net, settings):
+    settings.NETWORK_SUBMIT_LIMIT = 2
+    with time_machine.travel(T0, tick=False):
+        assert net.submit(max_tokens=0).status_code == 400
+        assert net.submit(max_tokens=0).status_code == 400
+        assert net.submit().status_code == 429
+    assert Job.dangerously_unscoped.count() == 0
