@@ -23,7 +23,7 @@ import json
 from scans.cli import target as target_cli
 from scans.engine import ScanPlan, run_scan, run_scan_async
 from scans.engine.target import TargetServer, running_target
-from scans.report import report_from_measurement
+from scans.report import regrade, render_html, report_from_measurement
 from tokvera_site.cli import main
 
 from .servers import paced_stream_server, raw_server, scan, validate_report
@@ -180,3 +180,22 @@ def test_a_scan_without_thinking_reports_no_budget_hint_and_one_time_for_both():
     assert report["measurements"]["reasoning"] is None
     assert level["time_to_first_answer_ms"] == level["ttft_ms"]
     assert level["thinking_ms"] is None and level["output"]["thinking_share_of_chunks"] == 0
+
+
+def test_a_report_from_before_thinking_was_parsed_still_validates_and_regrades_the_same():
+    config = _target_config("--ttft-ms", "5", "--itl-ms", "1", "--tokens", "6")
+    with running_target(config) as (_, port):
+        plan = ScanPlan(base_url=f"http://127.0.0.1:{port}/v1", model="m", levels=(1,),
+                        requests=3, max_tokens=16, timeout_s=10, use_nvidia_smi=False)
+        report = report_from_measurement(plan, run_scan(plan))
+    old = json.loads(json.dumps(report))
+    for key in ("ttft_basis", "reasoning"):
+        del old["measurements"][key]
+    for level in old["levels"]:
+        for key in ("time_to_first_answer_ms", "thinking_ms", "output"):
+            del level[key]
+        level["content_chunks"] = level.pop("output_chunks")
+    validate_report(old)
+    again = regrade(old)
+    assert again["score"]["grade"] == report["score"]["grade"]
+    assert "first content chunk" in render_html(again)
