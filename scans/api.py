@@ -17,7 +17,7 @@ class TeamSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["slug", "name", "role", "created_at"]
+        fields = ["slug", "name", "role", "created_at", "badge_site_measured_only"]
         read_only_fields = ["slug", "role", "created_at"]
 
     def get_role(self, team) -> str | None:

@@ -406,8 +406,9 @@ def _text_width(text: str) -> float:
 
 
 def badge(label: str, message: str, colour: str, *, grade: str | None, provisional: bool,
-          title: str) -> SafeString:
-    """A flat two-part badge (label | message), a standalone SVG document."""
+          title: str, source: str | None = None) -> SafeString:
+    """A flat two-part badge (label | message), a standalone SVG document. `source`: "site"
+    (measured by the site) or "pushed" (uploaded), None with no grade."""
     left = round(_text_width(label) + 12)
     right = round(_text_width(message) + 12)
     width, height = left + right, 20
@@ -424,5 +425,6 @@ def badge(label: str, message: str, colour: str, *, grade: str | None, provision
     attrs = {"xmlns": "http://www.w3.org/2000/svg", "width": width, "height": height,
              "viewBox": f"0 0 {width} {height}", "role": "img", "aria-label": title,
              "class": "badge", "data-grade": grade or "none", "data-message": message,
-             "data-colour": colour, "data-provisional": "true" if provisional else "false"}
+             "data-colour": colour, "data-provisional": "true" if provisional else "false",
+             "data-source": source or "none"}
     return mark_safe(_el("svg", attrs, _title(title) + body))  # noqa: S308 - escaped

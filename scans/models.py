@@ -28,6 +28,8 @@ class Team(TeamOwned):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Badges show only grades the site measured itself, never pushed ones (owners and admins).
+    badge_site_measured_only = models.BooleanField(default=False)
 
     team_lookup = "pk"
 

@@ -13,6 +13,7 @@ urlpatterns = [
     path("teams/<slug:slug>/members/<uuid:public_id>/remove", views.member_remove,
          name="member-remove"),
     path("teams/<slug:slug>/tokens/", views.team_tokens, name="team-tokens"),
+    path("teams/<slug:slug>/settings/", views.team_settings, name="team-settings"),
     path("teams/<slug:slug>/tokens/new", views.token_create, name="token-create"),
     path("teams/<slug:slug>/tokens/<uuid:public_id>/revoke", views.token_revoke,
          name="token-revoke"),

@@ -146,6 +146,20 @@ def team_tokens(request, slug):
     return render(request, "scans/team_tokens.html", context)
 
 
+@login_required
+def team_settings(request, slug):
+    """Team settings: every member may read them; owners and admins change them."""
+    team = team_for_request(request, slug)
+    can_manage = Access.for_request(request).can_manage(team.pk)
+    if request.method == "POST":
+        require_manage(request, team)
+        team.badge_site_measured_only = request.POST.get("badge_site_measured_only") == "on"
+        team.save(update_fields=["badge_site_measured_only"])
+        messages.success(request, "Settings saved.")
+        return redirect("team-settings", slug=team.slug)
+    return render(request, "scans/team_settings.html", {"team": team, "can_manage": can_manage})
+
+
 @never_cache  # the page carries the new token: no cache may keep it
 @login_required
 @require_POST

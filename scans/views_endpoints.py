@@ -230,6 +230,8 @@ def endpoint_detail(request, public_id):
         "can_write": access.can_write(endpoint.team_id),
         "can_manage": access.can_manage(endpoint.team_id),
         "badge_svg": badge_svg, "badge_json": badge_json,
+        "latest": endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
+        .only("grade", "provisional", "pushed", "queued_at").first(),
         "cooldown_minutes": int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
     })
 
@@ -303,28 +305,41 @@ BADGE_CACHE = "public, max-age=300"
 def _badge_endpoint(key: str) -> Endpoint:
     # Public and unauthenticated: no request has a team here. The unguessable key is the whole
     # credential, and the badge shows nothing but a grade.
-    endpoint = Endpoint.dangerously_unscoped.filter(badge_key=key).only("pk", "team_id").first()
+    endpoint = (Endpoint.dangerously_unscoped.filter(badge_key=key).select_related("team")
+                .only("pk", "team_id", "team__badge_site_measured_only").first())
     if endpoint is None:
         raise Http404("No such badge.")
     return endpoint
 
 
 def _badge_state(key: str) -> dict:
+    """The latest grade and where it came from: measured by the site, or pushed (a report
+    whose checks the site recomputed from its samples). A team can keep pushed grades off."""
     endpoint = _badge_endpoint(key)
-    latest = (scoped_to_teams(Scan, [endpoint.team_id])
-              .filter(endpoint_id=endpoint.pk, status=ScanStatus.SUCCEEDED)
-              .order_by("-queued_at").values("grade", "provisional").first())
+    scans = (scoped_to_teams(Scan, [endpoint.team_id])
+             .filter(endpoint_id=endpoint.pk, status=ScanStatus.SUCCEEDED))
+    site_only = endpoint.team.badge_site_measured_only
+    if site_only:
+        scans = scans.filter(pushed=False)
+    latest = scans.order_by("-queued_at").values("grade", "provisional", "pushed").first()
     if latest is None:
-        return {"message": "no grade", "grade": None, "provisional": False,
-                "colour": charts.NO_GRADE_COLOUR, "title": "no scan yet"}
+        return {"message": "no grade", "grade": None, "provisional": False, "source": None,
+                "colour": charts.NO_GRADE_COLOUR,
+                "title": "no scan by the site yet" if site_only else "no scan yet"}
+    source = "pushed" if latest["pushed"] else "site"
+    source_text = ("pushed from inside its network" if latest["pushed"]
+                   else "measured by the site")
     grade = latest["grade"] if latest["grade"] in charts.BAND_COLOURS else None
     provisional = bool(latest["provisional"])
     if grade is None:
         return {"message": "no grade", "grade": None, "provisional": provisional,
-                "colour": charts.NO_GRADE_COLOUR, "title": "no grade: insufficient evidence"}
-    message = f"{grade} (provisional)" if provisional else grade
-    return {"message": message, "grade": grade, "provisional": provisional,
-            "colour": charts.BAND_COLOURS[grade], "title": f"grade {message}"}
+                "source": source, "colour": charts.NO_GRADE_COLOUR,
+                "title": f"no grade: insufficient evidence ({source_text})"}
+    notes = [word for word, on in (("provisional", provisional), ("pushed", latest["pushed"]))
+             if on]
+    message = f"{grade} ({', '.join(notes)})" if notes else grade
+    return {"message": message, "grade": grade, "provisional": provisional, "source": source,
+            "colour": charts.BAND_COLOURS[grade], "title": f"grade {message}, {source_text}"}
 
 
 def _public(response: HttpResponse) -> HttpResponse:
@@ -339,6 +354,7 @@ def badge_svg(request, key):
     state = _badge_state(key)
     svg = charts.badge(BADGE_LABEL, state["message"], state["colour"],
                        grade=state["grade"], provisional=state["provisional"],
+                       source=state["source"],
                        title=f"{BADGE_LABEL}: {state['title']}")
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"

@@ -120,6 +120,14 @@ TEAM: dict[str, list[Case]] = {
         )
     ],
     "team-tokens": [Case("page", "GET", "read")],
+    "team-settings": [
+        Case("page", "GET", "read"),
+        Case(
+            "page", "POST", "manage", data=lambda w: {"badge_site_measured_only": "on"},
+            ok=frozenset({302}),
+            effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).badge_site_measured_only,
+        ),
+    ],
     "token-create": [
         Case(
             "page", "POST", "manage",
