@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 
 from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
+from scans.validators import validate_one_line
 
 RECENT_DAYS = 7
 RECENT_JOBS_SHOWN = 20
@@ -44,6 +45,10 @@ class HostForm(forms.ModelForm):
     class Meta:
         model = Host
         fields = ["name", "team", "trust_level", "suspended", "connect_ready"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["name"].validators.append(validate_one_line)
 
 
 @admin.register(Host)

@@ -20,6 +20,7 @@ from django.db import transaction
 from scans import encryption
 from scans.models import Endpoint, Membership, Role, Scan, ScanStatus
 from scans.scoring import is_below_floor
+from scans.validators import one_line
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
         )
         if recipients:
             send_mail(
-                subject=f"[Tokvera] {endpoint.name}: {kind.replace('_', ' ')}",
+                # one line whatever was stored: a line break in a subject is a BadHeaderError
+                subject=one_line(f"[Tokvera] {endpoint.name}: {kind.replace('_', ' ')}"),
                 message=f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n{message['url']}\n",
                 from_email=None,
                 recipient_list=recipients,

@@ -23,6 +23,7 @@ from scans.endpoint_secrets import url_changes
 from scans.engine.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.engine.prompts import PromptsFileError, parse_prompts_text
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
+from scans.validators import validate_one_line
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
 
@@ -118,6 +119,7 @@ class EndpointForm(forms.ModelForm):
             min=MIN_INTERVAL_MINUTES, max=MAX_INTERVAL_MINUTES)
         self.fields["base_url"].error_messages["invalid"] = (
             "Expected an http(s) URL such as https://host/v1.")
+        self.fields["name"].validators.append(validate_one_line)
         self.fields["requests_per_level"].validators.append(MinValueValidator(1))
         self.fields["max_tokens"].validators.append(MinValueValidator(1))
         for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):

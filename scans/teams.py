@@ -8,12 +8,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
 from scans import credentials
 from scans.models import ApiToken, Invitation, Membership, Role, Team, TokenScope
+from scans.validators import validate_one_line
 
 
 class TeamRuleError(ValueError):
@@ -30,8 +32,16 @@ def is_invitee(invitation: Invitation, user) -> bool:
     return (user.email or "").strip().lower() == invitation.email
 
 
+def _one_line(label: str, value: str) -> None:
+    try:
+        validate_one_line(value)
+    except ValidationError as exc:
+        raise TeamRuleError(f"{label}: {exc.messages[0]}") from None
+
+
 @transaction.atomic
 def create_team(slug: str, name: str, owner) -> Team:
+    _one_line("Team name", name)
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)
     Membership.dangerously_unscoped.create(team=team, user=owner, role=Role.OWNER)
     return team
@@ -131,6 +141,7 @@ def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tupl
     """Create an API token; the returned secret is shown once and never stored."""
     if scope not in TokenScope.values:
         raise TeamRuleError(f"Unknown scope {scope!r}: expected read-only or read-write.")
+    _one_line("Token name", name)
     new = credentials.new_secret("tkv")
     token = ApiToken.dangerously_unscoped.create(
         team=team,

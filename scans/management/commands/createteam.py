@@ -23,5 +23,8 @@ class Command(BaseCommand):
         if Team.dangerously_unscoped.filter(slug=slug).exists():
             raise CommandError(f"A team with slug {slug!r} already exists.")
         user = teams.user_by_email(owner, create=True)
-        team = teams.create_team(slug, name or slug, owner=user)
+        try:
+            team = teams.create_team(slug, name or slug, owner=user)
+        except teams.TeamRuleError as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(f"created team {team.slug} owned by {user.email}")
