@@ -18,6 +18,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 CGNAT = ipaddress.ip_network("100.64.0.0/10")
+# The 6to4 relay anycast prefix (RFC 3068, deprecated by RFC 7526): Python counts it global,
+# but a relay forwards into whatever IPv6 network it fronts, so it is no public target.
+SIXTO4_RELAY = ipaddress.ip_network("192.88.99.0/24")
 SITE_LOCAL_V6 = ipaddress.ip_network("fec0::/10")  # deprecated, still routed inside some LANs
 
 
@@ -44,7 +47,7 @@ def classify(ip: str) -> str | None:
         return "link-local"
     if address.is_multicast:
         return "multicast"
-    if address.is_reserved or address.is_unspecified:
+    if address.is_reserved or address.is_unspecified or address in SIXTO4_RELAY:
         return "reserved"
     if address.is_private or not address.is_global:
         return "private"

@@ -22,6 +22,8 @@ from scans.outbound import OutboundRefused, check_address, check_url, classify
         ("2002:a00:1::1", "private"),  # 6to4 wrapping 10.0.0.1
         ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),  # Teredo wrapping 10.0.0.1
         ("fec0::1", "private"),  # deprecated site-local
+        ("192.88.99.1", "reserved"), ("192.88.99.254", "reserved"),  # 6to4 relay anycast
+        ("2002:c058:6301::1", "reserved"),  # 6to4 wrapping 192.88.99.1
         ("8.8.8.8", None), ("2606:4700:4700::1111", None),
     ],
 )
@@ -46,3 +48,19 @@ def test_a_name_is_judged_by_the_address_it_resolves_to(settings):
     settings.OUTBOUND_ALLOW = []
     with pytest.raises(OutboundRefused, match="loopback"):
         check_url("http://localhost:8080/v1")  # resolves locally; nothing is sent
+
+
+@pytest.mark.django_db
+def test_a_scan_of_the_6to4_relay_anycast_is_refused_before_any_connection(world, settings):
+    from scans import scanning
+    from scans.models import Scan, ScanStatus
+    from tests.factories import make_endpoint
+
+    settings.OUTBOUND_ALLOW = ["loopback", "private"]
+    endpoint = make_endpoint(world.team, base_url="http://192.88.99.1/v1")
+    scan = scanning.claim(Scan.dangerously_unscoped.create(endpoint=endpoint,
+                                                           trigger="manual").pk)
+    assert scanning.execute(scan) == "errored"
+    scan.refresh_from_db()
+    assert scan.status == ScanStatus.ERRORED
+    assert "192.88.99.1: reserved addresses are not reachable" in scan.error_reason

@@ -1,0 +1,44 @@
+"""JSON nested too deep is a 400, never a RecursionError 500 (issue 10, finding 12): on the
+host heartbeat (and every API view) through tokvera_site/parsers.py, and on the report upload,
+which reads its body itself (scans/pushes.py) so that it can limit its size before parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import hosts
+from tests.conftest import bearer
+from tests.factories import make_endpoint
+from tokvera_site.parsers import MAX_JSON_DEPTH
+
+pytestmark = pytest.mark.django_db
+
+DEEP_ARRAY = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+JUST_OVER = '{"levels":' * (MAX_JSON_DEPTH + 1) + "[]" + "}" * (MAX_JSON_DEPTH + 1)
+
+
+def post(api, path, body, token):
+    return api.generic("POST", path, data=body, content_type="application/json", **bearer(token))
+
+
+@pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT, JUST_OVER],
+                         ids=["100000-deep-array", "100000-deep-object", "just-over-the-limit"])
+def test_a_deeply_nested_report_upload_is_a_400(world, api, body):
+    endpoint = make_endpoint(world.team, mode="pushed")
+    response = post(api, f"/api/v1/endpoints/{endpoint.public_id}/reports", body,
+                    world.read_write_token)
+    assert response.status_code == 400
+    assert response.json()["report"]
+    assert not endpoint.scans.exists()
+
+
+@pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT, JUST_OVER],
+                         ids=["100000-deep-array", "100000-deep-object", "just-over-the-limit"])
+def test_a_deeply_nested_heartbeat_is_a_400(world, api, body):
+    host, token = hosts.create_host(world.team, "box-1")
+    response = post(api, "/v1/hosts/heartbeat", body, token)
+    assert response.status_code == 400
+    assert f"nested deeper than {MAX_JSON_DEPTH} levels" in response.json()["detail"]
+    host.refresh_from_db()
+    assert host.last_heartbeat_at is None
