@@ -180,7 +180,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # SCAN_ORIGIN_BUSY_RETRY_S have passed (by the beat's next run). A finished report waits in the
 # worker up to SCAN_STORE_RETRY_S for an unreachable database.
 SCAN_HEARTBEAT_S = 15
-SCAN_STALE_AFTER_S = 90
+SCAN_STALE_AFTER_S = 60  # with the reaper every minute: a dead worker is noticed within 2 min
 SCAN_ORIGIN_BUSY_RETRY_S = 30
 SCAN_STORE_RETRY_S = 300
 

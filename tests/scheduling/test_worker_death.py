@@ -1,0 +1,158 @@
+"""A worker SIGKILLed mid-scan loses only its own scan: the two scans waiting for the same
+origin are rows the beat sends again, not messages the dead worker held; the reaper errors the
+killed scan with the true reason (its heartbeat stopped) and frees the origin. Real Celery
+workers on Redis, the real database, `tokvera target` on loopback; the heartbeat and reaper
+thresholds are sped up through settings (tests/scheduling/fast_scan_settings.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from scans import scanning
+from scans.models import OriginLock, Scan, ScanStatus
+from tests.conftest import free_port
+from tests.factories import make_endpoint
+from tokvera_site.celery import app
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST_SETTINGS = "tests.scheduling.fast_scan_settings"
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _fast_thresholds(settings):
+    from tests.scheduling import fast_scan_settings as fast
+
+    for name in ("SCAN_HEARTBEAT_S", "SCAN_STALE_AFTER_S", "SCAN_ORIGIN_BUSY_RETRY_S"):
+        setattr(settings, name, getattr(fast, name))
+    app.control.purge()
+    yield
+    app.control.purge()
+
+
+def _wait_for(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+@contextmanager
+def _target(port: int, ttft_ms: int):
+    """`tokvera target` on 127.0.0.1:port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokvera_site.cli", "target", "--port", str(port),
+         "--ttft-ms", str(ttft_ms), "--itl-ms", "1", "--tokens", "4"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: _accepts(port), 30, f"the target on port {port}")
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def _start_worker() -> subprocess.Popen:
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": FAST_SETTINGS,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
+                        f"{connection.settings_dict['NAME']}",
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "OUTBOUND_ALLOW": "loopback",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
+         "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "-l", "WARNING"],
+        cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def _kill(worker: subprocess.Popen, sig=signal.SIGKILL) -> None:
+    try:
+        os.killpg(worker.pid, sig)  # the whole process group: the parent and its children
+    except ProcessLookupError:
+        return
+    worker.wait(timeout=60)
+
+
+def _scan(scan_id: int) -> Scan:
+    return Scan.dangerously_unscoped.get(pk=scan_id)
+
+
+def _beat_once() -> None:
+    """What the beat does every minute: reap, then send the queued scans that are due."""
+    scanning.reap()
+    for scan_id in scanning.redispatch_due():
+        scanning.send(scan_id)
+
+
+def test_a_killed_worker_loses_only_its_own_scan_and_frees_the_origin(world):
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    due = timezone.now() - timedelta(seconds=1)
+    endpoints = [make_endpoint(world.team, name=f"shared origin {i}", base_url=base_url,
+                               levels=[1], requests_per_level=1, timeout_s=60, next_scan_at=due)
+                 for i in range(3)]
+    killed_id, *waiting_ids = sorted(scanning.enqueue_due())
+    assert len(waiting_ids) == 2 and {s.endpoint_id for s in map(_scan, waiting_ids)} < {
+        e.pk for e in endpoints}
+
+    with _target(port, ttft_ms=60_000):  # the first scan's answer never comes before the kill
+        worker = _start_worker()
+        try:
+            scanning.send(killed_id)
+            _wait_for(lambda: _scan(killed_id).status == ScanStatus.RUNNING, 90, "the first scan")
+            for scan_id in waiting_ids:
+                scanning.send(scan_id)
+            # Each was taken by the worker and told to wait for the busy origin: it is a queued
+            # row due to be sent again soon, not a retry message inside the worker.
+            _wait_for(lambda: all(_scan(i).redispatch_at < timezone.now() + timedelta(minutes=1)
+                                  for i in waiting_ids), 60, "the other two scans to wait")
+            assert all(_scan(i).status == ScanStatus.QUEUED for i in waiting_ids)
+        finally:
+            _kill(worker)
+
+    with _target(port, ttft_ms=5):  # the same origin, answering quickly now
+        worker = _start_worker()
+        try:
+            _wait_for(lambda: (_beat_once() or True) and all(
+                _scan(i).status in {ScanStatus.SUCCEEDED, ScanStatus.ERRORED}
+                for i in waiting_ids), 180, "the two waiting scans to run")
+        finally:
+            _kill(worker, signal.SIGTERM)
+
+    killed = _scan(killed_id)
+    assert killed.status == ScanStatus.ERRORED
+    assert "the worker stopped heartbeating" in killed.error_reason
+    for scan_id in waiting_ids:
+        scan = _scan(scan_id)
+        assert scan.status == ScanStatus.SUCCEEDED, scan.error_reason
+        assert scan.report["levels"][0]["succeeded"] == 1
+    assert not OriginLock.objects.exists()  # the origin is free
