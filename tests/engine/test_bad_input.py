@@ -172,9 +172,9 @@ def test_headers_then_a_stall_times_out_and_the_scan_goes_on():
 
     async def handler(reader, writer):
         while True:
-            await read_request(reader)
-            counter["n"] += 1
-            if counter["n"] == 1:
+            head, _ = await read_request(reader)
+            counter["n"] += head.startswith(b"POST ")  # chat requests only; 1 is the probe
+            if counter["n"] == 2 and head.startswith(b"POST "):
                 writer.write(SSE_HEAD)
                 await writer.drain()
                 await asyncio.sleep(3600)  # stalls forever
@@ -353,8 +353,8 @@ def test_the_request_is_what_issue_3_specifies():
     with raw_server(handler) as port:
         scan(port, requests=3)
     chat = [body for line, body in seen if line.startswith(b"POST /v1/chat/completions ")]
-    assert len(chat) == 3
+    assert len(chat) == 1 + 3  # the preflight's probe, then the level
     assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True}
                for b in chat)
     prompts = [json.dumps(b["messages"]) for b in chat]
-    assert len(set(prompts)) == 3  # built-in load prompts differ per request
+    assert len(set(prompts)) == 4  # built-in load prompts differ per request

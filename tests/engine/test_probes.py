@@ -90,9 +90,10 @@ def test_the_connect_guard_sees_every_connection_and_can_refuse_it():
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)) as (host, port):
         plan = plan_for(port, requests=2)
         m = run_scan(plan, connect_guard=refuse_everything)
-    assert m.levels[0].failed_by_class == {"transport_error": 2}
+    # The preflight's probe was refused, so the scan stopped before any load.
+    assert m.preflight.stopped and m.levels[0].failed_by_class == {"transport_error": 1}
     assert "refused" in m.levels[0].failure_examples["transport_error"]
-    assert m.metrics.present is False          # the probe went through the guard too
+    assert m.metrics.present is False
     assert calls and all(c == ("127.0.0.1", port, "127.0.0.1") for c in calls)
 
 

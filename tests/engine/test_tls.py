@@ -66,5 +66,6 @@ def test_an_untrusted_certificate_is_a_transport_error(tmp_path):
         plan = ScanPlan(base_url=f"https://127.0.0.1:{port}/v1", model="m", levels=(1,),
                         requests=2, max_tokens=8, timeout_s=10)
         m = run_scan(plan)
-    assert m.levels[0].failed_by_class == {"transport_error": 2}
+    assert m.preflight.stopped and m.levels[0].failed_by_class == {"transport_error": 1}
     assert "CERTIFICATE_VERIFY_FAILED" in m.levels[0].failure_examples["transport_error"]
+    assert "TLS handshake failed" in m.preflight.cause
