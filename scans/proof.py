@@ -219,6 +219,15 @@ def _loop_lag(where: str, level: Mapping[str, Any]) -> tuple[array, dict | None]
     return array("d", [] if p99 is None else [float(p99)]), kept
 
 
+def _seconds(where: str, value: Any, limit_s: float = math.inf) -> float:
+    """A level's own duration or CPU time in seconds (0 when the report has none)."""
+    if value is None:
+        return 0.0
+    if not _number(value) or not math.isfinite(value) or not 0 <= value <= limit_s:
+        raise ImpossibleReport(f"{where}: {value!r} s is not a possible duration")
+    return float(value)
+
+
 def _check_claimed_samples(where: str, level: Mapping[str, Any], limit_ms: float) -> None:
     """The summary samples a report shows (the TTFT histogram) must be possible too, though
     the stored ones are recomputed: more samples than requests, or a sample that no clock
@@ -290,7 +299,10 @@ def measurement_from_report(report: Mapping[str, Any]) -> Measurement:
                    for j, t in enumerate(timelines)]
         lag_samples, _ = _loop_lag(where, level)
         result = LevelResult(level["concurrency"], records, loop_lag_ms=lag_samples,
-                             loop_lag_threshold_ms=LOOP_LAG_THRESHOLD_MS)
+                             loop_lag_threshold_ms=LOOP_LAG_THRESHOLD_MS,
+                             finished_at=_seconds(f"{where}.duration_s",
+                                                  level.get("duration_s"), limit_ms / 1000.0),
+                             cpu_s=_seconds(f"{where}.scanner_cpu_s", level.get("scanner_cpu_s")))
         if level["succeeded"] != len(result.succeeded) or level["failed"] != \
                 result.failed_by_class:
             raise ImpossibleReport(
@@ -355,7 +367,9 @@ def prove(report: Mapping[str, Any]) -> dict:
     Raises ImpossibleReport for impossible samples and ReportDisagrees for the first claimed
     check value its samples do not give. `report` must already be schema-valid."""
     # The scanner's own level summary, so stored levels read exactly like a measured scan's.
-    from scans.report import _level_dict  # report.py imports this module
+    from scans import headline
+    from scans.engine.measurement import budget_hint
+    from scans.report import level_entry  # report.py imports this module
 
     measurement = measurement_from_report(report)
     values = _recomputed_values(measurement)
@@ -366,14 +380,18 @@ def prove(report: Mapping[str, Any]) -> dict:
     basis = generation_rate_basis(measurement)
     proven = copy.deepcopy(dict(report))
     proven["levels"] = [
-        {**_level_dict(result, basis, 0.0), "loop_lag_ms": _loop_lag("", uploaded)[1]}
+        {**level_entry(result, basis, 0.0), "loop_lag_ms": _loop_lag("", uploaded)[1]}
         for result, uploaded in zip(measurement.levels, report["levels"], strict=True)]
+    if "failure_summary" in proven:
+        proven["failure_summary"] = headline.scan_failure_summary(proven["levels"],
+                                                                  proven.get("preflight"))
     proven["checks"] = graded.checks
     proven["score"] = graded.score
     proven["measurements"].update({
         "generation_rate_basis": basis,
         "gpu_peak_utilization": measurement.gpu.peak,
         "gpu_reason": measurement.gpu.reason,
+        "reasoning": budget_hint(measurement, report["plan"]["max_tokens"]),
         "proven_from_samples": True,
     })
     return proven

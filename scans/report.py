@@ -33,6 +33,7 @@ __all__ = [
     "REPEAT_PROMPT_NOTE",
     "build_report",
     "cli_notes",
+    "level_entry",
     "regrade",
     "render_html",
     "report_from_measurement",
@@ -105,6 +106,16 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
     }
 
 
+def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
+    """One level of report.json: its measured summary, headline numbers and failure summary
+    (also what the site stores for a pushed report's recomputed levels, scans/proof.py)."""
+    entry = _level_dict(level, basis, origin)
+    entry.update(headline.level_numbers(level))
+    entry["failure_summary"] = headline.failure_summary(
+        entry["failed"], entry["failure_examples"], entry["requests"])
+    return entry
+
+
 def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Graded,
                  measurements_extra: Mapping[str, Any] | None = None) -> dict:
     """The report.json dict. Never includes the API key."""
@@ -135,13 +146,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     })
     if measurements_extra:
         measurements.update(measurements_extra)
-    levels = []
-    for level in measurement.levels:
-        entry = _level_dict(level, basis, measurement.origin_time)
-        entry.update(headline.level_numbers(level))
-        entry["failure_summary"] = headline.failure_summary(
-            entry["failed"], entry["failure_examples"], entry["requests"])
-        levels.append(entry)
+    levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
     # Error messages are the server's words and servers echo keys: none survives.
     return redact_report({

@@ -10,7 +10,7 @@ import copy
 import json
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from scans import scoring
@@ -81,6 +81,10 @@ def test_an_honest_report_from_a_real_scan_is_accepted_and_graded_as_the_cli_gra
                     .values_list("check_id", "status"))
     assert statuses == {check["id"]: check["status"] for check in cli["checks"]}
     assert scan.report["measurements"]["proven_from_samples"] is True
+    owner = Client()
+    owner.force_login(world.owner)
+    for name in ("scan-detail", "scan-report-html"):
+        assert owner.get(reverse(name, args=[scan.public_id])).status_code == 200
 
 
 def test_a_claimed_grade_is_ignored_and_the_samples_grade_is_stored(world, api):
