@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 from tokvera_site import config
 from tokvera_site.config import BASE_DIR, VAR_DIR
@@ -46,8 +47,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from here: pinned, no CDN
     "django_celery_beat",
     "django_prometheus",
+    "axes",
     "scans",
     "benchmarks",
 ]
@@ -62,6 +65,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -84,6 +88,20 @@ TEMPLATES = [
         },
     },
 ]
+
+# Login throttling (tokvera_site/login_throttle.py, docs/operations.md): after 10 failures for
+# one username or from one address, sign-ins for it are refused for 15 minutes, right password
+# included. Counted in the database (django-axes), per account and per address separately.
+AUTHENTICATION_BACKENDS = [
+    "tokvera_site.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 10
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "tokvera_site.login_throttle.locked_out"
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
