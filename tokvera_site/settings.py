@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc served from here: pinned, no CDN
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from here: pinned, no CDN
     "django_celery_beat",
     "django_prometheus",
     "axes",
@@ -165,6 +166,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Team-scoped API for endpoints, scans and grades.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # Celery. One beat process only (the run command starts exactly one); the schedule lives in
