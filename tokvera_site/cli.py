@@ -1,8 +1,8 @@
 """The `tokvera` command. Each subcommand lives in its own module with
 `add_arguments(parser)` and `run(args) -> int`; this file only dispatches.
 
-Exit codes: 0 done, 1 internal error (one line; traceback with --debug), 2 bad usage,
-4 below --fail-under.
+Exit codes: 0 done, 1 internal error (one line; traceback with --debug) or a failed
+publish, 2 bad usage, 3 `scan --preflight-only` whose probe failed, 4 below --fail-under.
 """
 
 from __future__ import annotations
@@ -26,8 +26,29 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+DESCRIPTION = ("Tokvera: load-test and grade OpenAI-compatible inference endpoints "
+               "(scan, regrade, scoring-table), run the reference target, or a network host "
+               "agent.")
+EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad usage, "
+          "3 preflight failed (scan --preflight-only), 4 grade below --fail-under. "
+          "`tokvera COMMAND --help` describes each command.")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from scans.scoring import SCORING_VERSION
+
+    try:
+        tool = version("tokvera-site")
+    except PackageNotFoundError:  # pragma: no cover - not installed
+        tool = "unknown"
+    return f"tokvera {tool} (scoring {SCORING_VERSION})"
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = argparse.ArgumentParser(prog="tokvera", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tokvera", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = {}

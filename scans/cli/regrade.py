@@ -1,5 +1,7 @@
-"""`tokvera regrade REPORT.json [--out DIR]`: recompute statuses and score from a report's
-stored values under the current scoring code. Never re-measures."""
+"""`tokvera regrade REPORT.json [--out DIR] [--json FILE]`: recompute statuses and score from a
+report's stored values under the current scoring code. Never re-measures. Prints one summary
+line; writes the re-graded report only where asked (--out: report.json and report.html;
+--json: one JSON file, or - for stdout)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,21 @@ from tokvera_site.cli import UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report", metavar="REPORT.json", type=Path, help="a scan's report.json")
     parser.add_argument("--out", metavar="DIR", type=Path, default=None,
-                        help="write the re-graded report.json and report.html there "
-                             "(default: print the re-graded report.json to stdout)")
+                        help="write the re-graded report.json and report.html into DIR")
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help="write the re-graded report.json to FILE ('-' for stdout, "
+                             "then without the summary line)")
+
+
+def _summary(old: dict, new: dict) -> str:
+    before, after = old.get("score") or {}, new["score"]
+
+    def letter(score: dict) -> str:
+        return score.get("grade") if score.get("grade") in scoring.GRADES else "no grade"
+
+    return (f"{letter(after)} ({after.get('points')} points) under scoring "
+            f"{after['scoring_version']}; was {letter(before)} under scoring "
+            f"{before.get('scoring_version', 'unknown')}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,15 +48,20 @@ def run(args: argparse.Namespace) -> int:
         new = regrade(report)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{args.report}: cannot re-grade its checks: {exc}") from None
-    if args.out is None:
-        sys.stdout.write(json.dumps(new, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(new, indent=2, ensure_ascii=False) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
         return 0
+    written = []
     try:
-        _, html_path = write_report(new, args.out)
+        if args.json is not None:
+            Path(args.json).write_text(text, encoding="utf-8")
+            written.append(args.json)
+        if args.out is not None:
+            _, html_path = write_report(new, args.out)
+            written.append(str(html_path))
     except OSError as exc:
-        raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
-    score = new["score"]
-    letter = score["grade"] if score["grade"] in scoring.GRADES else "no grade"
-    sys.stdout.write(f"tokvera regrade: {letter} under scoring {score['scoring_version']}; "
-                     f"report: {html_path}\n")
+        raise UsageError(f"cannot write the re-graded report: {exc.strerror or exc}") from None
+    where = f"; written: {', '.join(written)}" if written else ""
+    sys.stdout.write(f"tokvera regrade: {_summary(report, new)}{where}\n")
     return 0

@@ -145,6 +145,11 @@ class ScanPlan:
             raise PlanError("one request count per level is required")
         if any(n < 1 for n in self.requests_per_level):
             raise PlanError("requests per level must be at least 1")
+        for level, count in zip(levels, self.requests_per_level, strict=True):
+            if count < level:  # it would never have `level` requests in flight
+                raise PlanError(f"concurrency {level} needs at least {level} requests per "
+                                f"level (got {count}): with fewer it never reaches {level} "
+                                "requests in flight")
         if not 1 <= self.max_tokens <= 1_000_000:
             raise PlanError("max tokens must be between 1 and 1000000")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
