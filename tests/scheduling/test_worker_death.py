@@ -121,8 +121,7 @@ def test_a_killed_worker_loses_only_its_own_scan_and_frees_the_origin(world):
                                levels=[1], requests_per_level=1, timeout_s=60, next_scan_at=due)
                  for i in range(3)]
     killed_id, *waiting_ids = sorted(scanning.enqueue_due())
-    assert len(waiting_ids) == 2 and {s.endpoint_id for s in map(_scan, waiting_ids)} < {
-        e.pk for e in endpoints}
+    assert len(waiting_ids) == len(endpoints) - 1
 
     with _target(port, ttft_ms=60_000):  # the first scan's answer never comes before the kill
         worker = _start_worker()
