@@ -10,7 +10,6 @@ from datetime import datetime
 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,7 +17,6 @@ from benchmarks import audit
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
 from scans import credentials
-from scans.validators import validate_one_line
 from scans.validators import validate_one_line
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
@@ -68,10 +66,6 @@ def _check_trust(level: str) -> str:
 def create_host(team, name: str, trust_level: str = TrustLevel.NONE, actor=None) -> tuple[Host, str]:
     """A new host and its token. The token is returned once and never stored."""
     _check_trust(trust_level)
-    try:
-        validate_one_line(name)
-    except ValidationError as exc:
-        raise HostError(f"host name: {exc.messages[0]}") from None
     try:
         validate_one_line(name)
     except ValidationError as exc:
