@@ -47,6 +47,8 @@ def test_the_constants_table_states_what_the_code_uses():
         "Server-side page snapshot":
             f"kept {public_views.PAGE_CACHE_S} s, rebuilt every {refresh} s",
         "Live JSON reuse": f"at most {public_views.LIVE_CACHE_S} s",
+        "Operators behind a published GPU name or tier cell": f"at least {snapshot.MIN_OPERATORS}",
+        "Hosts behind a published tier cell": f"at least {snapshot.MIN_HOSTS_PER_CELL}",
     }
     assert list(snapshot.WINDOWS) == [f"{d}d" for d in windows] == ["7d", "30d"]
     assert (snapshot.online_window_s(), snapshot.EWMA_ALPHA, public_views.PAGE_MAX_AGE_S) == (45, 0.3, 300)
