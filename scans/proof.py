@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -103,10 +104,11 @@ def _timeline_key(name: str, hint: Any) -> str:
     return name
 
 
-def _record_fields() -> list[tuple[str, Any]]:
+@functools.cache
+def _record_fields() -> tuple[tuple[str, Any], ...]:
     hints = typing.get_type_hints(RequestRecord)
-    return [(f.name, hints[f.name]) for f in dataclasses.fields(RequestRecord)
-            if f.name != "level"]
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(RequestRecord)
+                 if f.name != "level")
 
 
 def sample_times_ms(record: RequestRecord, origin: float) -> dict[str, list[float]]:
