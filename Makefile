@@ -26,7 +26,7 @@ serve:
 	$(BIN)/python manage.py createcachetable
 	$(BIN)/python manage.py seed_demo
 	rm -rf var/prometheus && mkdir -p var/prometheus
-	DEBUG=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
+	DEBUG=1 EMAIL_SHOW_SECRETS=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
 
 # The whole suite. Without DATABASE_URL, a throwaway embedded PostgreSQL and Redis are started
 # for it (and removed afterwards), so it runs exactly what CI runs.
