@@ -99,7 +99,7 @@ def test_a_scan_delivered_twice_runs_once(world):
         answered = _requests_answered(host, port)
     scan.refresh_from_db()
     assert scan.status == ScanStatus.SUCCEEDED, scan.error_reason
-    assert answered == 6  # one scan's requests: 3 at each of 2 levels, not 12
+    assert answered == 7  # one scan's: the preflight probe, then 3 at each of 2 levels (not 14)
     assert CheckResult.dangerously_unscoped.filter(scan=scan).count() == len(scan.report["checks"])
     assert not OriginLock.objects.exists()
 

@@ -55,7 +55,8 @@ def test_an_unreachable_target_is_a_finished_scan_graded_f(world, settings):
     assert scanning.execute(scan) == "succeeded"
     scan.refresh_from_db()
     assert scan.grade in {"F", "insufficient_evidence"}
-    assert scan.report["levels"][0]["failed"] == {"transport_error": 2}
+    # The preflight probe found nobody there, so no load followed (DECISIONS.md, "Preflight").
+    assert scan.report["levels"][0]["failed"] == {"transport_error": 1}
 
 
 class _CountingServer:
