@@ -286,7 +286,12 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             raise exceptions.PermissionDenied("Your role in this team is read-only.")
         return Team.dangerously_unscoped.get(pk=team_id)
 
-    @extend_schema(request=JobSubmitSerializer, responses={202: JobSerializer})
+    @extend_schema(request=JobSubmitSerializer, responses={
+        202: JobSerializer,
+        429: OpenApiResponse(description="Over the team's submission rate or its cap on unsettled "
+                                         "jobs (code rate_limited / too_many_unsettled_jobs); "
+                                         "see Retry-After. No job is created."),
+    })
     def create(self, request):
         raw_team = request.data.get("team") if isinstance(request.data, dict) else None
         team = self._team_for_submit(raw_team if isinstance(raw_team, str) else None)
