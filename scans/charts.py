@@ -20,7 +20,7 @@ from datetime import datetime
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from scans import scoring
+from scans import formatting, scoring
 from scans.history import CheckPoint, GradePoint
 
 __all__ = ["BAND_COLOURS", "STATUS_COLOURS", "badge", "check_chart", "grade_chart", "sparkline"]
@@ -297,13 +297,10 @@ def _grade_mark(point: GradePoint, cx: float, y, bottom: float) -> str:
 
 
 def _format_value(value: float, check: scoring.Check) -> str:
+    """By the one rounding rule of scans.formatting, beside the check's bounds."""
     if check.op == "==":
         return "present" if value >= 0.5 else "absent"
-    if check.unit == "ms":
-        return f"{value:,.0f} ms"
-    if check.unit == "share":
-        return f"{value:.1%}"
-    return f"{value:.2f}"
+    return formatting.check_value(value, check.unit, (check.pass_value, check.warn_value))
 
 
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,

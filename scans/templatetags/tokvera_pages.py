@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from scans import scoring
+from scans import formatting, scoring
 
 register = template.Library()
 
@@ -19,17 +19,11 @@ def percent(value, digits: int = 0) -> str:
 
 @register.filter
 def check_value(value, unit: str = "") -> str:
-    """A check's value in its unit; None → "not measured"."""
-    if value is None:
-        return "not measured"
-    if unit == "present" or isinstance(value, bool):
-        return "present" if value else "absent"
-    value = float(value)
-    if unit == "ms":
-        return f"{value:,.0f} ms"
-    if unit == "share":
-        return f"{value:.1%}"
-    return f"{value:.2f}"
+    """A check's value in its unit, by the one rounding rule of scans.formatting (the CLI and
+    report.html use it too); None → "not measured"."""
+    if value is not None and not isinstance(value, bool):
+        value = float(value)
+    return formatting.check_value(value, unit, missing="not measured")
 
 
 @register.filter
@@ -37,8 +31,8 @@ def check_delta(value, unit: str = "") -> str:
     if value is None:
         return ""
     value = float(value)
-    if unit == "ms":
-        return f"{value:+,.0f} ms"
+    if unit == "ms":  # one decimal, as scans.formatting shows ms
+        return f"{value:+,.1f} ms"
     if unit == "share":
         return f"{value * 100:+.1f} pts"
     if unit == "present":

@@ -45,7 +45,7 @@ def test_a_cap_that_starts_to_apply_is_named_as_the_reason(owner_client, endpoin
                      body)
     row = re.search(r'<tr data-check="ttft_p95_at_concurrency_1"[^>]*>(.*?)</tr>', body, re.S)
     assert 'data-direction="worse"' in row[0] and 'class="changed"' in row[0]
-    assert "210 ms" in row[1] and "2,500 ms" in row[1] and "+2,290 ms" in row[1]
+    assert "210.0 ms" in row[1] and "2,500.0 ms" in row[1] and "+2,290.0 ms" in row[1]
     assert "Different scoring versions" not in body
 
 
