@@ -99,9 +99,13 @@ def broker_url() -> str:
 def cache() -> dict:
     url = _url_with_scheme("CACHE_URL", DEFAULT_CACHE_URL, CACHE_SCHEMES)
     try:
-        return env.cache_url_config(url)
+        config = env.cache_url_config(url)
     except Exception as exc:
         raise ConfigError(f"CACHE_URL is not valid: {exc}") from exc
+    if config["BACKEND"].endswith("RedisCache"):
+        # A hung Redis must fail a cache call quickly (callers fall back), not hang the request.
+        config.setdefault("OPTIONS", {}).update({"socket_connect_timeout": 1, "socket_timeout": 1})
+    return config
 
 
 def secret_key() -> str:
