@@ -77,11 +77,20 @@ def scratch_database(prefix: str) -> str:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     atexit.register(drop)
+    return database_url(name)
+
+
+def database_url(dbname: str | None = None) -> str:
+    """A DATABASE_URL for another process (a worker, gunicorn) to reach the database the tests
+    use (or `dbname` on the same server); a Unix socket folder is percent-encoded as the host."""
+    from django.db import connection
+
     params = connection.settings_dict
     host = quote(params["HOST"] or "", safe="")
     port = f":{params['PORT']}" if params["PORT"] else ""
     password = f":{quote(params['PASSWORD'], safe='')}" if params["PASSWORD"] else ""
-    return f"postgres://{quote(params['USER'] or '', safe='')}{password}@{host}{port}/{name}"
+    user = quote(params["USER"] or "", safe="")
+    return f"postgres://{user}{password}@{host}{port}/{dbname or params['NAME']}"
 
 
 def free_port() -> int:

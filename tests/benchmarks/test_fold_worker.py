@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from benchmarks.models import Job
 from tests.benchmarks.conftest import build_net, make_catalog
+from tests.conftest import database_url
 from tokvera_site.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,11 +34,9 @@ def real_broker():
 
 
 def _start_worker() -> subprocess.Popen:
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-                        f"{connection.settings_dict['NAME']}",
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
     }
     return subprocess.Popen(

@@ -15,13 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from scans import scanning
 from scans.engine.target import TargetConfig, running_target
 from scans.models import CheckResult, OriginLock, Scan, ScanStatus
+from tests.conftest import database_url
 from tests.factories import make_endpoint
 from tokvera_site.celery import app
 
@@ -30,11 +30,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
 def _start_worker(concurrency: int = 2) -> subprocess.Popen:
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-                        f"{connection.settings_dict['NAME']}",
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "OUTBOUND_ALLOW": "loopback",
     }

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from scans import scanning
 from scans.models import OriginLock, Scan, ScanStatus
-from tests.conftest import free_port
+from tests.conftest import database_url, free_port
 from tests.factories import make_endpoint
 from tokvera_site.celery import app
 
@@ -76,12 +75,10 @@ def _accepts(port: int) -> bool:
 
 
 def _start_worker() -> subprocess.Popen:
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": FAST_SETTINGS,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-                        f"{connection.settings_dict['NAME']}",
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "OUTBOUND_ALLOW": "loopback",
     }

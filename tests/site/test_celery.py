@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from scans.models import Invitation
 from scans.schedules import PERIODIC_TASKS, ensure_periodic_tasks
+from tests.conftest import database_url
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,11 +68,10 @@ def test_a_real_worker_runs_a_task_sent_through_redis():
         team=_team(), email="old@example.test", role="member", secret_hash="x" * 64,
         expires_at=timezone.now() - timedelta(hours=1),
     )
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
         # the worker must use the test database that this test wrote to
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}",
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
     }
     app.control.purge()

@@ -15,14 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.core import mail
 from django.test import Client
 from django.urls import reverse
 
 from scans import teams
 from scans.models import Invitation, Membership, Role
-from tests.conftest import free_port, make_user
+from tests.conftest import database_url, free_port, make_user
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,13 +93,6 @@ def test_the_console_email_masks_the_invitation_link_unless_allowed(world, setti
         assert "/invites/[redacted]/" in printed
 
 
-def _database_url() -> str:
-    db = django_settings.DATABASES["default"]
-    if db["HOST"].startswith("/"):  # a Unix socket (the embedded PostgreSQL)
-        return f"postgres://{db['USER']}@/{db['NAME']}?host={db['HOST']}&port={db['PORT']}"
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
 def _wait_for_port(port: int, process: subprocess.Popen) -> None:
     for _ in range(300):
         if process.poll() is not None:
@@ -116,7 +108,7 @@ def _wait_for_port(port: int, process: subprocess.Popen) -> None:
 def test_gunicorns_access_log_never_shows_an_invitation_secret(world):
     _, secret = invite_link(world, "newcomer@example.test")
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DEBUG": "1",
+    env = {**os.environ, "DATABASE_URL": database_url(), "DEBUG": "1",
            "ALLOWED_HOSTS": "127.0.0.1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
