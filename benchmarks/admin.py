@@ -16,9 +16,9 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from accounts.validators import validate_one_line
 from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
-from scans.validators import validate_one_line
 
 RECENT_DAYS = 7
 RECENT_JOBS_SHOWN = 20

@@ -6,7 +6,7 @@
 The agent heartbeats every 15 s (the coordinator says how often), asks for leases, runs each
 job as a streaming chat completion against its upstream and reports `complete` (TTFT at the
 first output token of any kind, thinking included, completion tokens from the server's usage,
-elapsed time; read by the scanner's stream parser, scans/engine/stream.py) or `fail`.
+elapsed time; read by the scanner's stream parser, scans/grader/stream.py) or `fail`.
 Coordinator restarts and upstream errors are met with backoff, never a crash; reports are
 retried until the coordinator answers (completion is idempotent there, so a retry is safe).
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from scans.engine.sse import SSEDecoder
-from scans.engine.stream import StreamParser, classify_end
+from scans.grader.sse import SSEDecoder
+from scans.grader.stream import StreamParser, classify_end
 
 __all__ = ["AgentConfig", "Agent", "Outcome", "run_upstream", "add_arguments", "run"]
 
@@ -102,7 +102,7 @@ class Backoff:
 async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job: dict,
                        timeout_s: float = 300.0) -> Outcome:
     """Stream one chat completion and measure it with the scanner's stream parser
-    (``scans.engine.stream``), so a job's figures mean what a scan's do. Never raises for
+    (``scans.grader.stream``), so a job's figures mean what a scan's do. Never raises for
     upstream trouble."""
     body = {
         "model": model,

@@ -19,12 +19,12 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.models import Team
+from accounts.tenancy import Access
+from accounts.tenancy_api import TeamScopedViewSet
 from benchmarks import hosts, jobs, policy, ratelimit, routing
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.models import Job, JobStatus
-from scans.models import Team
-from scans.tenancy import Access
-from scans.tenancy_api import TeamScopedViewSet
 
 MAX_MESSAGES = 256
 MAX_RESULT_BYTES = 1_000_000

@@ -9,8 +9,8 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from accounts import credentials
 from benchmarks import hosts
-from scans import credentials
 
 
 class HostPrincipal:

@@ -14,7 +14,7 @@ whatever a lost task or a dead worker left behind. Both call `fold_host()`:
 A fold that dies before its commit changes nothing and the next one redoes it; a fold that
 commits has marked its jobs, so a duplicate task or a retried completion finds nothing to do.
 
-Samples (`scans.stats.ewma`, α = 0.3, the first sample sets the value):
+Samples (`scans.grader.stats.ewma`, α = 0.3, the first sample sets the value):
 - TTFT: the job's `ttft_ms`, when it has one (a completion with no tokens may have none);
 - TPS: completion_tokens / (elapsed_ms / 1000), only when both are above zero (never a 0);
 - reputation: 1 for a completed job, 0 for a job the host failed or let expire, with α = 0.1.
@@ -29,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchmarks.models import Host, Job, JobStatus
-from scans.stats import ewma
+from scans.grader.stats import ewma
 
 REPUTATION_ALPHA = 0.1  # slower than the speed EWMAs: one bad job should not sink a host
 FOLD_BATCH = 1000

@@ -13,11 +13,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import credentials
+from accounts.validators import validate_one_line
 from benchmarks import audit
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
-from scans import credentials
-from scans.validators import validate_one_line
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
 HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}

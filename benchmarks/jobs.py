@@ -25,10 +25,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.models import Team
 from benchmarks import policy
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
-from scans.models import Team
 
 REASON_NO_HOST = "no_host"
 REASON_ATTEMPTS = "attempts_exhausted"

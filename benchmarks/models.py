@@ -2,13 +2,13 @@
 
 - `CatalogModel` is global (not team-owned): the ids hosts advertise and buyers submit.
 - `Host` belongs to the team that operates it. Its token is stored as a prefix plus an HMAC
-  (scans.credentials, kind "tkh"). `hardware` trust is reserved: a check constraint refuses it.
+  (accounts.credentials, kind "tkh"). `hardware` trust is reserved: a check constraint refuses it.
 - `Job` belongs to the submitting team. Its request and result bodies are private to that team
   and to the host it is leased to.
 - `AuditEntry` records every change an admin (or an operator command) makes to hosts and the
   catalog: who, what, when.
 
-Hosts and jobs derive from scans.tenancy.TeamOwned (`objects` is fail-closed); the
+Hosts and jobs derive from accounts.tenancy.TeamOwned (`objects` is fail-closed); the
 coordinator's own code (routing, leases, folding) reads them through `dangerously_unscoped`,
 because it acts for the network, not for a team.
 """
@@ -24,9 +24,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.models import Team
+from accounts.tenancy import TeamOwned, TeamScopedManager, TeamScopedQuerySet
 from benchmarks import policy
-from scans.models import Team
-from scans.tenancy import TeamOwned, TeamScopedManager, TeamScopedQuerySet
 
 
 class CatalogModel(models.Model):

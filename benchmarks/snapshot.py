@@ -22,7 +22,7 @@ Every published figure is rounded by `half_up`, the one rounding rule (40.25 -> 
 
 A figure with no samples is None (an em dash on the page, null in JSON), never 0 or 1.
 The percentiles are computed in PostgreSQL with `percentile_disc`, which is nearest-rank (the
-rule of `scans.stats.percentile`; tests hold the two to the same cases). Only the columns named
+rule of `scans.grader.stats.percentile`; tests hold the two to the same cases). Only the columns named
 here are read: never request or result bodies.
 """
 
@@ -39,7 +39,7 @@ from django.db import connection, transaction
 
 from benchmarks import policy
 from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
-from scans.stats import ewma
+from scans.grader.stats import ewma
 
 __all__ = [
     "EWMA_ALPHA", "LATENCY_PERCENTILES", "TIERS", "TTFT_PERCENTILES", "WINDOWS",
@@ -55,7 +55,7 @@ TTFT_PERCENTILES = (50, 95)
 TPS_PERCENTILE = 50
 # Every trust level, hardware included: a hardware row with 0 hosts is expected.
 TIERS: tuple[str, ...] = tuple(level.value for level in TrustLevel)
-# The host EWMAs are folded with scans.stats.ewma's default α (benchmarks/ewma.py passes none).
+# The host EWMAs are folded with scans.grader.stats.ewma's default α (benchmarks/ewma.py passes none).
 EWMA_ALPHA: float = inspect.signature(ewma).parameters["alpha"].default
 SUCCESS_DECIMALS = 6
 TPS_DECIMALS = 1

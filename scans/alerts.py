@@ -17,10 +17,11 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
-from scans import encryption
-from scans.models import Endpoint, Membership, Role, Scan, ScanStatus
-from scans.scoring import is_below_floor
-from scans.validators import one_line
+from accounts import encryption
+from accounts.models import Membership, Role
+from accounts.validators import one_line
+from scans.grader.scoring import is_below_floor
+from scans.models import Endpoint, Scan, ScanStatus
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
 
     import httpx
 
-    from scans.engine.transport import ScanTransport
+    from scans.grader.transport import ScanTransport
     from scans.outbound import check_url, guard
 
     check_url(endpoint.webhook_url)  # a clear refusal up front; the guard checks each connect

@@ -15,10 +15,15 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from scans import encryption, pushes, scanning
+from accounts import encryption
+from accounts.models import Team
+from accounts.tenancy import Access
+from accounts.tenancy_api import TeamScopedViewSet
+from accounts.validators import validate_one_line
+from scans import pushes, scanning
 from scans.endpoint_forms import apply_schedule
 from scans.endpoint_secrets import url_changes
-from scans.engine.plan import PlanError
+from scans.grader.plan import PlanError
 from scans.history import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
@@ -27,11 +32,7 @@ from scans.models import (
     EndpointMode,
     Scan,
     ScanTrigger,
-    Team,
 )
-from scans.tenancy import Access
-from scans.tenancy_api import TeamScopedViewSet
-from scans.validators import validate_one_line
 
 DEFAULT_HISTORY_POINTS = 500
 MAX_HISTORY_POINTS = 5000

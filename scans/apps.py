@@ -4,13 +4,9 @@ from django.db.models.signals import post_migrate
 
 class ScansConfig(AppConfig):
     name = "scans"
-    verbose_name = "Teams, endpoints and scans"
+    verbose_name = "Endpoints and scans"
 
     def ready(self):
         from scans.schedules import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)
-
-        from tokvera_site.logging import redact_access_logs
-
-        redact_access_logs()  # request lines carry invitation secrets

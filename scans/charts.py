@@ -20,7 +20,7 @@ from datetime import datetime
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from scans import formatting, scoring
+from scans.grader import formatting, scoring
 from scans.history import CheckPoint, GradePoint
 
 __all__ = ["BAND_COLOURS", "STATUS_COLOURS", "badge", "check_chart", "grade_chart", "sparkline"]
@@ -297,7 +297,7 @@ def _grade_mark(point: GradePoint, cx: float, y, bottom: float) -> str:
 
 
 def _format_value(value: float, check: scoring.Check) -> str:
-    """By the one rounding rule of scans.formatting, beside the check's bounds."""
+    """By the one rounding rule of scans.grader.formatting, beside the check's bounds."""
     if check.op == "==":
         return "present" if value >= 0.5 else "absent"
     return formatting.check_value(value, check.unit, (check.pass_value, check.warn_value))

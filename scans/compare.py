@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scans import scoring
+from scans.grader import scoring
 
 __all__ = ["CheckChange", "Comparison", "PillarChange", "compare"]
 

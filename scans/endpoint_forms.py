@@ -18,12 +18,13 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from scans import encryption, scanning
+from accounts import encryption
+from accounts.validators import validate_one_line
+from scans import scanning
 from scans.endpoint_secrets import url_changes
-from scans.engine.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
-from scans.engine.prompts import PromptsFileError, parse_prompts_text
+from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
+from scans.grader.prompts import PromptsFileError, parse_prompts_text
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
-from scans.validators import validate_one_line
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
 

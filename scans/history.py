@@ -46,7 +46,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from scans import scoring
+from scans.grader import scoring
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = [
@@ -339,7 +339,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
     """One check's values for `endpoint` between `since` and `until` (inclusive), oldest first.
 
     `endpoint` must be one the caller was allowed to see (fetched through the scoping layer);
-    `check_id` one of `scans.scoring.CHECKS` (ValueError otherwise, e.g. a 400 in the API).
+    `check_id` one of `scans.grader.scoring.CHECKS` (ValueError otherwise, e.g. a 400 in the API).
     At most `max_points` points: one per scan when they fit, else time buckets computed in SQL,
     each with the mean/min/max of the measured values and the count of each status. Every
     point carries its `scoring_version`: thresholds may differ between versions, so values of

@@ -6,7 +6,7 @@ One function, ``receive_report``, in the order that keeps a hostile upload cheap
 2. digest: the SHA-256 of the body as uploaded; a replay returns the stored scan at once;
 3. rate: at most ``REPORT_PUSH_LIMIT`` new reports per endpoint per ``REPORT_PUSH_WINDOW_S``;
 4. parse (JSON, nesting bounded), schema, model;
-5. proof: every check recomputed from the report's own samples (scans/proof.py); a claim its
+5. proof: every check recomputed from the report's own samples (scans/grader/proof.py); a claim its
    samples do not give, or an impossible sample, refuses the report;
 6. store the recomputed report as a pushed scan.
 
@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from benchmarks import ratelimit
-from scans import proof, scanning
+from scans import scanning
+from scans.grader import proof
 from scans.models import Endpoint, Scan, ScanTrigger
 
 __all__ = [

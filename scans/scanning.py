@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from scans import encryption
+from accounts import encryption
 from scans.models import (
     CheckResult,
     Endpoint,
@@ -168,7 +168,7 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
 def worst_case_duration(endpoint: Endpoint) -> timedelta:
     """An upper bound on how long the scan may run: every request of every level timing out
     one after another, at that level's concurrency."""
-    from scans.engine.plan import default_requests
+    from scans.grader.plan import default_requests
 
     seconds = 60.0  # probes (metrics, GPU) and bookkeeping
     for level in endpoint.levels or [1]:
@@ -216,7 +216,7 @@ SITE_MAX_SCAN_DURATION = timedelta(hours=2)
 def validate_profile(endpoint: Endpoint) -> None:
     """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
     engine's own rules, then the site's limits. Forms and the API both call this."""
-    from scans.engine.plan import PlanError, default_requests
+    from scans.grader.plan import PlanError, default_requests
 
     plan_for(endpoint).validate()
     levels = endpoint.levels or [1]
@@ -318,7 +318,7 @@ def heartbeat(scan_id: int):
 
 def fail(scan_id: int, reason: str) -> bool:
     """Mark an unfinished scan errored (our side failed). False if it had already finished."""
-    from scans.redaction import endpoint_secrets, redact_text
+    from scans.grader.redaction import endpoint_secrets, redact_text
 
     endpoint = Endpoint.dangerously_unscoped.filter(scans__pk=scan_id).first()
     reason = redact_text(reason, endpoint_secrets(endpoint) if endpoint else ())
@@ -354,7 +354,7 @@ def score_fields(report: dict) -> ScoreFields:
 
 def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     """Record a finished scan's report, its denormalized score and one row per check."""
-    from scans.redaction import endpoint_secrets, redact_report
+    from scans.grader.redaction import endpoint_secrets, redact_report
 
     report = redact_report(report, endpoint_secrets(scan.endpoint))  # echoed keys stay out
     fields = score_fields(report)
@@ -439,7 +439,7 @@ def reap(now: datetime | None = None) -> int:
 
 def prompt_sample(endpoint: Endpoint):
     """The team's prompt sample, decrypted in memory; it only feeds repeat_prompt_share."""
-    from scans.engine.prompts import parse_prompts_text
+    from scans.grader.prompts import parse_prompts_text
 
     text = encryption.decrypt(endpoint.prompt_sample_encrypted)
     return parse_prompts_text(text, source="the endpoint's prompt sample") if text else None
@@ -463,8 +463,8 @@ def execute(scan: Scan) -> str:
 
 def _measure_and_store(scan: Scan) -> str:
     from scans import outbound
-    from scans.engine import PlanError, run_scan
-    from scans.report import report_from_measurement
+    from scans.grader import PlanError, run_scan
+    from scans.grader.report import report_from_measurement
 
     endpoint = scan.endpoint
     try:
@@ -524,7 +524,7 @@ def _when_database_returns(write):
 
 def plan_for(endpoint: Endpoint):
     """The engine's plan for an endpoint (the API key decrypted in memory only)."""
-    from scans.engine.plan import DEFAULT_LEVELS, ScanPlan
+    from scans.grader.plan import DEFAULT_LEVELS, ScanPlan
 
     return ScanPlan(
         base_url=endpoint.base_url,

@@ -37,7 +37,7 @@ from fractions import Fraction
 from django.db.models import Count, F, FilteredRelation, Q
 from django.utils import timezone
 
-from scans import scoring
+from scans.grader import scoring
 from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus
 

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 @shared_task(acks_late=True)  # idempotent: deleting what is expired twice deletes nothing more
 def delete_expired_invitations() -> int:
-    from scans.models import Invitation
+    from accounts.models import Invitation
 
     deleted, _ = Invitation.dangerously_unscoped.filter(
         accepted_at__isnull=True, expires_at__lt=timezone.now()

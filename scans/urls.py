@@ -1,22 +1,11 @@
+"""Endpoints, scans and badges (views in scans/views_endpoints.py)."""
+
 from django.urls import path, re_path
 
-from scans import views, views_endpoints
+from scans import views_endpoints
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("invites/<str:secret>/", views.invite_accept, name="invite-accept"),
     path("teams/<slug:slug>/", views_endpoints.team_dashboard, name="team-dashboard"),
-    path("teams/<slug:slug>/switch", views.team_switch, name="team-switch"),
-    path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
-    path("teams/<slug:slug>/members/invite", views.member_invite, name="member-invite"),
-    path("teams/<slug:slug>/members/<uuid:public_id>/role", views.member_role, name="member-role"),
-    path("teams/<slug:slug>/members/<uuid:public_id>/remove", views.member_remove,
-         name="member-remove"),
-    path("teams/<slug:slug>/tokens/", views.team_tokens, name="team-tokens"),
-    path("teams/<slug:slug>/settings/", views.team_settings, name="team-settings"),
-    path("teams/<slug:slug>/tokens/new", views.token_create, name="token-create"),
-    path("teams/<slug:slug>/tokens/<uuid:public_id>/revoke", views.token_revoke,
-         name="token-revoke"),
     # endpoints, scans and badges (scans/views_endpoints.py)
     path("teams/<slug:slug>/endpoints/new", views_endpoints.endpoint_create,
          name="endpoint-create"),

@@ -22,13 +22,13 @@ from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.tenancy import Access, get_visible_or_404, require_manage, require_write
+from accounts.views import team_for_request
 from scans import charts, history, scanning, slo
 from scans.compare import compare
 from scans.endpoint_forms import EndpointForm
 from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
-from scans.tenancy import Access, get_visible_or_404, require_manage, require_write
-from scans.views import team_for_request
 
 # The endpoint page's chart ranges: query value → (label, days).
 RANGES = {"1d": ("24 hours", 1), "7d": ("7 days", 7), "30d": ("30 days", 30),
@@ -257,7 +257,7 @@ def scan_detail(request, public_id):
     endpoint = scan.endpoint
     report_html = None
     if scan.report:
-        from scans.report import render_html
+        from scans.grader.report import render_html
 
         report_html = render_html(scan.report)
     return render(request, "scans/scan_detail.html", {
@@ -275,7 +275,7 @@ def scan_report_html(request, public_id):
     scan = _scan(request, public_id)
     if not scan.report:
         raise Http404("This scan has no report.")
-    from scans.report import render_html
+    from scans.grader.report import render_html
 
     response = HttpResponse(render_html(scan.report), content_type="text/html; charset=utf-8")
     # The report is self-contained: it needs no script and loads nothing from anywhere.

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from scans import teams
-from scans.models import Membership, Role, Team
+from accounts import teams
+from accounts.models import Membership, Role, Team
 
 REQUIRE_SERVICES = os.environ.get("TOKVERA_REQUIRE_SERVICES") == "1"
 

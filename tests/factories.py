@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import json
 
-from scans import scanning, scoring
+from scans import scanning
+from scans.grader import scoring
+from scans.grader.scoring import CheckValue
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
-from scans.scoring import CheckValue
 
 GOOD_VALUES = {
     "ttft_p95_at_concurrency_1": CheckValue(210.0),
@@ -69,9 +70,9 @@ def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTr
 
 @functools.cache
 def _measured_report_json(model: str, error_rate: float, variant: int) -> str:
-    from scans.engine import ScanPlan, run_scan
-    from scans.engine.target import TargetConfig, running_target
-    from scans.report import report_from_measurement
+    from scans.grader import ScanPlan, run_scan
+    from scans.grader.report import report_from_measurement
+    from scans.grader.target import TargetConfig, running_target
 
     config = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8, error_rate=error_rate, seed=variant)
     with running_target(config) as (host, port):

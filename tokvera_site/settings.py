@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "django_prometheus",
     "axes",
+    "accounts",
     "scans",
     "benchmarks",
 ]
@@ -83,7 +84,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "scans.context_processors.current_team",
+                "accounts.context_processors.current_team",
             ],
         },
     },
@@ -151,7 +152,7 @@ DEFAULT_FROM_EMAIL = config.env.str("DEFAULT_FROM_EMAIL", default="tokvera@local
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "scans.authentication.TeamTokenAuthentication",
+        "accounts.authentication.TeamTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

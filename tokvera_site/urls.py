@@ -39,7 +39,8 @@ urlpatterns = [
     path("metrics", ExportToDjangoView, name="site-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/v1/", include("scans.api_urls")),
+    path("api/v1/", include("tokvera_site.api_urls")),
     path("", include("benchmarks.urls")),
+    path("", include("accounts.urls")),
     path("", include("scans.urls")),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from scans import formatting, scoring
+from scans.grader import formatting, scoring
 
 register = template.Library()
 
@@ -19,7 +19,7 @@ def percent(value, digits: int = 0) -> str:
 
 @register.filter
 def check_value(value, unit: str = "") -> str:
-    """A check's value in its unit, by the one rounding rule of scans.formatting (the CLI and
+    """A check's value in its unit, by the one rounding rule of scans.grader.formatting (the CLI and
     report.html use it too); None → "not measured"."""
     if value is not None and not isinstance(value, bool):
         value = float(value)
@@ -31,7 +31,7 @@ def check_delta(value, unit: str = "") -> str:
     if value is None:
         return ""
     value = float(value)
-    if unit == "ms":  # one decimal, as scans.formatting shows ms
+    if unit == "ms":  # one decimal, as scans.grader.formatting shows ms
         return f"{value:+,.1f} ms"
     if unit == "share":
         return f"{value * 100:+.1f} pts"

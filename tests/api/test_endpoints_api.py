@@ -10,8 +10,8 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, Endpoint, Scan
-from scans.scoring import CheckValue
 from tests.conftest import bearer
 from tests.factories import GOOD_VALUES, make_endpoint, make_report, make_scan, measured_report
 
@@ -67,7 +67,7 @@ def test_a_new_scheduled_endpoint_is_due_at_once(world, api):
 
 def test_a_user_in_several_teams_must_name_the_team(world, api):
     api.force_authenticate(world.outsider)
-    from scans import teams
+    from accounts import teams
 
     teams.create_team("third", "Third", owner=world.outsider)
     response = api.post(reverse("api-endpoint-list"),

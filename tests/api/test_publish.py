@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scans.engine.target import TargetConfig, running_target
+from scans.grader.target import TargetConfig, running_target
 from scans.models import Scan
 from tests.factories import make_endpoint
 from tokvera_site.cli import main

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
+from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import CatalogModel, Host, Job
-from scans import teams
 from tests.conftest import bearer, make_user
 from tokvera_site.celery import app
 

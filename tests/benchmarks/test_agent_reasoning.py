@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.agent import Agent, AgentConfig
 from benchmarks.models import Host
-from scans.engine.target import TargetConfig, running_target
+from scans.grader.target import TargetConfig, running_target
 
 THINKING, ANSWER = 30, 6
 

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import time_machine
 
+from accounts import teams
 from benchmarks.models import Host
-from scans import teams
 from tests.benchmarks.conftest import T0, make_catalog
 from tests.conftest import bearer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework.test import APIClient
 
+from accounts import teams
 from benchmarks.models import Job, JobStatus
-from scans import teams
 from tests.benchmarks.conftest import make_catalog
 from tests.conftest import bearer, make_user
 

@@ -18,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from scans.stats import ewma
+from scans.grader.stats import ewma
 from tests.conftest import free_port, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]

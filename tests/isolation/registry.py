@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scans.models import ApiToken, Endpoint, Invitation, Membership, Role, Scan, Team
+from accounts.models import ApiToken, Invitation, Membership, Role, Team
+from scans.models import Endpoint, Scan
 from tests.factories import make_endpoint, make_scan, measured_report
 
 PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept"}
@@ -82,7 +83,7 @@ def _network_job_submitted(w) -> bool:
 
 
 def _spare_token(w) -> ApiToken:
-    from scans import teams
+    from accounts import teams
 
     token, _ = teams.issue_token(w.team, "read-only", name="spare")
     return token
@@ -235,7 +236,7 @@ def _pinned_badge_id(w) -> dict:
 
 
 def _prompt_sample_id(w) -> dict:
-    from scans import encryption
+    from accounts import encryption
 
     endpoint = _endpoint(w)
     Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(

@@ -130,6 +130,6 @@ def test_every_team_url(name, index, caller):
 def test_admin_is_staff_only(world):
     client = Client()
     client.force_login(world.owner)  # a team owner is not site staff
-    response = client.get(reverse("admin:scans_team_changelist"))
+    response = client.get(reverse("admin:accounts_team_changelist"))
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]

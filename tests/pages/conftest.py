@@ -1,6 +1,6 @@
 """Factories for the page tests: endpoints, scans at chosen times with realistic reports.
 
-Reports are graded by scans.scoring.grade() from chosen check values and wrapped like
+Reports are graded by scans.grader.scoring.grade() from chosen check values and wrapped like
 report.json (tests/factories.make_report); scans are stored through scans.scanning, the same
 code the Celery task uses, then moved to the time the test wants.
 """
@@ -14,8 +14,8 @@ import pytest
 from django.test import Client
 
 from scans import scanning
+from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, Scan, ScanStatus, ScanTrigger
-from scans.scoring import CheckValue
 from tests.factories import GOOD_VALUES, make_endpoint, make_report
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans.models import Team
+from accounts.models import Team
 from tests.conftest import bearer
 from tests.factories import measured_report
 from tests.pages.conftest import GRADE_B, scan_at

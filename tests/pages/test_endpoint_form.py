@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import encryption
+from accounts import encryption
 from scans.models import CheckResult, Endpoint, Scan
 from tests.factories import make_endpoint
 from tests.pages.conftest import GRADE_A, NOW, scan_at

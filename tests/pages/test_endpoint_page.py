@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scans import slo
-from scans.engine.target import TargetConfig, running_target
+from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan
 from tests.factories import make_endpoint
 from tests.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at

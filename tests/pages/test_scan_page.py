@@ -35,7 +35,7 @@ def test_a_succeeded_scan_shows_its_grade_and_the_framed_report(owner_client, en
 
 
 def test_the_report_html_is_the_cli_template_served_self_contained(owner_client, endpoint):
-    from scans.report import render_html
+    from scans.grader.report import render_html
 
     scan = scan_at(endpoint, NOW - timedelta(hours=1), GRADE_A)
 

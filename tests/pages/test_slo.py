@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from scans import slo
-from scans.scoring import CheckValue
+from scans.grader.scoring import CheckValue
 from tests.factories import make_endpoint
 from tests.pages.conftest import (
     CAPPED_C,

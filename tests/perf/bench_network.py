@@ -18,7 +18,7 @@ raw asyncio HTTP client on 127.0.0.1:
    Goal: >= 200 jobs/s, folds within 5 s.
 3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
 
-Percentiles are the project's nearest-rank `scans.stats.percentile`. Prints one JSON summary.
+Percentiles are the project's nearest-rank `scans.grader.stats.percentile`. Prints one JSON summary.
 """
 
 from __future__ import annotations
@@ -137,9 +137,9 @@ def seed(hosts: int) -> dict:
     django.setup()
     from django.utils import timezone
 
+    from accounts import credentials, teams
+    from accounts.models import Team
     from benchmarks.models import CatalogModel, Host
-    from scans import credentials, teams
-    from scans.models import Team
     from tests.conftest import make_user
 
     for model_id in (HB_MODEL, JOB_MODEL):
@@ -267,7 +267,7 @@ async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: f
 
 
 def _summary(statuses, latencies, elapsed) -> dict:
-    from scans.stats import percentile
+    from scans.grader.stats import percentile
 
     ok = statuses.get(200, 0) + statuses.get(202, 0)
     return {"per_s": round(ok / elapsed, 1), "statuses": statuses, "seconds": round(elapsed, 1),
@@ -348,7 +348,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
     await asyncio.gather(*(submitter() for _ in range(submitters)),
                          *(host(t) for t in host_tokens), keep_alive())
     elapsed = time.perf_counter() - began
-    from scans.stats import percentile
+    from scans.grader.stats import percentile
 
     return {
         "completed_per_s": round(completed / elapsed, 1), "submitted": submitted,
@@ -362,7 +362,7 @@ def fold_latency(wait_s: float = 10.0) -> dict:
     from django.db.models import F
 
     from benchmarks.models import Job
-    from scans.stats import percentile
+    from scans.grader.stats import percentile
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and Job.dangerously_unscoped.filter(

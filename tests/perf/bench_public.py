@@ -81,8 +81,8 @@ def _ts(epoch: float) -> str:
 def build(hosts: int, jobs: int, days: int, rebuild: bool) -> None:
     from django.db import connection
 
+    from accounts import teams
     from benchmarks.models import CatalogModel, Host, Job
-    from scans import teams
     from tests.conftest import make_user
 
     if Job.dangerously_unscoped.exists() and not rebuild:
@@ -94,7 +94,7 @@ def build(hosts: int, jobs: int, days: int, rebuild: bool) -> None:
     now = datetime.now(UTC)
     t0 = time.perf_counter()
 
-    from scans.models import Team
+    from accounts.models import Team
     owner = make_user(f"bench-{uuid.uuid4().hex[:6]}")
     operators = [Team.dangerously_unscoped.filter(slug=f"bench-ops-{i}").first()
                  or teams.create_team(f"bench-ops-{i}", f"Bench ops {i}", owner=owner) for i in range(100)]

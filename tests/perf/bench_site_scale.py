@@ -53,9 +53,10 @@ def _median_ms(fn, runs: int = 7) -> float:
 def build(endpoints: int, days: int, extra_endpoints: int) -> None:
     from django.db import connection
 
-    from scans import scoring, teams
+    from accounts import teams
+    from scans.grader import scoring
+    from scans.grader.scoring import CheckValue
     from scans.models import Endpoint, Scan
-    from scans.scoring import CheckValue
     from tests.conftest import make_user
 
     if Scan.dangerously_unscoped.exists():
@@ -128,8 +129,9 @@ def measure() -> None:
     from django.urls import reverse
     from django.utils import timezone
 
+    from accounts.models import Team
     from scans import scanning
-    from scans.models import CheckResult, Endpoint, Scan, Team
+    from scans.models import CheckResult, Endpoint, Scan
 
     with connection.cursor() as cur:
         cur.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")

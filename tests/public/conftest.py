@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from accounts import teams
 from benchmarks.models import CatalogModel, Host, Job, JobStatus
-from scans import teams
 from tests.conftest import make_user
 
 # The coordinator clock every test freezes (time-machine) or passes to build_snapshot.

@@ -12,9 +12,9 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
+from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from scans import teams
 from tests.conftest import make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
 from tests.public.test_hand_built_network import Page

@@ -12,9 +12,9 @@ import pytest
 import time_machine
 from django.test import Client
 
+from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from scans import teams
 from tests.conftest import bearer, make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
 from tokvera_site.devservices import EmbeddedRedis

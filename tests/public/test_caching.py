@@ -16,8 +16,8 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 
+from accounts import teams
 from benchmarks import public_tasks, public_views
-from scans import teams
 from scans.schedules import PERIODIC_TASKS
 from tests.conftest import make_user
 from tests.public.conftest import T0, make_host, make_job, make_model

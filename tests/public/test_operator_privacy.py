@@ -9,9 +9,9 @@ import pytest
 import time_machine
 from django.test import Client
 
+from accounts import teams
 from benchmarks import snapshot
 from benchmarks.models import JobStatus
-from scans import teams
 from tests.conftest import make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
 

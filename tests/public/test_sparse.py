@@ -9,8 +9,8 @@ import pytest
 import time_machine
 from django.test import Client
 
+from accounts import teams
 from benchmarks.models import JobStatus
-from scans import teams
 from tests.conftest import make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
 from tests.public.test_hand_built_network import Page

@@ -19,7 +19,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from scans import scanning
-from scans.engine.target import TargetConfig, running_target
+from scans.grader.target import TargetConfig, running_target
 from scans.models import CheckResult, OriginLock, Scan, ScanStatus
 from tests.conftest import database_url
 from tests.factories import make_endpoint

@@ -151,7 +151,7 @@ def test_a_scan_finished_while_postgres_is_down_is_stored_when_it_returns(tmp_pa
                             DJANGO_SETTINGS_MODULE="tests.scheduling.fast_scan_settings")
             _prepare_site(env)
             scan_id = int(_manage(env, "shell", "-c", (
-                "from scans import scanning, teams; from scans.models import Scan; "
+                "from accounts import teams; from scans import scanning; from scans.models import Scan; "
                 "from tests.factories import make_endpoint; "
                 f"team = teams.Team.dangerously_unscoped.get(slug='acme'); "
                 f"e = make_endpoint(team, base_url='http://127.0.0.1:{target_port}/v1', "

@@ -13,10 +13,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scans import encryption, scanning
+from accounts import encryption
+from scans import scanning
 from scans.models import Scan, ScanStatus
-from tests.engine.servers import json_response, raw_server, read_request
 from tests.factories import make_endpoint
+from tests.grader.servers import json_response, raw_server, read_request
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,9 @@ import socket
 import pytest
 from django.core import mail
 
-from scans import encryption, scanning
-from scans.engine.target import TargetConfig, running_target
+from accounts import encryption
+from scans import scanning
+from scans.grader.target import TargetConfig, running_target
 from scans.models import CheckResult, Scan, ScanStatus
 from tests.conftest import free_port
 from tests.factories import make_endpoint
@@ -158,7 +159,7 @@ def test_falling_below_the_floor_alerts_once_per_change(
 
 
 def make_report_with_error_rate(rate: float) -> dict:
-    from scans.scoring import CheckValue
+    from scans.grader.scoring import CheckValue
     from tests.factories import GOOD_VALUES, make_report
 
     return make_report({**GOOD_VALUES, "error_rate": CheckValue(rate)})

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from scans import alerts, encryption
+from accounts import encryption
+from scans import alerts
 from scans.outbound import OutboundRefused
 from tests.factories import make_endpoint, make_scan
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from scans.models import Invitation
+from accounts.models import Invitation
 from scans.schedules import PERIODIC_TASKS, ensure_periodic_tasks
 from tests.conftest import database_url
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
@@ -94,7 +94,7 @@ def test_a_real_worker_runs_a_task_sent_through_redis():
 
 
 def _team():
-    from scans import teams
+    from accounts import teams
     from tests.conftest import make_user
 
     return teams.create_team("celery-team", "Celery Team", owner=make_user())

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from scans.models import Membership, Role, Team
+from accounts.models import Membership, Role, Team
 
 pytestmark = pytest.mark.django_db
 

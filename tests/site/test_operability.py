@@ -42,10 +42,10 @@ def test_metrics_expose_requests_and_tasks(client):
 
 
 def test_admin_lists_teams_memberships_and_tokens(world, admin_client):
-    for name in ("scans_team", "scans_membership", "scans_apitoken"):
+    for name in ("accounts_team", "accounts_membership", "accounts_apitoken"):
         response = admin_client.get(reverse(f"admin:{name}_changelist"))
         assert response.status_code == 200, name
-    page = admin_client.get(reverse("admin:scans_apitoken_changelist")).content.decode()
+    page = admin_client.get(reverse("admin:accounts_apitoken_changelist")).content.decode()
     assert world.read_only_token[:12] in page
     assert world.read_only_token not in page
 

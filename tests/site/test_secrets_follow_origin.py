@@ -15,11 +15,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scans import encryption
+from accounts import encryption
 from scans.models import Endpoint
 from tests.conftest import bearer
-from tests.engine.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.factories import make_endpoint
+from tests.grader.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.pages.test_endpoint_form import form_data
 
 pytestmark = pytest.mark.django_db

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import Team
 from benchmarks import hosts
 from benchmarks.models import GRANTABLE_TRUST
-from scans.models import Team
 
 
 class Command(BaseCommand):

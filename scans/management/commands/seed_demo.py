@@ -11,8 +11,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from scans import teams
-from scans.models import Endpoint, Team
+from accounts import teams
+from accounts.models import Team
+from scans.models import Endpoint
 from tokvera_site.config import VAR_DIR
 
 DEMO_USERNAME = "demo"

@@ -1,0 +1,51 @@
+from django.contrib import admin
+from django.utils import timezone
+
+from accounts.models import ApiToken, Invitation, Membership, Team
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "team", "role", "created_at"]
+    list_filter = ["role"]
+    search_fields = ["user__username", "user__email", "team__slug"]
+    raw_id_fields = ["user", "team"]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ["email", "team", "role", "created_at", "expires_at", "accepted_at"]
+    exclude = ["secret_hash"]
+    readonly_fields = ["accepted_at", "accepted_by"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created by the team page or `createtoken`; here they can only be revoked."""
+
+    list_display = ["prefix", "team", "name", "scope", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["scope"]
+    exclude = ["secret_hmac"]
+    readonly_fields = ["prefix", "team", "scope", "created_by", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"{count} token(s) revoked.")

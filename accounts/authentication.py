@@ -1,0 +1,72 @@
+"""Team API token authentication for DRF. Kept apart from DRF's views so that settings can
+import it without a circular import."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+
+
+class TeamTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        from accounts import credentials
+        from accounts.models import ApiToken
+
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        if not header.lower().startswith("bearer "):
+            return None  # leave other schemes to other authenticators
+        token = credentials.split_bearer(header, "tkv")
+        if token is None:
+            raise exceptions.AuthenticationFailed("Malformed API token.")
+        row = (
+            ApiToken.dangerously_unscoped.select_related("team", "created_by")
+            .filter(prefix=token[: credentials.PREFIX_CHARS])
+            .first()
+        )
+        if row is None or not credentials.matches(token, row.secret_hmac):
+            raise exceptions.AuthenticationFailed("Invalid API token.")
+        if not row.is_active:
+            raise exceptions.AuthenticationFailed("This API token is revoked or expired.")
+        now = timezone.now()
+        # Record use at most once a minute per token, without a write on every request.
+        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
+            ApiToken.dangerously_unscoped.filter(pk=row.pk).update(last_used_at=now)
+        return (TokenUser(row), row)
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class TokenUser:
+    """Stands in for request.user on token requests: authenticated, but nobody's account."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, token):
+        self.token = token
+        self.pk = None
+        self.id = None
+
+    def __str__(self) -> str:
+        return f"token {self.token.prefix}…"
+
+
+class TeamTokenScheme(OpenApiAuthenticationExtension):
+    """How the API schema describes team tokens (registered by defining the class)."""
+
+    target_class = "accounts.authentication.TeamTokenAuthentication"
+    name = "teamToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "tkv_…",
+                "description": "A team API token: read-only or read-write."}

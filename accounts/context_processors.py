@@ -1,0 +1,11 @@
+from accounts.tenancy import Access
+
+
+def current_team(request):
+    """The teams the logged-in user can switch between (for the navigation bar)."""
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {}
+    from accounts.models import Team
+
+    teams = list(Team.objects.visible_to(Access.for_request(request)))
+    return {"my_teams": teams}

@@ -1,0 +1,20 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounts import teams
+from accounts.models import Team, TokenScope
+
+
+class Command(BaseCommand):
+    help = "Create an API token for a team and print it once, alone on one line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--team", required=True, metavar="SLUG")
+        parser.add_argument("--scope", required=True, choices=TokenScope.values)
+        parser.add_argument("--name", default="")
+
+    def handle(self, team, scope, name, **options):
+        row = Team.dangerously_unscoped.filter(slug=team).first()
+        if row is None:
+            raise CommandError(f"No team with slug {team!r}.")
+        _, secret = teams.issue_token(row, scope, name or f"{scope} (createtoken)")
+        self.stdout.write(secret)

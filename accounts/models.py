@@ -1,0 +1,126 @@
+"""Teams (the tenants), their members, invitations and API tokens.
+
+Every team-owned model uses TeamScopedManager as `objects` (see accounts/tenancy.py): reading it
+without saying whose rows you want raises, so a view cannot leak another team's data by
+accident. Admin code and system-wide tasks use the greppable `dangerously_unscoped` manager.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from accounts.tenancy import TeamOwned
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Team(TeamOwned):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Badges show only grades the site measured itself, never pushed ones (owners and admins).
+    badge_site_measured_only = models.BooleanField(default=False)
+
+    team_lookup = "pk"
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(TeamOwned):
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta(TeamOwned.Meta):
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_user_team")
+        ]
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class Invitation(TeamOwned):
+    """An email invitation; the link carries a secret of which only the hash is stored."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    secret_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.team_id} as {self.role}"
+
+
+class TokenScope(models.TextChoices):
+    READ_ONLY = "read-only", "Read-only"
+    READ_WRITE = "read-write", "Read-write"
+
+
+class ApiToken(TeamOwned):
+    """A team API token `tkv_<secret>`: only a lookup prefix and an HMAC of it are stored."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # The prefix finds the row; the HMAC proves the secret (compared in constant time).
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hmac = models.CharField(max_length=64)
+    scope = models.CharField(max_length=10, choices=TokenScope.choices)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scope__in=["read-only", "read-write"]), name="api_token_scope_valid"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.scope})"
+
+    @property
+    def is_active(self) -> bool:
+        from django.utils import timezone
+
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()

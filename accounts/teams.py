@@ -1,0 +1,171 @@
+"""Team services: creating teams, roles, invitations and API tokens. Each owns its transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import credentials
+from accounts.models import ApiToken, Invitation, Membership, Role, Team, TokenScope
+from accounts.validators import validate_one_line
+
+
+class TeamRuleError(ValueError):
+    """A request that would break a team rule (e.g. leaving a team without an owner)."""
+
+
+class NotTheInvitee(TeamRuleError):
+    """An invitation used by an account whose email is not the invited address."""
+
+
+def is_invitee(invitation: Invitation, user) -> bool:
+    """Only the invited address may accept: a link forwarded, leaked or guessed from a log
+    must not let another account (of any team) join, let alone with the invited role."""
+    return (user.email or "").strip().lower() == invitation.email
+
+
+def _one_line(label: str, value: str) -> None:
+    try:
+        validate_one_line(value)
+    except ValidationError as exc:
+        raise TeamRuleError(f"{label}: {exc.messages[0]}") from None
+
+
+@transaction.atomic
+def create_team(slug: str, name: str, owner) -> Team:
+    _one_line("Team name", name)
+    team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)
+    Membership.dangerously_unscoped.create(team=team, user=owner, role=Role.OWNER)
+    return team
+
+
+def _lock_owners(team: Team) -> list[Membership]:
+    # Locking the owner rows serialises two owners demoting each other at the same moment.
+    return list(
+        Membership.dangerously_unscoped.select_for_update().filter(team=team, role=Role.OWNER)
+    )
+
+
+@transaction.atomic
+def change_role(membership: Membership, new_role: str) -> Membership:
+    if new_role not in Role.values:
+        raise TeamRuleError(f"Unknown role {new_role!r}.")
+    owners = _lock_owners(membership.team)
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and new_role != Role.OWNER and len(owners) <= 1:
+        raise TeamRuleError("The last owner cannot be demoted; make someone else owner first.")
+    membership.role = new_role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def remove_member(membership: Membership) -> None:
+    owners = _lock_owners(membership.team)
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and len(owners) <= 1:
+        raise TeamRuleError("The last owner cannot leave; make someone else owner first.")
+    membership.delete()
+
+
+def _invite_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, str]:
+    """Create an invitation and email its link. Returns the invitation and the link."""
+    if role not in Role.values:
+        raise TeamRuleError(f"Unknown role {role!r}.")
+    secret = secrets.token_urlsafe(32)
+    invitation = Invitation.dangerously_unscoped.create(
+        team=team,
+        email=email.strip().lower(),
+        role=role,
+        secret_hash=_invite_hash(secret),
+        invited_by=invited_by,
+        expires_at=timezone.now() + timedelta(hours=settings.INVITE_MAX_AGE_HOURS),
+    )
+    link = f"{settings.SITE_URL}/invites/{secret}/"
+    send_mail(
+        subject=f"You are invited to {team.name} on Tokvera",
+        message=(
+            f"{invited_by} invited you to join {team.name} as {role}.\n\n"
+            f"Accept within {settings.INVITE_MAX_AGE_HOURS} hours: {link}\n"
+            "The link works once."
+        ),
+        from_email=None,
+        recipient_list=[invitation.email],
+    )
+    return invitation, link
+
+
+def find_invitation(secret: str) -> Invitation | None:
+    """The open invitation for this link, or None if it is unknown, used or expired."""
+    return (
+        Invitation.dangerously_unscoped.select_related("team")
+        .filter(
+            secret_hash=_invite_hash(secret), accepted_at__isnull=True, expires_at__gt=timezone.now()
+        )
+        .first()
+    )
+
+
+@transaction.atomic
+def accept_invitation(secret: str, user) -> Membership | None:
+    """Use the link once: the conditional UPDATE's row count decides who wins a race."""
+    invitation = find_invitation(secret)
+    if invitation is None:
+        return None
+    if not is_invitee(invitation, user):
+        raise NotTheInvitee(f"This invitation is for {invitation.email}, not {user.email or 'you'}.")
+    claimed = Invitation.dangerously_unscoped.filter(
+        pk=invitation.pk, accepted_at__isnull=True
+    ).update(accepted_at=timezone.now(), accepted_by=user)
+    if not claimed:
+        return None
+    membership, created = Membership.dangerously_unscoped.get_or_create(
+        team=invitation.team, user=user, defaults={"role": invitation.role}
+    )
+    return membership
+
+
+def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tuple[ApiToken, str]:
+    """Create an API token; the returned secret is shown once and never stored."""
+    if scope not in TokenScope.values:
+        raise TeamRuleError(f"Unknown scope {scope!r}: expected read-only or read-write.")
+    _one_line("Token name", name)
+    new = credentials.new_secret("tkv")
+    token = ApiToken.dangerously_unscoped.create(
+        team=team,
+        name=name or f"{scope} token",
+        prefix=new.prefix,
+        secret_hmac=new.digest,
+        scope=scope,
+        created_by=created_by,
+    )
+    return token, new.token
+
+
+def revoke_token(token: ApiToken) -> None:
+    ApiToken.dangerously_unscoped.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+
+
+def user_by_email(email: str, create: bool = False):
+    User = get_user_model()
+    email = email.strip().lower()
+    user = User.objects.filter(email__iexact=email).first()
+    if user is None and create:
+        user = User.objects.create_user(username=email, email=email)
+        user.set_unusable_password()
+        user.save()
+    return user

@@ -1,0 +1,149 @@
+"""The one scoping layer between a request and a team's rows.
+
+- `Access` says which teams a request may see and with which role: from a logged-in user's
+  memberships, or from a team API token (read-write acts as a member, read-only as a viewer).
+- `TeamScopedManager` is every team-owned model's `objects`. Reading it unscoped raises
+  `UnscopedQuery`; `Model.objects.visible_to(access)` is the way in. Admin code and tasks
+  say `Model.dangerously_unscoped` (greppable on purpose).
+- Pages use `get_visible_or_404()` and `require_write()`; the API uses
+  `accounts.tenancy_api.TeamScopedViewSet`, which does not let a subclass replace `get_queryset`.
+
+Outsiders get 404 (never a 403 that would confirm the object exists); members without the
+needed role get 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.http import Http404
+
+READ_ROLES = frozenset({"owner", "admin", "member", "viewer"})
+WRITE_ROLES = frozenset({"owner", "admin", "member"})
+MANAGE_ROLES = frozenset({"owner", "admin"})
+
+
+class UnscopedQuery(RuntimeError):
+    """A team-owned model was queried without saying whose rows are wanted."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one request may reach: team id → role. Empty for anonymous and outsiders."""
+
+    roles: dict[int, str] = field(default_factory=dict)
+    token: object | None = None  # the ApiToken when the request used one
+
+    @property
+    def team_ids(self) -> list[int]:
+        return sorted(self.roles)
+
+    def role_in(self, team_id: int) -> str | None:
+        return self.roles.get(team_id)
+
+    def can_write(self, team_id: int) -> bool:
+        return self.roles.get(team_id) in WRITE_ROLES
+
+    def can_manage(self, team_id: int) -> bool:
+        # Tokens never manage people or tokens, whatever their scope.
+        return self.token is None and self.roles.get(team_id) in MANAGE_ROLES
+
+    @classmethod
+    def for_request(cls, request) -> Access:
+        cached = getattr(request, "_tokvera_access", None)
+        if cached is not None:
+            return cached
+        token = getattr(request, "auth", None)
+        if token is not None and getattr(token, "team_id", None) is not None:
+            role = "member" if token.scope == "read-write" else "viewer"
+            access = cls(roles={token.team_id: role}, token=token)
+        elif request.user.is_authenticated:
+            from accounts.models import Membership
+
+            rows = Membership.dangerously_unscoped.filter(user=request.user).values_list(
+                "team_id", "role"
+            )
+            access = cls(roles=dict(rows))
+        else:
+            access = cls()
+        request._tokvera_access = access
+        return access
+
+
+class TeamScopedQuerySet(models.QuerySet):
+    def visible_to(self, access: Access) -> TeamScopedQuerySet:
+        lookup = f"{self.model.team_lookup}__in"
+        return self.filter(**{lookup: access.team_ids})
+
+    def for_team(self, team) -> TeamScopedQuerySet:
+        return self.filter(**{self.model.team_lookup: team})
+
+
+class TeamScopedManager(models.Manager.from_queryset(TeamScopedQuerySet)):
+    """Fail-closed: `.all()`, `.get()`, `.filter()` straight off the manager raise."""
+
+    def get_queryset(self):
+        raise UnscopedQuery(
+            f"{self.model.__name__}.objects must be scoped: use .visible_to(access) or "
+            f".for_team(team), or {self.model.__name__}.dangerously_unscoped in admin code"
+        )
+
+    def _scoped(self):
+        return super().get_queryset()
+
+    def visible_to(self, access: Access):
+        return self._scoped().visible_to(access)
+
+    def for_team(self, team):
+        return self._scoped().for_team(team)
+
+
+class TeamOwned(models.Model):
+    """The base of every team-owned model: `objects` is fail-closed, `dangerously_unscoped`
+    is the greppable way around it. Subclasses set `team_lookup` (the path to their team) and
+    extend `TeamOwned.Meta` in their own Meta so the manager settings carry over."""
+
+    team_lookup = "team"
+    objects = TeamScopedManager()
+    dangerously_unscoped = models.Manager()
+
+    class Meta:
+        abstract = True
+        # The admin, forms and related managers need a plain default manager; request code
+        # goes through `objects`.
+        default_manager_name = "dangerously_unscoped"
+        base_manager_name = "dangerously_unscoped"
+
+
+def team_id_of(obj) -> int:
+    """The id of the team that owns `obj`, following the model's team_lookup path."""
+    path = obj.team_lookup
+    if path == "pk":
+        return obj.pk
+    target = obj
+    parts = path.split("__")
+    for part in parts[:-1]:
+        target = getattr(target, part)
+    return getattr(target, f"{parts[-1]}_id")
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+
+def get_visible_or_404(request, model, **lookup):
+    try:
+        return model.objects.visible_to(Access.for_request(request)).get(**lookup)
+    except model.DoesNotExist:
+        raise Http404(f"No {model._meta.verbose_name} here") from None
+
+
+def require_write(request, obj) -> None:
+    if not Access.for_request(request).can_write(team_id_of(obj)):
+        raise PermissionDenied("Your role in this team is read-only.")
+
+
+def require_manage(request, obj) -> None:
+    if not Access.for_request(request).can_manage(team_id_of(obj)):
+        raise PermissionDenied("Only owners and admins can do this.")

@@ -1,0 +1,49 @@
+"""The API half of the scoping layer (see accounts/tenancy.py; tokens: accounts/authentication.py):
+the role permission and the base viewset every team-owned API view derives from."""
+
+from __future__ import annotations
+
+from django.db import models
+from rest_framework import exceptions, permissions, viewsets
+
+from accounts.tenancy import Access, team_id_of
+
+
+class TeamRolePermission(permissions.BasePermission):
+    """Safe methods need any role; writes need a writing role (403 for viewers and read-only
+    tokens). `needs_manage` on the view raises the bar for writes to owners and admins."""
+
+    def has_object_permission(self, request, view, obj):
+        access = Access.for_request(request)
+        team_id = team_id_of(obj)
+        if access.role_in(team_id) is None:
+            raise exceptions.NotFound()
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        if getattr(view, "needs_manage", False):
+            return access.can_manage(team_id)
+        return access.can_write(team_id)
+
+
+class TeamScopedViewSet(viewsets.GenericViewSet):
+    """Base for every team-owned API view. Subclasses set `scoped_model`; they may narrow
+    with `narrow_queryset()`, but cannot replace `get_queryset()`."""
+
+    scoped_model: type[models.Model]
+    permission_classes = [permissions.IsAuthenticated, TeamRolePermission]
+    lookup_field = "public_id"
+    lookup_value_regex = "[0-9a-fA-F-]{36}"  # a malformed id is a 404, not a database error
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "get_queryset" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides get_queryset(); narrow_queryset() keeps team scoping"
+            )
+
+    def get_queryset(self):
+        access = Access.for_request(self.request)
+        return self.narrow_queryset(self.scoped_model.objects.visible_to(access))
+
+    def narrow_queryset(self, queryset):
+        return queryset

@@ -1,0 +1,21 @@
+"""The team pages: home, invitations, members, tokens and settings (views in accounts/views.py)."""
+
+from django.urls import path
+
+from accounts import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("invites/<str:secret>/", views.invite_accept, name="invite-accept"),
+    path("teams/<slug:slug>/switch", views.team_switch, name="team-switch"),
+    path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
+    path("teams/<slug:slug>/members/invite", views.member_invite, name="member-invite"),
+    path("teams/<slug:slug>/members/<uuid:public_id>/role", views.member_role, name="member-role"),
+    path("teams/<slug:slug>/members/<uuid:public_id>/remove", views.member_remove,
+         name="member-remove"),
+    path("teams/<slug:slug>/tokens/", views.team_tokens, name="team-tokens"),
+    path("teams/<slug:slug>/settings/", views.team_settings, name="team-settings"),
+    path("teams/<slug:slug>/tokens/new", views.token_create, name="token-create"),
+    path("teams/<slug:slug>/tokens/<uuid:public_id>/revoke", views.token_revoke,
+         name="token-revoke"),
+]

@@ -1,0 +1,321 @@
+"""`tokvera scan BASE_URL --model MODEL`: load-test and grade an OpenAI-compatible endpoint.
+
+First a preflight (GET /models and one probe request; see scans.grader.preflight), then the
+levels. Prints the grade, the cause of any failure and a table of the headline numbers; writes
+report.json and report.html. Exit status: 0 done, 2 bad usage, 3 --preflight-only and the
+probe failed, 4 below --fail-under (decided after publishing was attempted), 1 publishing
+failed (when the grade is not below the floor) or an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from scans.grader import PlanError, PromptsFileError, ScanPlan, headline, load_prompts_file, run_scan, scoring
+from scans.grader import formatting as fmt
+from scans.grader.cli import publish as publishing
+from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
+from scans.grader.report import cli_notes, report_from_measurement, write_report
+from tokvera_site.cli import UsageError
+
+EXIT_PUBLISH_FAILED = 1
+EXIT_PREFLIGHT_FAILED = 3
+EXIT_BELOW_FLOOR = 4
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base_url", metavar="BASE_URL",
+                        help="the API base, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--model", required=True, help="model name sent with every request")
+    parser.add_argument("--api-key-env", metavar="VAR", default=None,
+                        help=f"environment variable holding the API key (default "
+                             f"{DEFAULT_KEY_ENV} when set); the key is never taken from the "
+                             "command line and never written anywhere")
+    parser.add_argument("--concurrency", metavar="LEVELS", default="1,4,16",
+                        help="concurrency levels, ascending, starting at 1 (default 1,4,16); "
+                             "each level needs at least as many requests as its concurrency")
+    parser.add_argument("--requests", metavar="N", type=int, default=None,
+                        help="requests per level (default: max(20, 4 x level))")
+    parser.add_argument("--max-tokens", metavar="N", type=int, default=DEFAULT_MAX_TOKENS,
+                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS}); a "
+                             "reasoning model's thinking counts against it, often hundreds of "
+                             "tokens, so give those a larger budget (the report suggests one)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=DEFAULT_TIMEOUT_S,
+                        help=f"per-request timeout in seconds, the preflight's probe "
+                             f"included (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--prompts", metavar="FILE", type=Path, default=None,
+                        help="your real prompt sample (JSONL or plain text), read locally "
+                             "and never sent, for repeat_prompt_share")
+    parser.add_argument("--dcgm-url", metavar="URL", default=None,
+                        help="a DCGM exporter's metrics URL (DCGM_FI_DEV_GPU_UTIL)")
+    parser.add_argument("--price-input", metavar="USD", default=None,
+                        help="input price, USD per million tokens")
+    parser.add_argument("--price-output", metavar="USD", default=None,
+                        help="output price, USD per million tokens")
+    parser.add_argument("--out", metavar="DIR", type=Path, default=Path("./tokvera-report"),
+                        help="where report.json and report.html go (default ./tokvera-report)")
+    parser.add_argument("--fail-under", metavar="GRADE", choices=scoring.GRADES, default=None,
+                        help="exit 4 when the grade is worse than GRADE, or there is no grade")
+    parser.add_argument("--preflight-only", action="store_true",
+                        help="only the preflight: GET /models and one probe request; print "
+                             "what they found and exit (3 when the probe failed); no load, "
+                             "no report")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress display and no per-level failure lines")
+    publishing.add_arguments(parser)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--concurrency {text!r}: expected integers like 1,4,16") from None
+    return levels
+
+
+def _price(flag: str, text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise UsageError(f"{flag} {text!r}: expected a number (USD per million tokens)") from None
+    if not value.is_finite() or value < 0:
+        raise UsageError(f"{flag} {text!r}: expected a non-negative number")
+    return value
+
+
+def _api_key(var: str | None) -> str | None:
+    if var is None:
+        return api_key_from_env(DEFAULT_KEY_ENV)
+    if not var or not var.replace("_", "").isalnum():
+        raise UsageError(f"--api-key-env {var!r}: expected an environment variable name")
+    key = api_key_from_env(var)
+    if key is None:
+        raise UsageError(f"--api-key-env {var}: the environment variable is not set")
+    return key
+
+
+class _Progress:
+    """One rich progress bar per level, on stderr: requests done, ETA, and the running TTFT
+    p50 and aggregate output rate of the level's successful requests."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("concurrency {task.fields[level]:>4}"), BarColumn(),
+            MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("TTFT p50 {task.fields[ttft]}"), TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self._tasks: dict[int, int] = {}
+        self._running: dict[int, _Running] = {}
+
+    def __enter__(self) -> _Progress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def __call__(self, level: int, completed: int, total: int, record: object = None) -> None:
+        task = self._tasks.get(level)
+        if task is None:
+            task = self._tasks[level] = self._progress.add_task(
+                "", total=total, level=level, ttft="—", rate="")
+            self._running[level] = _Running()
+        running = self._running[level]
+        if record is not None:
+            running.add(record)
+        self._progress.update(task, completed=completed, ttft=running.ttft_text(),
+                              rate=running.rate_text())
+
+
+class _Running:
+    """A level's figures so far, from its finished requests."""
+
+    def __init__(self) -> None:
+        from time import perf_counter
+
+        self._clock = perf_counter
+        self._started = perf_counter()
+        self.ttft: list[float] = []
+        self.tokens = 0
+        self.chunks = 0
+        self.all_usage = True
+
+    def add(self, record) -> None:
+        if not record.succeeded:
+            return
+        if record.ttft_ms is not None:
+            self.ttft.append(record.ttft_ms)
+        self.chunks += record.output_chunks
+        if record.completion_tokens is None:
+            self.all_usage = False
+        else:
+            self.tokens += record.completion_tokens
+
+    def ttft_text(self) -> str:
+        from scans.grader.stats import percentile
+
+        return fmt.ms(percentile(self.ttft, 50)) if self.ttft else "—"
+
+    def rate_text(self) -> str:
+        elapsed = self._clock() - self._started
+        if not self.ttft or elapsed <= 0:
+            return ""
+        if self.all_usage:
+            return fmt.rate(self.tokens / elapsed, "tokens/s")
+        return fmt.rate(self.chunks / elapsed, "chunks/s")
+
+
+def _print_table(report: dict) -> None:
+    """The headline numbers, one row per level, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Headline numbers (times in ms)", title_justify="left")
+    for _key, title, _unit in headline.COLUMNS:
+        table.add_column(title, justify="right")
+    for row in headline.headline_rows(report["levels"]):
+        table.add_row(*(row[key] for key, _, _ in headline.COLUMNS))
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200,
+                      no_color=not sys.stdout.isatty())
+    console.print(table)
+
+
+def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
+    """The grade line, the cause of any failure, the notes and the headline table."""
+    score = report["score"]
+    if score["grade"] in scoring.GRADES:
+        summary = (f"grade {score['grade']} ({fmt.number(score['points'], 'rate')} points"
+                   f"{', provisional scoring ' + score['scoring_version'] if score['provisional'] else ''})")
+    else:
+        summary = f"no grade: {score['reason']}"
+    failed = sum(sum(level["failed"].values()) for level in report["levels"])
+    total = sum(level["requests"] for level in report["levels"])
+    say = sys.stdout.write
+    say(f"tokvera scan: {summary}; {failed} of {total} requests failed; "
+        f"report: {os.fspath(html_path)}\n")
+    cause = report.get("failure_summary")
+    if cause and cause.get("stopped_by_preflight"):
+        say(f"tokvera scan: stopped before any load: {report['preflight']['cause']}\n")
+    elif cause:
+        example = f" (e.g. {cause['example']})" if cause.get("example") else ""
+        say(f"tokvera scan: what failed: {cause['sentence']}{example}\n")
+    for line in cli_notes(report):  # which TTFT was graded; thinking and the budget hint
+        say(f"tokvera scan: {line}\n")
+    _print_table(report)
+    if not quiet:
+        for level in report["levels"]:
+            level_cause = level.get("failure_summary")
+            if level_cause and len(report["levels"]) > 1:
+                sys.stderr.write(f"  concurrency {level['concurrency']}: "
+                                 f"{level_cause['sentence']}\n")
+
+
+def _preflight_lines(preflight: dict, model: str) -> list[str]:
+    models = preflight["models"]
+    if models["answered"]:
+        listed = "is" if models["model_listed"] else "is not"
+        shown = ", ".join(models["ids"][:8]) + (", …" if models["ids_total"] > 8 else "")
+        first = (f"GET /models: {models['ids_total']} model id(s) ({shown}); "
+                 f"'{model}' {listed} among them")
+    else:
+        first = f"GET /models: not answered ({models['detail']})"
+    probe = preflight["probe"]
+    if probe["outcome"] == "succeeded":
+        second = f"probe request: succeeded (TTFT {fmt.ms(probe['ttft_ms'])})"
+    else:
+        verdict = "the scan stops here" if preflight["stopped"] else "a scan would go on"
+        second = f"probe request: {preflight['cause']} ({verdict})"
+    return [first, second]
+
+
+def build_plan(args: argparse.Namespace) -> ScanPlan:
+    plan = ScanPlan(
+        base_url=args.base_url,
+        model=args.model,
+        levels=_levels(args.concurrency),
+        requests=args.requests,
+        max_tokens=args.max_tokens,
+        timeout_s=args.timeout,
+        api_key=_api_key(args.api_key_env),
+        dcgm_url=args.dcgm_url,
+        price_input_per_mtok=_price("--price-input", args.price_input),
+        price_output_per_mtok=_price("--price-output", args.price_output),
+    )
+    try:
+        return plan.validate()
+    except PlanError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = build_plan(args)
+    if args.preflight_only:
+        return _run_preflight_only(plan)
+    publish_to = publishing.target_from_args(args)
+    sample = None
+    if args.prompts is not None:
+        try:
+            sample = load_prompts_file(args.prompts)
+        except PromptsFileError as exc:
+            raise UsageError(str(exc)) from None
+    out = args.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+
+    if args.quiet or not sys.stderr:
+        measurement = run_scan(plan)
+    else:
+        with _Progress() as progress:
+            measurement = run_scan(plan, progress=progress)
+
+    report = report_from_measurement(plan, measurement, sample)
+    try:
+        json_path, html_path = write_report(report, out)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write the report: "
+                         f"{exc.strerror or exc}") from None
+
+    _print_summary(report, html_path, quiet=args.quiet)
+    score = report["score"]
+    status = 0
+    if publish_to is not None:
+        try:
+            stored = publishing.publish(publish_to, report)
+        except publishing.PublishError as exc:
+            sys.stderr.write(f"tokvera scan: report written but not published: {exc}\n")
+            status = EXIT_PUBLISH_FAILED
+        else:
+            sys.stdout.write(f"tokvera scan: published as scan {stored['id']} "
+                             f"(grade {stored['grade']} as graded by the site)\n")
+    # The floor is decided after publishing was attempted: a CI gate fails for the grade,
+    # not for the network.
+    if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
+        sys.stderr.write(f"tokvera scan: grade {score['grade']} is below --fail-under "
+                         f"{args.fail_under}\n")
+        return EXIT_BELOW_FLOOR
+    return status
+
+
+def _run_preflight_only(plan: ScanPlan) -> int:
+    measurement = run_scan(plan, preflight_only=True)
+    preflight = measurement.preflight.as_dict()
+    for line in _preflight_lines(preflight, plan.model):
+        sys.stdout.write(f"tokvera scan: preflight: {line}\n")
+    return 0 if preflight["probe"]["outcome"] == "succeeded" else EXIT_PREFLIGHT_FAILED

@@ -1,0 +1,82 @@
+"""`tokvera target --port P`: the reference OpenAI-compatible streaming server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from scans.grader.target import REASONING_FIELDS, TargetConfig, TargetServer
+from tokvera_site.cli import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, required=True, help="TCP port (0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--ttft-ms", type=float, default=200.0,
+                        help="time to first token, ms (default 200)")
+    parser.add_argument("--itl-ms", type=float, default=20.0,
+                        help="time between tokens, ms (default 20)")
+    parser.add_argument("--tokens", type=int, default=64,
+                        help="tokens per reply, capped by the request's max_tokens (default 64)")
+    parser.add_argument("--jitter-ms", type=float, default=0.0,
+                        help="uniform random delay in [0, J] ms added to every token's due time")
+    parser.add_argument("--error-rate", type=float, default=0.0,
+                        help="share of requests answered with HTTP 500 (default 0)")
+    parser.add_argument("--no-usage", action="store_true", help="never report token usage")
+    parser.add_argument("--no-metrics", action="store_true", help="no /metrics endpoint")
+    parser.add_argument("--role-chunk", action="store_true",
+                        help="send a role-only first chunk before the content")
+    parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+                        help="at most N streams generate at once; others wait for a slot")
+    parser.add_argument("--seed", type=int, default=None, help="seed for jitter and errors")
+    parser.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
+                        help="stream N thinking tokens before the answer, like a reasoning "
+                             "model; they count against max_tokens (default 0)")
+    parser.add_argument("--reasoning-field", choices=REASONING_FIELDS,
+                        default="reasoning_content",
+                        help="the delta field the thinking goes in: reasoning_content (vLLM, "
+                             "SGLang, llama-server; the default) or reasoning (OpenRouter)")
+
+
+def _config(args: argparse.Namespace) -> TargetConfig:
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: expected 0..65535")
+    if min(args.ttft_ms, args.itl_ms, args.jitter_ms) < 0 or min(args.tokens,
+                                                                 args.reasoning_tokens) < 0:
+        raise UsageError("times, --tokens and --reasoning-tokens must not be negative")
+    if not 0 <= args.error_rate <= 1:
+        raise UsageError("--error-rate must be between 0 and 1")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise UsageError("--max-concurrency must be at least 1")
+    return TargetConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
+                        jitter_ms=args.jitter_ms, error_rate=args.error_rate,
+                        usage=not args.no_usage, metrics=not args.no_metrics,
+                        role_chunk=args.role_chunk, max_concurrency=args.max_concurrency,
+                        seed=args.seed, reasoning_tokens=args.reasoning_tokens,
+                        reasoning_field=args.reasoning_field)
+
+
+async def _serve(config: TargetConfig, host: str, port: int) -> None:
+    server = TargetServer(config)
+    try:
+        bound_host, bound_port = await server.start(host, port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    sys.stdout.write(f"tokvera target listening on http://{shown}:{bound_port}/v1\n")
+    sys.stdout.flush()
+    await server.serve_forever()
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - optional speed-up
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(config, args.host, args.port))
+    return 0

@@ -1,0 +1,368 @@
+"""The headline of a scan: the performance numbers per level, the cause of its failures, and
+the charts of throughput and time to first token against concurrency.
+
+One place for what the CLI table, report.html and report.json show first. The functions that
+read a report work on report.json dicts (so reports written before these fields existed still
+render); ``level_numbers`` is the one that reads a measured level. No Django here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from scans.grader import formatting as fmt
+from scans.grader.measurement import LevelResult, RequestRecord
+from scans.grader.preflight import failure_phrase, server_message
+from scans.grader.stats import percentile
+
+__all__ = [
+    "end_to_end_ms",
+    "failure_summary",
+    "headline_rows",
+    "level_numbers",
+    "scan_failure_summary",
+    "throughput_chart",
+    "ttft_chart",
+    "ttft_histograms",
+]
+
+EXAMPLE_CHARS = 200
+
+
+# -- numbers ------------------------------------------------------------------------------------
+
+def end_to_end_ms(record: RequestRecord) -> float | None:
+    """From the request body written to the moment the stream said it was done ([DONE], else
+    the end of the response): what a caller waits for a whole answer."""
+    end = record.done_at if record.done_at is not None else record.ended_at
+    if end is None or record.body_written_at is None:
+        return None
+    return (end - record.body_written_at) * 1000.0
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def level_numbers(level: LevelResult) -> dict:
+    """The level's end-to-end latency, request rate and aggregate output rate (report.json)."""
+    succeeded = level.succeeded
+    duration = level.duration_s
+    e2e = [t for r in succeeded if (t := end_to_end_ms(r)) is not None]
+    tokens = bool(succeeded) and all(r.reported_usage for r in succeeded)
+    chunks = sum(r.output_chunks for r in succeeded)
+    units = sum(r.completion_tokens or 0 for r in succeeded) if tokens else chunks
+
+    def per_s(count: int) -> float | None:
+        return _r(count / duration) if duration > 0 and succeeded else None
+
+    basis = "tokens" if tokens else "chunks"
+    return {
+        "e2e_latency_ms": ({"p50": _r(percentile(e2e, 50)), "p95": _r(percentile(e2e, 95)),
+                            "p99": _r(percentile(e2e, 99)), "n": len(e2e)} if e2e else None),
+        "requests_per_s": per_s(len(succeeded)),
+        "output_throughput": {"per_s": per_s(units), "unit": f"{basis}/s", "basis": basis,
+                              "chunks_per_s": per_s(chunks)},
+    }
+
+
+# -- causes -------------------------------------------------------------------------------------
+
+def _example(message: str | None) -> str | None:
+    if not message:
+        return None
+    said = server_message(message)
+    text = message if said is None or message.startswith("error in stream") else \
+        f"{message.split(':', 1)[0]}: {said}"
+    return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS - 1] + "…"
+
+
+def failure_summary(failed: Mapping[str, int], examples: Mapping[str, str],
+                    requests: int) -> dict | None:
+    """The dominant failure class of a set of requests, as a sentence with one example
+    message; None when nothing failed."""
+    failed = {cls: n for cls, n in failed.items() if n}
+    if not failed:
+        return None
+    cls, count = sorted(failed.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    total_failed = sum(failed.values())
+    phrase = failure_phrase(cls, examples.get(cls))
+    how = f"all with {phrase}" if count == total_failed else f"most often {phrase} ({count})"
+    return {
+        "class": cls,
+        "count": count,
+        "failed": total_failed,
+        "requests": requests,
+        "sentence": f"{total_failed} of {requests} requests failed, {how}",
+        "example": _example(examples.get(cls)),
+    }
+
+
+def scan_failure_summary(levels: Sequence[Mapping[str, Any]],
+                         preflight: Mapping[str, Any] | None) -> dict | None:
+    """The whole scan's failure summary: the preflight's cause when it stopped the scan, else
+    the dominant class across every level."""
+    if preflight and preflight.get("stopped"):
+        probe = preflight.get("probe") or {}
+        return {
+            "class": probe.get("outcome"),
+            "count": 1,
+            "failed": 1,
+            "requests": 1,
+            "sentence": f"the preflight stopped the scan before any load: {preflight['cause']}",
+            "example": _example(probe.get("error")),
+            "stopped_by_preflight": True,
+        }
+    failed: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for level in levels:
+        for cls, count in (level.get("failed") or {}).items():
+            failed[cls] = failed.get(cls, 0) + int(count)
+        for cls, message in (level.get("failure_examples") or {}).items():
+            examples.setdefault(cls, message)
+    requests = sum(int(level.get("requests") or 0) for level in levels)
+    return failure_summary(failed, examples, requests)
+
+
+def level_failure_summary(level: Mapping[str, Any]) -> dict | None:
+    """A level's summary as stored, or computed from its counts (reports from before)."""
+    if "failure_summary" in level:
+        return level["failure_summary"]
+    return failure_summary(level.get("failed") or {}, level.get("failure_examples") or {},
+                           int(level.get("requests") or 0))
+
+
+# -- the headline table ---------------------------------------------------------------------------
+
+#: (key, column title, unit shown in the title) for the CLI table and the HTML table.
+COLUMNS = (
+    ("concurrency", "Concurrency", ""),
+    ("requests", "Requests", ""),
+    ("succeeded", "Succeeded", ""),
+    ("ttft_p50", "TTFT p50", "ms"),
+    ("ttft_p95", "TTFT p95", "ms"),
+    ("ttft_p99", "TTFT p99", "ms"),
+    ("e2e_p50", "End-to-end p50", "ms"),
+    ("e2e_p95", "End-to-end p95", "ms"),
+    ("gap_p50", "Chunk gap p50", "ms"),
+    ("gap_p95", "Chunk gap p95", "ms"),
+    ("requests_per_s", "Requests/s", ""),
+    ("output_per_s", "Output", ""),
+    ("per_stream", "Per stream (median)", ""),
+)
+
+
+def _pick(figures: Any, key: str) -> float | None:
+    value = figures.get(key) if isinstance(figures, Mapping) else None
+    return value if isinstance(value, int | float) else None
+
+
+def headline_rows(levels: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """One row of display text per level (keys of ``COLUMNS``); "—" where not measured."""
+    rows = []
+    for lv in levels:
+        ttft, e2e, gaps = lv.get("ttft_ms"), lv.get("e2e_latency_ms"), lv.get("chunk_gap_ms")
+        out = lv.get("output_throughput") or {}
+        rate = lv.get("generation_rate") or {}
+        rps = lv.get("requests_per_s")
+        rows.append({
+            "concurrency": str(lv.get("concurrency", "")),
+            "requests": str(lv.get("requests", "")),
+            "succeeded": str(lv.get("succeeded", "")),
+            "ttft_p50": fmt.number(_pick(ttft, "p50"), "ms"),
+            "ttft_p95": fmt.number(_pick(ttft, "p95"), "ms"),
+            "ttft_p99": fmt.number(_pick(ttft, "p99"), "ms"),
+            "e2e_p50": fmt.number(_pick(e2e, "p50"), "ms"),
+            "e2e_p95": fmt.number(_pick(e2e, "p95"), "ms"),
+            "gap_p50": fmt.number(_pick(gaps, "p50"), "ms"),
+            "gap_p95": fmt.number(_pick(gaps, "p95"), "ms"),
+            "requests_per_s": fmt.number(rps if isinstance(rps, int | float) else None, "rate"),
+            "output_per_s": fmt.rate(_pick(out, "per_s"), out.get("unit") or "tokens/s"),
+            "per_stream": fmt.rate(_pick(rate, "median"), rate.get("unit") or
+                                   f"{rate.get('basis') or 'chunks'}/s"),
+        })
+    return rows
+
+
+# -- charts (inline SVG, no script, no network) -------------------------------------------------
+
+_W, _H = 520, 230
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 30, 44
+SERIES_STYLES = {  # stroke, dash: distinguishable without colour too
+    "p50": ("#2e5aac", ""),
+    "p95": ("#a86400", "6 3"),
+    "p99": ("#b3261e", "2 3"),
+    "throughput": ("#1f7a3d", ""),
+}
+
+
+def _nice_top(value: float) -> float:
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
+    if value < 1:
+        magnitude = 0.1
+        while magnitude > value:
+            magnitude /= 10
+    for step in (1, 2, 2.5, 5, 10):
+        if step * magnitude >= value:
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _axis_number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:,.2g}"
+
+
+def _line_chart(title: str, levels: Sequence[int], series: Sequence[tuple[str, list]],
+                unit: str, css_class: str) -> str:
+    """Values against concurrency: one polyline per series, levels equally spaced."""
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    values = [v for _, vs in series for v in vs if v is not None]
+    top = _nice_top(max(values) * 1.05) if values else 1.0
+
+    def x(i: int) -> float:
+        return _LEFT + (plot_w / 2 if len(levels) == 1 else i * plot_w / (len(levels) - 1))
+
+    def y(v: float) -> float:
+        return _TOP + plot_h - v / top * plot_h
+
+    parts = [f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" '
+             'fill="#fff" stroke="#dde2ea"/>']
+    for k in range(5):
+        v = top * k / 4
+        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y(v):.1f}" '
+                     f'y2="{y(v):.1f}" stroke="#eef1f5"/>'
+                     f'<text class="tick" x="{_LEFT - 6}" y="{y(v) + 4:.1f}" '
+                     f'text-anchor="end">{_axis_number(v)}</text>')
+    for i, level in enumerate(levels):
+        parts.append(f'<text class="tick" x="{x(i):.1f}" y="{_TOP + plot_h + 16}" '
+                     f'text-anchor="middle">{level}</text>')
+    parts.append(f'<text class="axis-title" x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" '
+                 'text-anchor="middle">concurrency (requests in flight)</text>')
+    parts.append(f'<text class="axis-title" x="14" y="{_TOP + plot_h / 2:.1f}" '
+                 f'text-anchor="middle" transform="rotate(-90 14 {_TOP + plot_h / 2:.1f})">'
+                 f'{escape(unit)}</text>')
+    for k, (name, vs) in enumerate(series):
+        stroke, dash = SERIES_STYLES.get(name, ("#2e5aac", ""))
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        points = [(x(i), y(v), levels[i], v) for i, v in enumerate(vs) if v is not None]
+        if len(points) > 1:
+            path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
+            parts.append(f'<polyline class="series series-{escape(name)}" points="{path}" '
+                         f'fill="none" stroke="{stroke}" stroke-width="2"{dash_attr}/>')
+        for px, py, level, v in points:
+            parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{stroke}">'
+                         f'<title>{escape(name)} at concurrency {level}: '
+                         f'{escape(fmt.number(v, "ms" if unit == "ms" else "rate"))} '
+                         f'{escape(unit)}</title></circle>')
+        lx = _LEFT + 8 + k * 110
+        parts.append(f'<line x1="{lx}" x2="{lx + 22}" y1="14" y2="14" stroke="{stroke}" '
+                     f'stroke-width="2"{dash_attr}/><text class="legend" x="{lx + 26}" '
+                     f'y="18">{escape(name)}</text>')
+    if not values:
+        parts.append(f'<text class="tick" x="{_LEFT + plot_w / 2:.1f}" y="{_TOP + plot_h / 2}" '
+                     'text-anchor="middle">no successful request</text>')
+    return (f'<svg class="{css_class}" viewBox="0 0 {_W} {_H}" role="img" '
+            f'aria-label="{escape(title)}"><title>{escape(title)}</title>{"".join(parts)}</svg>')
+
+
+def throughput_chart(levels: Sequence[Mapping[str, Any]]) -> str:
+    """Aggregate output per second against concurrency (tokens/s when every level had usage,
+    chunks/s, named so, otherwise)."""
+    outs = [lv.get("output_throughput") or {} for lv in levels]
+    tokens = bool(outs) and all(o.get("basis") == "tokens" for o in outs)
+    key = "per_s" if tokens else "chunks_per_s"
+    unit = "output tokens/s" if tokens else "output chunks/s"
+    values = [_pick(o, key) for o in outs]
+    return _line_chart(f"Throughput ({unit}) against concurrency",
+                       [lv.get("concurrency") for lv in levels], [("throughput", values)],
+                       unit, "chart-throughput")
+
+
+def ttft_chart(levels: Sequence[Mapping[str, Any]]) -> str:
+    """Time to first token p50 and p95 against concurrency."""
+    series = [(name, [_pick(lv.get("ttft_ms"), name) for lv in levels]) for name in ("p50", "p95")]
+    return _line_chart("Time to first token p50 and p95 against concurrency",
+                       [lv.get("concurrency") for lv in levels], series, "ms", "chart-ttft")
+
+
+_BINS = 24
+
+
+def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Per level: an SVG histogram of its TTFT samples on one shared ms axis, with p50, p95
+    and p99 drawn in three styles and labelled."""
+    samples_all = [t for lv in levels for t in (lv.get("ttft_samples_ms") or [])]
+    if not samples_all:
+        return []
+    low, high = min(samples_all), max(samples_all)
+    if high <= low:
+        high = low + 1.0
+    width = (high - low) / _BINS
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    base = _TOP + plot_h
+
+    def x(ms: float) -> float:
+        return _LEFT + (ms - low) / (high - low) * plot_w
+
+    def label_at(mx: float) -> str:
+        """Right of the marker, or left of it near the right edge (labels stay inside)."""
+        if mx > _LEFT + plot_w - 70:
+            return f'x="{mx - 3:.1f}" text-anchor="end"'
+        return f'x="{mx + 3:.1f}"'
+
+    out = []
+    for lv in levels:
+        samples = lv.get("ttft_samples_ms") or []
+        counts = [0] * _BINS
+        for t in samples:
+            counts[min(_BINS - 1, int((t - low) / width))] += 1
+        top = max(counts) if samples else 1
+        parts = [f'<line class="axis" x1="{_LEFT}" y1="{base}" x2="{_LEFT + plot_w}" '
+                 f'y2="{base}" stroke="#5b6475"/><line class="axis" x1="{_LEFT}" y1="{_TOP}" '
+                 f'x2="{_LEFT}" y2="{base}" stroke="#5b6475"/>']
+        for i, count in enumerate(counts):
+            if count:
+                h = plot_h * count / top
+                parts.append(
+                    f'<rect class="bar" x="{_LEFT + i * plot_w / _BINS + 0.5:.1f}" '
+                    f'y="{base - h:.1f}" width="{max(1.0, plot_w / _BINS - 1):.1f}" '
+                    f'height="{h:.1f}" fill="#8fa8d8"><title>'
+                    f'{escape(fmt.ms(low + i * width))} to {escape(fmt.ms(low + (i + 1) * width))}'
+                    f': {count} request{"s" if count != 1 else ""}</title></rect>')
+        for k in range(5):
+            ms = low + (high - low) * k / 4
+            parts.append(f'<text class="tick" x="{x(ms):.1f}" y="{base + 16}" '
+                         f'text-anchor="middle">{escape(fmt.number(ms, "ms"))}</text>')
+        parts.append(f'<text class="tick" x="{_LEFT - 6}" y="{_TOP + 4}" '
+                     f'text-anchor="end">{top}</text><text class="tick" x="{_LEFT - 6}" '
+                     f'y="{base}" text-anchor="end">0</text>')
+        parts.append(f'<text class="axis-title" x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" '
+                     'text-anchor="middle">time to first token (ms)</text>'
+                     f'<text class="axis-title" x="14" y="{_TOP + plot_h / 2:.1f}" '
+                     f'text-anchor="middle" transform="rotate(-90 14 {_TOP + plot_h / 2:.1f})">'
+                     'requests</text>')
+        for k, name in enumerate(("p50", "p95", "p99")):
+            value = _pick(lv.get("ttft_ms"), name)
+            if value is None:
+                continue
+            stroke, dash = SERIES_STYLES[name]
+            mx = min(_LEFT + plot_w, x(value))
+            parts.append(f'<line class="marker marker-{name}" x1="{mx:.1f}" x2="{mx:.1f}" '
+                         f'y1="{_TOP - 4 + 9 * k}" y2="{base}" stroke="{stroke}" '
+                         f'stroke-width="2" stroke-dasharray="{dash or "none"}">'
+                         f'<title>{name} {escape(fmt.ms(value))}</title></line>'
+                         f'<text class="marker-label" {label_at(mx)} y="{_TOP + 9 * k}" '
+                         f'fill="{stroke}">{name} {escape(fmt.number(value, "ms"))}</text>')
+        title = f"Time to first token at concurrency {lv.get('concurrency')}"
+        out.append({
+            "concurrency": lv.get("concurrency"),
+            "n": len(samples),
+            "svg": (f'<svg class="chart-ttft-histogram" viewBox="0 0 {_W} {_H}" role="img" '
+                    f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
+                    f'{"".join(parts)}</svg>'),
+        })
+    return out

@@ -1,0 +1,311 @@
+"""What a scan measured: per-request named timestamps and what is derived from them.
+
+Every request keeps its own timeline (``time.perf_counter()`` seconds, comparable within one
+scan) and every summary -- TTFT, chunk gaps, rates -- is derived from those timestamps, so the
+raw data and the percentiles always agree.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from scans.grader.stats import percentile
+
+from .stream import StreamTally
+
+__all__ = [
+    "FAILURE_CLASSES",
+    "GRADED_TTFT",
+    "CostFigure",
+    "GpuReading",
+    "LevelResult",
+    "Measurement",
+    "MetricsProbe",
+    "RequestRecord",
+]
+
+#: Failure classes besides ``http_status_<code>``.
+FAILURE_CLASSES = (
+    "timeout",            # the request did not finish within --timeout
+    "transport_error",    # no response: connection refused/reset, DNS, TLS, refused by the guard
+    "incomplete_stream",  # the body ended (or broke) before [DONE] or a finish_reason
+    "stream_error",       # an `error` object in the stream, or an event too large to buffer
+    "not_sse",            # a 2xx whose body is not an SSE stream (e.g. a JSON error body)
+    "empty_reply",        # a clean stream without any output (content, reasoning, tool call)
+)
+
+#: Which time the graded ``ttft_*`` checks read: the first output token of any kind, thinking
+#: included (not the first answer token). See DECISIONS.md, "Reasoning models".
+GRADED_TTFT = "first_output_token"
+
+
+@dataclass(slots=True)
+class RequestRecord(StreamTally):
+    """One request's named timestamps and outcome, and what its stream carried (the
+    ``StreamTally`` fields, read by ``stream.StreamParser``).
+
+    Timestamps (seconds, ``perf_counter``; None when the moment never came):
+    ``scheduled_at`` a worker took the request; ``sent_at`` the request was handed to httpx;
+    ``body_written_at`` the last byte of the request body was written (httpcore trace);
+    ``headers_at`` the response headers were read; ``first_output_at`` / ``last_output_at`` the
+    first / last chunk with output of any kind (thinking or answer) arrived;
+    ``first_answer_at`` the first answer chunk (content, refusal or tool call) arrived;
+    ``done_at`` the stream said it was done (``[DONE]``); ``ended_at`` the request was over,
+    whatever the outcome.
+    """
+
+    level: int
+    index: int
+    scheduled_at: float = 0.0
+    sent_at: float | None = None
+    body_written_at: float | None = None
+    headers_at: float | None = None
+    ended_at: float | None = None
+    status_code: int | None = None
+    failure: str | None = None
+    error: str | None = None
+    reused_connection: bool | None = None
+    retried: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failure is None
+
+    def _since_written_ms(self, moment: float | None) -> float | None:
+        if moment is None or self.body_written_at is None:
+            return None
+        return (moment - self.body_written_at) * 1000.0
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to first token as graded (``GRADED_TTFT``): to the first output of any kind."""
+        return self._since_written_ms(self.first_output_at)
+
+    @property
+    def time_to_first_answer_ms(self) -> float | None:
+        return self._since_written_ms(self.first_answer_at)
+
+    def timeline_ms(self, origin: float) -> dict:
+        """The named timestamps in ms from `origin` (for report.json's raw data)."""
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round((t - origin) * 1000.0, 3)
+
+        return {
+            "index": self.index,
+            "outcome": self.failure or "succeeded",
+            "status_code": self.status_code,
+            "scheduled_at_ms": rel(self.scheduled_at),
+            "sent_at_ms": rel(self.sent_at),
+            "body_written_at_ms": rel(self.body_written_at),
+            "headers_at_ms": rel(self.headers_at),
+            "first_output_at_ms": rel(self.first_output_at),
+            "first_answer_at_ms": rel(self.first_answer_at),
+            "last_output_at_ms": rel(self.last_output_at),
+            "done_at_ms": rel(self.done_at),
+            "ended_at_ms": rel(self.ended_at),
+            "output_chunks": len(self.output_times),
+            "thinking_chunks": self.thinking_chunks,
+            "answer_chunks": self.answer_chunks,
+            "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "finish_reason": self.finish_reason,
+            "retried": self.retried,
+            "error": self.error,
+        }
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level: its requests, and how the scanner itself fared (loop lag)."""
+
+    concurrency: int
+    requests: list[RequestRecord]
+    started_at: float = 0.0   # perf_counter
+    finished_at: float = 0.0
+    loop_lag_ms: array = field(default_factory=lambda: array("d"))
+    loop_lag_threshold_ms: float = 0.0
+    #: CPU seconds this process spent while the level ran (``time.process_time``; in the CLI
+    #: that is the scanner alone), to show how hard the client itself worked.
+    cpu_s: float = 0.0
+
+    @property
+    def succeeded(self) -> list[RequestRecord]:
+        return [r for r in self.requests if r.failure is None]
+
+    @property
+    def failed_by_class(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.requests:
+            if r.failure is not None:
+                counts[r.failure] = counts.get(r.failure, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @property
+    def failure_examples(self) -> dict[str, str]:
+        """The first error message seen for each failure class."""
+        examples: dict[str, str] = {}
+        for r in self.requests:
+            if r.failure is not None and r.failure not in examples:
+                examples[r.failure] = r.error or r.failure
+        return dict(sorted(examples.items()))
+
+    def ttft_samples_ms(self) -> list[float]:
+        """Time to first token as graded (``GRADED_TTFT``), one per successful request."""
+        return [t for r in self.succeeded if (t := r.ttft_ms) is not None]
+
+    def first_answer_samples_ms(self) -> list[float]:
+        return [t for r in self.succeeded if (t := r.time_to_first_answer_ms) is not None]
+
+    def thinking_samples_ms(self) -> list[float]:
+        """First answer minus first output, for the successful requests that thought."""
+        return [t for r in self.succeeded if (t := r.thinking_ms()) is not None]
+
+    def gap_samples_ms(self) -> list[float]:
+        gaps: list[float] = []
+        for r in self.succeeded:
+            gaps.extend(r.gaps_ms())
+        return gaps
+
+    def rates(self, basis: str) -> list[float]:
+        return [v for r in self.succeeded if (v := r.rate(basis)) is not None]
+
+    @property
+    def loop_lag_p99_ms(self) -> float | None:
+        return percentile(self.loop_lag_ms, 99)
+
+    @property
+    def loop_lag_max_ms(self) -> float | None:
+        return max(self.loop_lag_ms) if self.loop_lag_ms else None
+
+    @property
+    def client_bound(self) -> bool:
+        """The scanner's own event loop fell behind: its p99 lag exceeded the threshold."""
+        p99 = self.loop_lag_p99_ms
+        return p99 is not None and p99 > self.loop_lag_threshold_ms
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def output_chunks(self) -> int:
+        return sum(len(r.output_times) for r in self.requests)
+
+    def output_shares(self) -> dict:
+        """How the successful streams' output split into thinking and answer: by chunks, and
+        by tokens where every stream that thought stated its reasoning tokens."""
+        streams = self.succeeded
+        thinking = sum(r.thinking_chunks for r in streams)
+        outputs = sum(len(r.output_times) for r in streams)
+        thought = [r for r in streams if r.thought]
+        token_share = None
+        if thought and all(r.reasoning_tokens is not None for r in thought):
+            reasoning = sum(r.reasoning_tokens or 0 for r in thought)
+            completion = sum(r.completion_tokens or 0 for r in streams)
+            token_share = reasoning / completion if completion else None
+        return {
+            "thinking_chunks": thinking,
+            "answer_chunks": sum(r.answer_chunks for r in streams),
+            "thinking_share_of_chunks": thinking / outputs if outputs else None,
+            "thinking_share_of_tokens": token_share,
+            "streams_that_thought": len(thought),
+            "stopped_while_thinking": sum(1 for r in streams if r.stopped_while_thinking),
+        }
+
+
+@dataclass
+class MetricsProbe:
+    """``GET {origin}/metrics``: present only for a 200 that parses as Prometheus text with at
+    least one sample."""
+
+    url: str
+    present: bool
+    detail: str
+    samples: int = 0
+
+
+@dataclass
+class GpuReading:
+    """GPU utilization sampled while the load ran; ``peak`` is a share (0..1), highest across
+    GPUs and samples; None with ``reason`` when there was no source or no sample."""
+
+    source: str | None
+    peak: float | None
+    reason: str | None
+    samples: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class CostFigure:
+    """USD per 1,000 requests from measured usage and the given prices, or None and why."""
+
+    usd_per_1000_requests: Decimal | None
+    reason: str | None
+    streams_priced: int = 0
+
+
+@dataclass
+class Measurement:
+    """Everything one scan measured. No check values, no grade: see scans.grader.check_values."""
+
+    base_url: str
+    model: str
+    started_at: str   # ISO 8601 UTC
+    finished_at: str
+    levels: list[LevelResult]
+    metrics: MetricsProbe
+    gpu: GpuReading
+    cost: CostFigure
+    loop_lag_threshold_ms: float
+    origin_time: float   # perf_counter at the start: timelines are relative to it
+    scanner: dict = field(default_factory=dict)
+    #: The /models answer and the probe request (``preflight.Preflight``); None in
+    #: measurements built without one.
+    preflight: object | None = None
+
+    @property
+    def all_requests(self) -> list[RequestRecord]:
+        return [r for level in self.levels for r in level.requests]
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        for level in self.levels:
+            if level.concurrency == concurrency:
+                return level
+        return None
+
+
+#: A suggested budget is rounded up to a multiple of this.
+BUDGET_STEP = 256
+
+
+def budget_hint(measurement: Measurement, max_tokens: int) -> dict | None:
+    """When the scan saw thinking: how many requests ran out of `max_tokens` before answering,
+    and a budget that would have fitted. None when no stream thought. A hint only: the scan
+    never changes what was asked.
+
+    The suggestion: 1.25 x the largest output (tokens when stated, else chunks) of a stream
+    that thought and then answered, and at least twice the budget used when some ran out;
+    four times the budget when no thinking stream answered at all (its length is unknown)."""
+    streams = [r for r in measurement.all_requests if r.succeeded and r.thought]
+    if not streams:
+        return None
+    stopped = [r for r in streams if r.stopped_while_thinking]
+    answered = [r.output_units for r in streams if r.first_answer_at is not None]
+    if not answered:
+        wanted = 4 * max_tokens
+    else:
+        wanted = max(1.25 * max(answered), 2 * max_tokens if stopped else 0)
+    suggested = max(max_tokens, -(-int(wanted) // BUDGET_STEP) * BUDGET_STEP)
+    return {
+        "streams_that_thought": len(streams),
+        "stopped_while_thinking": len(stopped),
+        "max_tokens": max_tokens,
+        "suggested_max_tokens": suggested if stopped else None,
+        "note": (f"{len(stopped)} of {len(streams)} requests that thought ran out of "
+                 f"max_tokens {max_tokens} before answering; try --max-tokens {suggested}"
+                 if stopped else
+                 f"every request that thought answered within max_tokens {max_tokens}"),
+    }

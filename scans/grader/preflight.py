@@ -1,0 +1,321 @@
+"""Preflight: before any load, ask the server which models it serves and send one probe request.
+
+``GET {base}/models`` and the probe run at the same time, so a server that hangs costs one
+``--timeout`` at most. The probe is one request exactly like the load's (same body, same
+client, same measurement); it is not part of any level when the scan goes on.
+
+The stop rule (DECISIONS.md, "Preflight"): the scan stops before any load level when the probe
+got no answer at all (a transport error -- refused, DNS, TLS -- or no response headers within
+``--timeout``) or an HTTP 4xx (401/403, 404 model not found, 429...). A 5xx, a broken or empty
+stream or a slow stream does not stop it: the server answered, and the load measures how often.
+
+Every cause is one sentence, with the server's own message truncated to
+``SERVER_MESSAGE_CHARS`` and the API key masked (``scans.grader.redaction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import httpx
+
+from scans.grader.redaction import redact_text
+
+from .measurement import GpuReading, LevelResult, MetricsProbe, RequestRecord
+
+if TYPE_CHECKING:  # the runner imports this module
+    from .runner import _Scan
+
+__all__ = [
+    "MODELS_BODY_LIMIT",
+    "ModelsListing",
+    "Preflight",
+    "failure_phrase",
+    "run_preflight",
+    "server_message",
+]
+
+#: A /models answer larger than this is not read (recorded as such; never fatal).
+MODELS_BODY_LIMIT = 1024 * 1024
+#: How many model ids are kept in the report (the total is always recorded).
+MODELS_IDS_KEPT = 20
+#: How many ids a cause sentence names.
+CAUSE_IDS_NAMED = 8
+SERVER_MESSAGE_CHARS = 160
+
+
+_MESSAGE_IN_JSON = re.compile(r'"(?:message|detail|error)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def server_message(error: str | None) -> str | None:
+    """The server's own words from a failure's detail ("HTTP 404: {json body}" or a message):
+    the `message` of an OpenAI-style error body when there is one, else the text itself."""
+    if not error:
+        return None
+    text = error
+    if text.startswith("HTTP ") and ":" in text:
+        text = text.split(":", 1)[1].strip()
+    elif not text.startswith(("{", "error in stream")):
+        return None
+    text = text.removeprefix("error in stream: ")
+    message = None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        found = _MESSAGE_IN_JSON.search(text)  # a body cut at 200 characters
+        message = found.group(1) if found else text
+    else:
+        message = _message_of(body) or text
+    message = " ".join(str(message).split())
+    if len(message) > SERVER_MESSAGE_CHARS:
+        message = message[:SERVER_MESSAGE_CHARS - 1] + "…"
+    return message or None
+
+
+def _message_of(body: object) -> str | None:
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+            if isinstance(value, dict | list):
+                inner = _message_of(value)
+                if inner:
+                    return inner
+    if isinstance(body, list) and body:
+        return _message_of(body[0])
+    return None
+
+
+def failure_phrase(failure: str, error: str | None = None) -> str:
+    """A failure class (and, for transport errors, its message) in a few plain words."""
+    text = (error or "").lower()
+    if failure == "transport_error":
+        if "refused by the guard" in text or "connectionrefusedbyguard" in text:
+            return "the address was refused by the outbound guard"
+        if "refused" in text or "[errno 111]" in text or "[errno 61]" in text:
+            return "connection refused"
+        if ("name or service not known" in text or "nodename nor servname" in text
+                or "name resolution" in text or "getaddrinfo" in text):
+            return "DNS lookup failed"
+        if "ssl" in text or "tls" in text or "certificate" in text:
+            return "TLS handshake failed"
+        if "reset" in text:
+            return "connection reset"
+        return "no response (connection failed)"
+    if failure == "timeout":
+        return "timeout"
+    if failure.startswith("http_status_"):
+        code = failure.removeprefix("http_status_")
+        words = {"400": "bad request", "401": "unauthorized", "403": "forbidden",
+                 "404": "not found", "408": "request timeout", "413": "request too large",
+                 "422": "unprocessable request", "429": "rate-limited",
+                 "500": "internal server error", "502": "bad gateway",
+                 "503": "service unavailable", "504": "gateway timeout"}.get(code)
+        return f"HTTP {code}" + (f" ({words})" if words else "")
+    return {
+        "incomplete_stream": "the stream broke off before it finished",
+        "stream_error": "an error sent inside the stream",
+        "not_sse": "an answer that is not an event stream",
+        "empty_reply": "a stream that finished without any content",
+    }.get(failure, failure.replace("_", " "))
+
+
+@dataclass
+class ModelsListing:
+    """What ``GET {base}/models`` answered, kept compact whatever the server sent."""
+
+    url: str
+    answered: bool = False
+    status_code: int | None = None
+    ids: list[str] = field(default_factory=list)   # the first MODELS_IDS_KEPT
+    ids_total: int = 0
+    model_listed: bool | None = None               # None: no usable list
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return {"url": self.url, "answered": self.answered, "status_code": self.status_code,
+                "ids": self.ids, "ids_total": self.ids_total,
+                "model_listed": self.model_listed, "detail": self.detail}
+
+
+@dataclass
+class Preflight:
+    """The preflight's outcome: the /models answer, the probe and whether the scan stops."""
+
+    models: ModelsListing
+    probe: RequestRecord
+    stopped: bool
+    cause: str | None         # one sentence; None when the probe succeeded
+    kind: str | None          # connection_refused, dns, tls, timeout, auth, model_not_found, ...
+
+    @property
+    def server_answered(self) -> bool:
+        """The probe got response headers (so the origin is worth probing further)."""
+        return self.probe.headers_at is not None
+
+    def without_load(self, lag_threshold_ms: float) -> tuple[list[LevelResult], GpuReading]:
+        """The levels and GPU reading of a scan that ran no load: a stopped scan counts its
+        probe as its one request at concurrency 1 (so the scoring rules see the failure);
+        a passed preflight (``--preflight-only``) has no level."""
+        levels = []
+        if self.stopped:
+            level = LevelResult(1, [self.probe], loop_lag_threshold_ms=lag_threshold_ms)
+            level.started_at = self.probe.scheduled_at
+            level.finished_at = self.probe.ended_at or self.probe.scheduled_at
+            levels.append(level)
+        why = "the preflight stopped the scan" if self.stopped else "preflight only"
+        return levels, GpuReading(None, None, f"no load was run: {why}", [])
+
+    def metrics_not_probed(self, origin: str) -> MetricsProbe:
+        why = ("the server did not answer the probe" if not self.server_answered
+               else "preflight only")
+        return MetricsProbe(f"{origin}/metrics", False, f"not probed: {why}")
+
+    def as_dict(self) -> dict:
+        probe = self.probe
+        return {
+            "models": self.models.as_dict(),
+            "probe": {"outcome": probe.failure or "succeeded", "status_code": probe.status_code,
+                      "ttft_ms": None if probe.ttft_ms is None else round(probe.ttft_ms, 3),
+                      "error": probe.error},
+            "stopped": self.stopped,
+            "cause": self.cause,
+            "kind": self.kind,
+        }
+
+
+async def fetch_models(client: httpx.AsyncClient, base_url: str, model: str,
+                       timeout: float) -> ModelsListing:
+    """``GET {base}/models``: never raises; an answer that is not JSON, too large or lists
+    thousands of ids is recorded compactly."""
+    listing = ModelsListing(url=f"{base_url}/models")
+    try:
+        async with asyncio.timeout(timeout):
+            async with client.stream("GET", listing.url,
+                                     headers={"accept": "application/json"}) as response:
+                listing.status_code = response.status_code
+                body = bytearray()
+                async for piece in response.aiter_bytes():
+                    body += piece
+                    if len(body) > MODELS_BODY_LIMIT:
+                        listing.detail = (f"HTTP {response.status_code}, an answer over "
+                                          f"{MODELS_BODY_LIMIT // 1024} KiB (not read)")
+                        return listing
+    except TimeoutError:
+        listing.detail = f"timeout: no answer within {timeout:g} s"
+        return listing
+    except httpx.HTTPError as exc:
+        listing.detail = f"{failure_phrase('transport_error', str(exc))}: {str(exc)[:120]}"
+        return listing
+    if not 200 <= listing.status_code < 300:
+        listing.detail = f"HTTP {listing.status_code}"
+        return listing
+    try:
+        data = json.loads(bytes(body))
+    except ValueError:
+        listing.detail = f"HTTP {listing.status_code}, not JSON"
+        return listing
+    entries = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        listing.detail = f"HTTP {listing.status_code}, JSON without a list of models"
+        return listing
+    ids = [str(e["id"]) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    listing.answered = True
+    listing.ids = [i[:200] for i in ids[:MODELS_IDS_KEPT]]
+    listing.ids_total = len(ids)
+    listing.model_listed = model in ids
+    listing.detail = f"HTTP {listing.status_code}, {len(ids)} model id{'s' if len(ids) != 1 else ''}"
+    return listing
+
+
+def stops_the_scan(probe: RequestRecord) -> bool:
+    """The stop rule: no answer at all, or an HTTP 4xx."""
+    if probe.failure == "transport_error":
+        return True
+    if probe.failure == "timeout" and probe.headers_at is None:
+        return True
+    code = probe.status_code
+    return probe.failure is not None and code is not None and 400 <= code < 500
+
+
+def _looks_like_wrong_model(probe: RequestRecord, models: ModelsListing, model: str,
+                            message: str | None) -> bool:
+    if probe.status_code not in (400, 404, 422):
+        return False
+    text = (message or probe.error or "").lower()
+    if "model" in text and ("not found" in text or "does not exist" in text
+                            or "not exist" in text or "unknown" in text
+                            or model.lower() in text or "model_not_found" in text):
+        return True
+    return probe.status_code == 404 and models.model_listed is False
+
+
+def _offered(models: ModelsListing) -> str:
+    if not models.answered:
+        return f"the server did not list its models ({models.url}: {models.detail})"
+    if not models.ids:
+        return "the server lists no models"
+    named = ", ".join(models.ids[:CAUSE_IDS_NAMED])
+    more = models.ids_total - min(len(models.ids), CAUSE_IDS_NAMED)
+    return f"the server offers: {named}" + (f" (and {more:,} more)" if more > 0 else "")
+
+
+def _cause(probe: RequestRecord, models: ModelsListing, model: str, where: str,
+           timeout_s: float, authenticated: bool) -> tuple[str, str]:
+    """(one sentence, kind) for a probe that failed."""
+    failure = probe.failure or ""
+    message = server_message(probe.error)
+    said = f': "{message}"' if message else ""
+    if failure == "transport_error":
+        phrase = failure_phrase(failure, probe.error)
+        kind = {"connection refused": "connection_refused", "DNS lookup failed": "dns",
+                "TLS handshake failed": "tls"}.get(phrase, "transport_error")
+        hint = " (nothing is listening there)" if kind == "connection_refused" else ""
+        detail = "" if kind == "connection_refused" else f" ({(probe.error or '')[:160]})"
+        return f"could not connect to {where}: {phrase}{hint}{detail}", kind
+    if failure == "timeout":
+        if probe.body_written_at is None:
+            return f"timeout: could not connect to {where} within {timeout_s:g} s", "timeout"
+        if probe.headers_at is None:
+            return (f"timeout: {where} accepted the connection but sent no answer within "
+                    f"{timeout_s:g} s"), "timeout"
+        return (f"timeout: the probe's stream from {where} did not finish within "
+                f"{timeout_s:g} s"), "timeout"
+    code = probe.status_code
+    if code in (401, 403):
+        key = "the API key sent was refused" if authenticated else "no API key was sent"
+        return f"the server refused the request (HTTP {code}{said}): {key}", "auth"
+    if _looks_like_wrong_model(probe, models, model, message):
+        return f"model '{model}' not found (HTTP {code}{said}); {_offered(models)}", \
+            "model_not_found"
+    if code == 404:
+        return (f"HTTP 404 from {where}{said}: check the base URL (it usually ends in /v1)",
+                "not_found")
+    if code is not None and 400 <= code < 500:
+        return f"the server refused the probe request (HTTP {code}{said})", "client_error"
+    return f"the probe request failed: {failure_phrase(failure, probe.error)}{said}", failure
+
+
+async def run_preflight(scan: _Scan) -> Preflight:
+    """/models and the probe, concurrently; then the stop rule and the cause."""
+    plan = scan.plan
+    probe = RequestRecord(level=1, index=0)
+    models, _ = await asyncio.gather(
+        fetch_models(scan.client, plan.base_url, plan.model, min(plan.timeout_s, 10.0)),
+        scan.request(probe),
+    )
+    if probe.failure is None:
+        return Preflight(models, probe, stopped=False, cause=None, kind=None)
+    where = plan.origin.split("://", 1)[-1]
+    cause, kind = _cause(probe, models, plan.model, where, plan.timeout_s,
+                         authenticated=bool(plan.api_key))
+    secrets = [plan.api_key] if plan.api_key else []
+    cause = redact_text(cause, secrets)
+    probe.error = redact_text(probe.error or "", secrets) or None
+    models.detail = redact_text(models.detail, secrets)
+    return Preflight(models, probe, stopped=stops_the_scan(probe), cause=cause, kind=kind)

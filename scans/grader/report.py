@@ -1,0 +1,387 @@
+"""report.json and report.html.
+
+``report_from_measurement`` is what the CLI and the Celery task call after a scan:
+measurement → check values → scoring → the report dict (docs/report.schema.json). The report
+never contains the API key. ``regrade`` recomputes checks and score from a stored report's
+values under the current scoring code; it never re-measures. ``render_html`` renders the one
+self-contained HTML file (inline CSS and SVG, no network) from scans/grader/templates/report/report.html
+with Django's template engine used standalone -- the only Django this module touches, and only
+inside that function.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scans.grader import formatting as fmt
+from scans.grader import headline, scoring
+from scans.grader.check_values import check_values, generation_rate_basis
+from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
+from scans.grader.plan import ScanPlan
+from scans.grader.prompts import PromptSample
+from scans.grader.proof import sample_times_ms
+from scans.grader.redaction import redact_report
+from scans.grader.stats import percentile
+
+__all__ = [
+    "REPEAT_PROMPT_NOTE",
+    "build_report",
+    "cli_notes",
+    "level_entry",
+    "regrade",
+    "render_html",
+    "report_from_measurement",
+    "write_report",
+]
+
+# Inside the package, so a non-editable install ships it; the site finds it too (APP_DIRS).
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sample is what "
+                      "actually reached the model (for example, exported after any gateway "
+                      "cache).")
+_TIMELINE_LIMIT = 2000  # per level: raw per-request timelines kept in report.json
+#: What the graded ``ttft_*`` checks read (issue 15; DECISIONS.md, "Reasoning models").
+TTFT_BASIS = {
+    "graded": GRADED_TTFT,
+    "text": ("time to first token = time to the first output token of any kind (thinking "
+             "included); the time to the first answer token is reported beside it"),
+}
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def _percentiles(samples: Sequence[float]) -> dict | None:
+    if not samples:
+        return None
+    return {"p50": _r(percentile(samples, 50)), "p95": _r(percentile(samples, 95)),
+            "p99": _r(percentile(samples, 99)), "n": len(samples)}
+
+
+def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
+    ttft = level.ttft_samples_ms()
+    gaps = level.gap_samples_ms()
+    rates = level.rates(basis)
+    succeeded = level.succeeded
+    lag = list(level.loop_lag_ms)
+    return {
+        "concurrency": level.concurrency,
+        "requests": len(level.requests),
+        "succeeded": len(succeeded),
+        "failed": level.failed_by_class,
+        "failure_examples": level.failure_examples,
+        "retried": sum(1 for r in level.requests if r.retried),
+        "usage_reported": sum(1 for r in succeeded if r.reported_usage),
+        "ttft_ms": _percentiles(ttft),  # the graded time: see measurements.ttft_basis
+        "time_to_first_answer_ms": _percentiles(level.first_answer_samples_ms()),
+        "thinking_ms": _percentiles(level.thinking_samples_ms()),
+        "output": level.output_shares(),
+        "chunk_gap_ms": _percentiles(gaps),
+        "generation_rate": {
+            "median": _r(percentile(rates, 50)),
+            "basis": basis,
+            "unit": f"{basis}/s",
+            "streams": len(rates),
+        },
+        "client_bound": level.client_bound,
+        "loop_lag_ms": {
+            "p50": _r(percentile(lag, 50)), "p99": _r(level.loop_lag_p99_ms),
+            "max": _r(level.loop_lag_max_ms), "threshold": level.loop_lag_threshold_ms,
+            "samples": len(lag),
+        },
+        "duration_s": _r(level.duration_s),
+        "scanner_cpu_s": _r(level.cpu_s),
+        "output_chunks": level.output_chunks,
+        "ttft_samples_ms": [_r(t, 2) for t in ttft],
+        # every chunk's arrival too, so a site can recompute the checks (scans/grader/proof.py)
+        "request_timelines": [{**r.timeline_ms(origin), **sample_times_ms(r, origin)}
+                              for r in level.requests[:_TIMELINE_LIMIT]],
+    }
+
+
+def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
+    """One level of report.json: its measured summary, headline numbers and failure summary
+    (also what the site stores for a pushed report's recomputed levels, scans/grader/proof.py)."""
+    entry = _level_dict(level, basis, origin)
+    entry.update(headline.level_numbers(level))
+    entry["failure_summary"] = headline.failure_summary(
+        entry["failed"], entry["failure_examples"], entry["requests"])
+    return entry
+
+
+def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Graded,
+                 measurements_extra: Mapping[str, Any] | None = None) -> dict:
+    """The report.json dict. Never includes the API key."""
+    basis = generation_rate_basis(measurement)
+    cost = measurement.cost
+    measurements: dict[str, Any] = {
+        "cost_per_1000_requests": (None if cost.usd_per_1000_requests is None
+                                   else float(round(cost.usd_per_1000_requests, 6))),
+    }
+    if cost.usd_per_1000_requests is None:
+        measurements["cost_reason"] = cost.reason or "not measured"
+    else:
+        measurements["cost_basis"] = (f"mean measured usage of {cost.streams_priced} "
+                                      "successful streams, USD")
+    measurements.update({
+        "gpu_source": measurement.gpu.source,
+        "gpu_peak_utilization": measurement.gpu.peak,
+        "gpu_reason": measurement.gpu.reason,
+        "gpu_samples": measurement.gpu.samples,
+        "metrics_endpoint": {"url": measurement.metrics.url,
+                             "present": measurement.metrics.present,
+                             "detail": measurement.metrics.detail},
+        "generation_rate_basis": basis,
+        "ttft_basis": TTFT_BASIS,
+        "reasoning": budget_hint(measurement, plan.max_tokens),
+        "scanner": measurement.scanner,
+        "repeat_prompt_note": REPEAT_PROMPT_NOTE,
+    })
+    if measurements_extra:
+        measurements.update(measurements_extra)
+    levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
+    preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
+    # Error messages are the server's words and servers echo keys: none survives.
+    return redact_report({
+        "tool_version": f"tokvera {measurement.scanner.get('version', 'unknown')}",
+        "target": {"base_url": measurement.base_url, "model": measurement.model},
+        "started_at": measurement.started_at,
+        "finished_at": measurement.finished_at,
+        "plan": plan.public_dict(),
+        "preflight": preflight,
+        "failure_summary": headline.scan_failure_summary(levels, preflight),
+        "levels": levels,
+        "checks": graded.checks,
+        "measurements": measurements,
+        "score": graded.score,
+    }, [plan.api_key] if plan.api_key else [])
+
+
+def report_from_measurement(plan: ScanPlan, measurement: Measurement,
+                            prompts_sample: PromptSample | None = None) -> dict:
+    """measurement → check values → grade → report dict (what the CLI and the task call)."""
+    graded = scoring.grade(check_values(measurement, prompts_sample))
+    extra = None
+    if prompts_sample is not None:
+        extra = {"prompts_sample": {"format": prompts_sample.format,
+                                    "prompts": len(prompts_sample.prompts)}}
+    return build_report(plan, measurement, graded, extra)
+
+
+def regrade(report: Mapping[str, Any]) -> dict:
+    """Recompute every check status and the score from the values stored in `report`, under
+    the current scoring code. Never re-measures; everything else is kept as it was."""
+    values = scoring.values_from_checks(report["checks"])
+    graded = scoring.grade(values)
+    new = copy.deepcopy(dict(report))
+    previous = (report.get("score") or {}).get("scoring_version")
+    new["checks"] = graded.checks
+    new["score"] = graded.score
+    new.setdefault("measurements", {})["regraded_from_scoring_version"] = previous
+    return new
+
+
+def write_report(report: Mapping[str, Any], out_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """Write report.json and report.html into `out_dir` (created if needed)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "report.json"
+    html_path = out / "report.html"
+    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                         encoding="utf-8")
+    html_path.write_text(render_html(report), encoding="utf-8")
+    return json_path, html_path
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+#: Check ids and statuses as people read them (report.html; the ids stay in report.json).
+CHECK_LABELS = {
+    "ttft_p95_at_concurrency_1": "Time to first token, p95, one request at a time",
+    "ttft_p99_load_ratio": "Time to first token under load (p99, loaded ÷ alone)",
+    "inter_chunk_p95_at_concurrency_1": "Gap between chunks, p95, one request at a time",
+    "error_rate": "Failed requests, all levels",
+    "error_rate_at_peak": "Failed requests at the highest level",
+    "generation_rate_load_ratio": "Per-stream speed under load (loaded ÷ alone)",
+    "usage_reported_share": "Streams that stated their token usage",
+    "metrics_endpoint": "Prometheus /metrics",
+    "repeat_prompt_share": "Repeated prompts in your sample",
+    "gpu_utilization_at_peak": "GPU utilization at peak",
+}
+STATUS_LABELS = {"pass": "pass", "warn": "warning", "fail": "fail",
+                 "insufficient_evidence": "not counted", "preview": "preview, not counted"}
+
+
+def _status_text(check: Mapping[str, Any]) -> str:
+    """ "not counted: no --prompts sample" rather than "insufficient_evidence"."""
+    label = STATUS_LABELS.get(check.get("status"), str(check.get("status")))
+    reason = check.get("reason")
+    if not check.get("counted", True) and reason:
+        return f"{label}: {reason.split(':', 1)[0] if len(reason) > 60 else reason}"
+    return label
+
+
+def _check_bounds(check: Mapping[str, Any]) -> list:
+    return [b["value"] for b in (check.get("pass"), check.get("warn"))
+            if isinstance(b, Mapping) and not isinstance(b.get("value"), bool)]
+
+
+def _fmt(value: Any, unit: str | None = None) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool) and not unit:
+        return fmt.number(value, "rate")
+    return fmt.check_value(value, unit or "")
+
+
+def _bound(bound: Mapping[str, Any], unit: str) -> str:
+    return fmt.bound_text(bound["op"], bound["value"], unit)
+
+
+def _ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
+    """p50/p95/p99 (and max) as display text in ms (no unit); a dash when missing."""
+    figures = figures or {}
+    return {key: fmt.number(figures[key] if isinstance(figures.get(key), int | float)
+                            else None, "ms")
+            for key in ("p50", "p95", "p99", "max")}
+
+
+def _when(iso: Any) -> str:
+    """An ISO timestamp as "2025-05-01 12:03:04 UTC" (the report is read anywhere)."""
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return str(iso or "")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _took(report: Mapping[str, Any]) -> str | None:
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.fromisoformat(str(report.get(k)).replace("Z", "+00:00"))
+                      for k in ("started_at", "finished_at"))
+    except ValueError:
+        return None
+    return fmt.seconds((end - start).total_seconds())
+
+
+def _engine():
+    from django.conf import settings
+
+    if not settings.configured:
+        try:
+            if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+                raise LookupError("no settings module")
+            settings.USE_TZ  # noqa: B018 - loads the project's settings when they are usable
+        except Exception:
+            if not settings.configured:
+                settings.configure(USE_TZ=True, USE_I18N=False)
+    from django.template import Engine
+
+    return Engine(dirs=[str(TEMPLATES_DIR)], autoescape=True, debug=False)
+
+
+def _ttft_basis_text(measurements: Mapping[str, Any]) -> str:
+    """Which time the graded TTFT checks read; reports from before issue 15 have no
+    ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
+    basis = measurements.get("ttft_basis")
+    if isinstance(basis, Mapping) and basis.get("graded") == "first_output_token":
+        return "the first output token"
+    return "the first content chunk (a report from before thinking was parsed)"
+
+
+def cli_notes(report: Mapping[str, Any]) -> list[str]:
+    """The lines `tokvera scan` prints about which TTFT was graded and about thinking."""
+    measurements = report.get("measurements") or {}
+    lines = [f"TTFT is graded at {_ttft_basis_text(measurements)} (thinking included)"]
+    reasoning = measurements.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        for lv in report.get("levels", []):
+            answer = _ms_texts(lv.get("time_to_first_answer_ms"))
+            thinking = _ms_texts(lv.get("thinking_ms"))
+            lines.append(f"concurrency {lv.get('concurrency')}: first answer p50 "
+                         f"{answer['p50']} ms, thinking p50 {thinking['p50']} ms")
+        lines.append(str(reasoning.get("note")))
+    return lines
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """One self-contained HTML file for `report` (inline CSS and SVG; no network)."""
+    from django.template import Context
+
+    score = report.get("score", {})
+    checks = []
+    for check in report.get("checks", []):
+        unit = check.get("unit", "")
+        checks.append({
+            **check,
+            "label": CHECK_LABELS.get(check.get("id"), check.get("id")),
+            "status_text": _status_text(check),
+            "value_text": fmt.check_value(check.get("value"), unit, _check_bounds(check)),
+            "pass_text": _bound(check["pass"], unit),
+            "warn_text": _bound(check["warn"], unit),
+        })
+    levels = []
+    for lv in report.get("levels", []):
+        rate = lv.get("generation_rate") or {}
+        levels.append({
+            **lv,
+            "failed_text": ", ".join(f"{k}: {v}" for k, v in (lv.get("failed") or {}).items())
+                           or "none",
+            "ttft": _ms_texts(lv.get("ttft_ms")),
+            "gaps": _ms_texts(lv.get("chunk_gap_ms")),
+            "answer": _ms_texts(lv.get("time_to_first_answer_ms")),
+            "thinking": _ms_texts(lv.get("thinking_ms")),
+            "thinking_share_text": _fmt((lv.get("output") or {}).get("thinking_share_of_chunks"),
+                                        "share"),
+            "examples": {cls: (msg if len(msg) <= 90 else msg[:89] + "…")
+                         for cls, msg in (lv.get("failure_examples") or {}).items()},
+            "failure_summary": headline.level_failure_summary(lv),
+            "rate_text": fmt.rate(rate.get("median") if isinstance(rate.get("median"),
+                                                                  int | float) else None,
+                                  rate.get("unit") or ""),
+            "lag": _ms_texts(lv.get("loop_lag_ms") if isinstance(lv.get("loop_lag_ms"), dict)
+                             else None),
+        })
+    weights = [{"pillar": k, "percent": fmt.percent(v),
+                "points": _fmt((score.get("pillar_points") or {}).get(k))}
+               for k, v in (score.get("effective_weight") or {}).items()]
+    measurements = report.get("measurements", {})
+    report_levels = report.get("levels", [])
+    cost = measurements.get("cost_per_1000_requests")
+    context = {
+        "report": report,
+        "score": score,
+        "grade": score.get("grade"),
+        "has_letter": score.get("grade") in scoring.GRADES,
+        "checks": checks,
+        "levels": levels,
+        "weights": weights,
+        "charts": headline.ttft_histograms(report_levels),
+        "headline_columns": headline.COLUMNS,
+        "headline_rows": headline.headline_rows(report_levels),
+        "throughput_chart": headline.throughput_chart(report_levels),
+        "ttft_chart": headline.ttft_chart(report_levels),
+        "failure_summary": (report["failure_summary"] if "failure_summary" in report else
+                            headline.scan_failure_summary(report_levels,
+                                                          report.get("preflight"))),
+        "preflight": report.get("preflight"),
+        "started_text": _when(report.get("started_at")),
+        "took_text": _took(report),
+        "cost_text": (f"${cost:,.4f}" if isinstance(cost, int | float) and math.isfinite(cost)
+                      else None),
+        "measurements": measurements,
+        "ttft_basis_text": _ttft_basis_text(measurements),
+        "target": report.get("target", {}),
+        "plan": report.get("plan", {}),
+    }
+    template = _engine().get_template("report/report.html")
+    return template.render(Context(context))

@@ -1,0 +1,115 @@
+"""Names are one line of text (issue 10, finding 10): control characters are refused with a
+per-field error wherever a name is typed, and alerts go out even for a name stored before the
+rule (a line break in an email subject used to raise BadHeaderError and silence them)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from django.core import mail
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+
+from accounts.models import ApiToken, Team
+from benchmarks import hosts
+from scans.models import Endpoint
+from tests.factories import make_endpoint, make_scan
+from tests.pages.test_endpoint_form import form_data
+
+pytestmark = pytest.mark.django_db
+
+TWO_LINES = "llama\nBcc: everyone@example.test"
+
+
+@pytest.mark.parametrize("name", [TWO_LINES, "tab\there", "nul\x00", "del\x7f", "sep\u2028arated"])
+def test_the_endpoint_form_refuses_a_name_with_a_control_character(world, name):
+    client = Client()
+    client.force_login(world.member)
+    response = client.post(reverse("endpoint-create", args=[world.team.slug]),
+                           form_data(name=name))
+    assert response.status_code == 400
+    assert "control characters are not allowed" in " ".join(
+        response.context["form"].errors["name"])
+    assert not Endpoint.dangerously_unscoped.filter(team=world.team).exists()
+
+
+def test_the_api_refuses_a_name_with_a_newline_on_create_and_update(world, api):
+    api.force_login(world.member)
+    created = api.post("/api/v1/endpoints/", {
+        "team": world.team.slug, "name": TWO_LINES, "base_url": "https://llm.example.test/v1",
+        "model": "tiny"}, format="json")
+    assert created.status_code == 400
+    assert "control characters" in created.json()["name"][0]
+
+    endpoint = make_endpoint(world.team, name="fine")
+    updated = api.patch(f"/api/v1/endpoints/{endpoint.public_id}/", {"name": TWO_LINES},
+                        format="json")
+    assert updated.status_code == 400 and "name" in updated.json()
+    endpoint.refresh_from_db()
+    assert endpoint.name == "fine"
+
+
+def test_a_token_label_with_a_newline_is_refused(world):
+    client = Client()
+    client.force_login(world.owner)
+    before = ApiToken.dangerously_unscoped.filter(team=world.team).count()
+    response = client.post(reverse("token-create", args=[world.team.slug]),
+                           {"scope": "read-only", "name": "ci\nbot"}, follow=True)
+    assert "Token name: Use one line of text" in response.content.decode()
+    assert ApiToken.dangerously_unscoped.filter(team=world.team).count() == before
+
+
+def test_a_team_name_with_a_newline_is_refused_by_the_command(db):
+    with pytest.raises(CommandError, match="Team name: Use one line of text"):
+        call_command("createteam", "two-lines", "--owner", "o@example.test",
+                     "--name", "Acme\nInc")
+    assert not Team.dangerously_unscoped.filter(slug="two-lines").exists()
+
+
+def test_a_host_name_with_a_newline_is_refused(world):
+    with pytest.raises(hosts.HostError, match="host name: Use one line of text"):
+        hosts.create_host(world.team, "box\n1")
+
+
+class _Receiver:
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_an_alert_for_a_name_stored_with_a_newline_still_emails_and_calls_the_webhook(
+        world, settings, eager_tasks):
+    settings.OUTBOUND_ALLOW = ["loopback"]
+    receiver = _Receiver()
+    try:
+        endpoint = make_endpoint(world.team, name=TWO_LINES, webhook_url=receiver.url)
+        scan = make_scan(endpoint)
+        mail.outbox.clear()
+        from scans.tasks import send_alert
+
+        send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
+    [message] = mail.outbox
+    assert message.subject == "[Tokvera] llama Bcc: everyone@example.test: below floor"
+    assert message.to == [world.owner.email, world.admin.email] or set(message.to) == {
+        world.owner.email, world.admin.email}
+    [payload] = receiver.received
+    assert payload["event"] == "below_floor" and payload["endpoint"]["name"] == TWO_LINES
