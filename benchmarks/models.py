@@ -19,7 +19,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -28,11 +28,20 @@ from accounts.models import Team
 from accounts.tenancy import TeamOwned, TeamScopedManager, TeamScopedQuerySet
 from benchmarks import policy
 
+# A catalog id: letters, digits, dots, hyphens and underscores, starting and ending with a letter
+# or digit. Dots are allowed because model names carry versions (qwen2.5-0.5b-q8).
+CATALOG_ID_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$"
+validate_catalog_id = RegexValidator(
+    CATALOG_ID_PATTERN,
+    "A catalog id has letters, digits, dots, hyphens and underscores, and starts and ends "
+    "with a letter or digit (e.g. qwen2.5-0.5b-q8).")
+
 
 class CatalogModel(models.Model):
     """A model the network serves, at one quantization and context length."""
 
-    id = models.SlugField(primary_key=True, max_length=64, help_text="e.g. gemma-3-270m-q4")
+    id = models.CharField(primary_key=True, max_length=64, validators=[validate_catalog_id],
+                          help_text="e.g. qwen2.5-0.5b-q8")
     display_name = models.CharField(max_length=100)
     quant = models.CharField(max_length=32, help_text="e.g. Q4_K_M")
     context_len = models.PositiveIntegerField(validators=[MinValueValidator(1)])

@@ -70,3 +70,16 @@ def test_catalog_list_shows_each_model_with_its_online_hosts(net):
 
 def test_catalog_list_of_an_empty_catalog_says_so(db):
     assert _call("catalog", "list") == "(no catalog models)\n"
+
+
+def test_catalog_ids_may_carry_dots_as_model_versions_do(db):
+    assert _call("catalog", "add", "qwen2.5-0.5b-q8", "--quant", "Q8_0",
+                 "--context-len", "32768") == "added qwen2.5-0.5b-q8\n"
+    assert CatalogModel.objects.filter(pk="qwen2.5-0.5b-q8").exists()
+
+
+def test_a_refused_catalog_id_says_which_characters_are_allowed(db):
+    for bad in ("qwen2.5/evil", ".hidden", "trailing-", "two words"):
+        with pytest.raises(CommandError, match="letters, digits, dots, hyphens"):
+            call_command("catalog", "add", bad, "--quant", "Q4", "--context-len", "10")
+    assert not CatalogModel.objects.exists()

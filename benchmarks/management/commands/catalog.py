@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks import hosts
@@ -10,7 +11,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         add = sub.add_parser("add", help="add a catalog model")
-        add.add_argument("id", help="catalog id (a slug), e.g. gemma-3-270m-q4")
+        add.add_argument("id", help="catalog id: letters, digits, dots, hyphens, underscores, "
+                                           "e.g. qwen2.5-0.5b-q8")
         add.add_argument("--quant", required=True, help="quantization, e.g. Q4_K_M")
         add.add_argument("--context-len", required=True, type=int, dest="context_len")
         add.add_argument("--name", default="", help="display name (default: the id)")
@@ -26,8 +28,10 @@ class Command(BaseCommand):
                 )
             except hosts.HostError as exc:
                 raise CommandError(str(exc)) from exc
-            except Exception as exc:  # full_clean's ValidationError: bad slug, bad length
-                raise CommandError(f"invalid catalog model: {exc}") from exc
+            except ValidationError as exc:  # full_clean: a bad id, a bad context length
+                problems = "; ".join(f"{field}: {' '.join(errors)}"
+                                     for field, errors in exc.message_dict.items())
+                raise CommandError(f"invalid catalog model: {problems}") from exc
             self.stdout.write(f"added {row.id}")
             return
         rows = list(CatalogModel.objects.all())
