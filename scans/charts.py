@@ -1,35 +1,53 @@
 """Charts as inline SVG, rendered on the server: no JavaScript library, no CDN.
 
-- `sparkline`: the last grades of an endpoint, evenly spaced (dashboard).
-- `grade_chart`: points over time with the grade bands shaded, capped scans marked, and a
-  visible break wherever the scoring version changes (grades of different versions are not
-  comparable, so no line joins them).
-- `check_chart`: one check's values over time with its pass/warn bounds, same breaks.
+Geometry is computed here, in Python; the markup lives in templates/charts/ (chart.svg for the
+time charts, sparkline.svg, badge.svg), rendered with Django's autoescaping.
 
-Every text and attribute value is escaped; the result is a SafeString. The data each mark
-stands for is carried in data-* attributes (data-at, data-points, data-grade, data-value,
-data-status, data-scoring-version…) so tests and curious readers can read the numbers back.
-Colours are presentation attributes, so a chart renders the same without the stylesheet.
+- `sparkline`: the last grades of an endpoint, evenly spaced (dashboard).
+- `grade_chart`: points over time on 0–100 with the grade bands shaded, capped scans ringed,
+  and a visible break wherever the scoring version changes (grades of different versions are
+  not comparable, so no line joins them).
+- `check_chart`: one check's values over time with its pass and warn bounds and a legend.
+- `series_chart`: headline numbers over time (TTFT p50/p95, tokens/s), one line per series.
+
+Every mark stands for one scan (or, downsampled, a bucket of scans) and a one-scan mark links
+to its scan page. A scan that measured nothing is a gap (a dashed vertical line with the reason
+on hover), never a point at zero. The data each mark stands for is carried in data-*
+attributes (data-at, data-points, data-grade, data-value, data-status, data-scan…) so tests and
+curious readers can read the numbers back. Colours are presentation attributes, so a chart
+renders the same without the stylesheet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.utils.html import escape
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from scans.grader import formatting, scoring
+from scans.grader.report import CHECK_LABELS
 from scans.history import CheckPoint, GradePoint
 
-__all__ = ["BAND_COLOURS", "STATUS_COLOURS", "badge", "check_chart", "grade_chart", "sparkline"]
+__all__ = ["BAND_COLOURS", "STATUS_COLOURS", "Series", "SeriesPoint", "badge", "check_chart",
+           "check_label", "grade_chart", "series_chart", "sparkline"]
 
 BAND_COLOURS = {"A": "#1a9c5b", "B": "#6fae2b", "C": "#d9a400", "D": "#e07b1a", "F": "#d23b3b"}
 NO_GRADE_COLOUR = "#8a90a0"
 STATUS_COLOURS = {"pass": "#1a9c5b", "warn": "#d9a400", "fail": "#d23b3b",
                   scoring.INSUFFICIENT_EVIDENCE: NO_GRADE_COLOUR, "preview": NO_GRADE_COLOUR}
 INK, MUTED, LINE, BREAK = "#1d2230", "#5c6478", "#dde1ea", "#3451d1"
+COLOURS = {"ink": INK, "muted": MUTED, "line": LINE, "break": BREAK, "none": NO_GRADE_COLOUR}
+STATUS_WORDS = {scoring.INSUFFICIENT_EVIDENCE: "insufficient evidence", "preview": "preview"}
+
+
+def check_label(check_id: str) -> str:
+    """A check as people read it (the one list, shared with report.html); the id otherwise."""
+    return CHECK_LABELS.get(check_id, check_id)
 
 
 # --- building blocks -------------------------------------------------------------------------
@@ -41,40 +59,20 @@ def _num(value: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def _attrs(attrs: dict) -> str:
-    parts = []
+def _data(attrs: Mapping[str, object]) -> list[tuple[str, str]]:
+    """data-* attributes as (name, text) pairs; None is left out, floats are trimmed."""
+    pairs = []
     for key, value in attrs.items():
-        if value is None or value is False:
+        if value is None:
             continue
-        if value is True:
-            value = key
-        elif isinstance(value, float):
-            value = _num(value)
-        parts.append(f' {key}="{escape(str(value))}"')
-    return "".join(parts)
+        pairs.append((f"data-{key.replace('_', '-')}",
+                      _num(value) if isinstance(value, float) else str(value)))
+    return pairs
 
 
-def _el(tag: str, attrs: dict | None = None, children: str | None = None) -> str:
-    if children is None:
-        return f"<{tag}{_attrs(attrs or {})}/>"
-    return f"<{tag}{_attrs(attrs or {})}>{children}</{tag}>"
-
-
-def _text(x: float, y: float, text: str, **attrs) -> str:
-    return _el("text", {"x": x, "y": y, **attrs}, escape(text))
-
-
-def _title(text: str) -> str:
-    return _el("title", {}, escape(text))
-
-
-def _svg(kind: str, width: int, height: int, label: str, body: Iterable[str], **data) -> SafeString:
-    attrs = {"xmlns": "http://www.w3.org/2000/svg", "class": f"chart chart-{kind}",
-             "viewBox": f"0 0 {width} {height}", "width": width, "height": height,
-             "role": "img", "aria-label": label, "data-chart": kind,
-             "font-family": "system-ui, sans-serif", "font-size": 11}
-    attrs.update({f"data-{k.replace('_', '-')}": v for k, v in data.items()})
-    return mark_safe(_el("svg", attrs, _title(label) + "".join(body)))  # noqa: S308 - escaped
+def _render(template: str, context: dict) -> SafeString:
+    return mark_safe(render_to_string(f"charts/{template}", {"colours": COLOURS, **context})  # noqa: S308 - autoescaped template
+                     .strip())
 
 
 def _segments(points: Sequence, key=lambda p: p.scoring_version) -> list[list]:
@@ -88,11 +86,11 @@ def _segments(points: Sequence, key=lambda p: p.scoring_version) -> list[list]:
     return runs
 
 
-def _lettered_lines(run: Sequence[GradePoint]) -> list[list[GradePoint]]:
-    """The stretches of a run between scans with no letter (a line does not cross them)."""
-    lines: list[list[GradePoint]] = [[]]
+def _measured_lines(run: Sequence, value: Callable) -> list[list]:
+    """The stretches of a run between unmeasured points (a line never crosses a gap)."""
+    lines: list[list] = [[]]
     for point in run:
-        if point.points is None:
+        if value(point) is None:
             lines.append([])
         else:
             lines[-1].append(point)
@@ -107,44 +105,94 @@ def _when(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _time_axis(since: datetime, until: datetime, left: float, right: float):
-    span = max((until - since).total_seconds(), 1.0)
-
-    def x(at: datetime) -> float:
-        share = (at - since).total_seconds() / span
-        return left + min(max(share, 0.0), 1.0) * (right - left)
-
-    return x
+def _what(point) -> str:
+    return (f"{point.scans} scans from {_when(point.at)} to {_when(point.last_at)}"
+            if point.scans > 1 else _when(point.at))
 
 
-def _time_ticks(since: datetime, until: datetime, x, bottom: float) -> list[str]:
-    ticks = []
-    for share, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
-        at = since + (until - since) * share
-        label = at.strftime("%b %d %H:%M") if (until - since).days < 3 else at.strftime("%b %d")
-        ticks.append(_text(x(at), bottom + 14, label, fill=MUTED, **{"text-anchor": anchor,
-                                                                      "class": "tick"}))
-    return ticks
+def _scan_href(scan_id: uuid.UUID | None) -> str | None:
+    return reverse("scan-detail", args=[scan_id]) if scan_id is not None else None
 
 
-def _version_breaks(runs: list[list], x, top: float, bottom: float,
-                    right: float) -> list[str]:
-    """A dashed line and a label where one version's run ends and the next begins."""
+def _text_width(text: str) -> float:
+    """A close enough width for 11 px sans-serif (no font metrics on the server)."""
+    narrow = sum(ch in "ilI.,:;()|' " for ch in text)
+    return (len(text) - narrow) * 6.6 + narrow * 3.4
+
+
+@dataclass
+class _Frame:
+    """The plot area of a time chart and its two axes."""
+
+    width: int
+    height: int
+    left: float
+    right: float
+    top: float
+    bottom: float
+    since: datetime
+    until: datetime
+    high: float = 100.0
+
+    def x(self, at: datetime) -> float:
+        span = max((self.until - self.since).total_seconds(), 1.0)
+        share = (at - self.since).total_seconds() / span
+        return self.left + min(max(share, 0.0), 1.0) * (self.right - self.left)
+
+    def y(self, value: float) -> float:
+        return self.bottom - min(max(value, 0.0), self.high) / self.high * (self.bottom - self.top)
+
+    def x_ticks(self) -> list[dict]:
+        ticks = []
+        for share, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
+            at = self.since + (self.until - self.since) * share
+            label = (at.strftime("%b %d %H:%M") if (self.until - self.since).days < 3
+                     else at.strftime("%b %d"))
+            ticks.append({"x": _num(self.x(at)), "y": _num(self.bottom + 14), "label": label,
+                          "anchor": anchor})
+        return ticks
+
+    def context(self, kind: str, label: str, data: Mapping[str, object]) -> dict:
+        return {"kind": kind, "label": label, "width": self.width, "height": self.height,
+                "left": _num(self.left), "top": _num(self.top), "bottom": _num(self.bottom),
+                "plot_width": _num(self.right - self.left),
+                "plot_height": _num(self.bottom - self.top), "data": _data(data),
+                "x_ticks": self.x_ticks()}
+
+    def empty(self) -> dict:
+        return {"x": _num((self.left + self.right) / 2), "y": _num((self.top + self.bottom) / 2),
+                "text": "no scan yet"}
+
+
+def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:
+    """Where one version's run ends and the next begins: a dashed line and a label."""
     marks = []
     for before, after in zip(runs, runs[1:], strict=False):
-        at = x(before[-1].last_at) + (x(after[0].at) - x(before[-1].last_at)) / 2
-        old, new = before[-1].scoring_version, after[0].scoring_version
-        label = f"scoring {new}"
-        fits_right = at + 3 + _text_width(label) <= right
-        marks.append(_el("g", {"class": "version-break", "data-from": old, "data-to": new}, (
-            _el("line", {"x1": at, "x2": at, "y1": top, "y2": bottom, "stroke": BREAK,
-                         "stroke-width": 1.5, "stroke-dasharray": "4 3"})
-            + _text(at + 3 if fits_right else at - 3, top + 10, label, fill=BREAK,
-                    **{"text-anchor": "start" if fits_right else "end"})
-            + _title(f"scoring version changed from {old} to {new}: grades on either side "
-                     "are not comparable")
-        )))
+        at = (frame.x(before[-1].last_at) + frame.x(after[0].at)) / 2
+        new = after[0].scoring_version
+        fits_right = at + 3 + _text_width(f"scoring {new}") <= frame.right
+        marks.append({"x": _num(at), "old": before[-1].scoring_version, "new": new,
+                      "label_x": _num(at + 3 if fits_right else at - 3),
+                      "label_y": _num(frame.top + 10),
+                      "anchor": "start" if fits_right else "end"})
     return marks
+
+
+def _legend(items: list[dict], left: float, y: float) -> list[dict]:
+    """A row of legend entries (a short line in the entry's style, then its label)."""
+    placed, x = [], left
+    for item in items:
+        placed.append({**item, "x": _num(x), "x2": _num(x + 18), "y": _num(y),
+                       "text_x": _num(x + 22), "text_y": _num(y + 4)})
+        x += 22 + _text_width(item["label"]) + 14
+    return placed
+
+
+def _gap(point, cx: float, title: str, data: dict, cls: str) -> dict:
+    """An unmeasured point: a dashed line across the plot, the reason on hover; no value."""
+    return {"cls": f"mark {cls}", "data": _data(data), "gap": True, "cx": _num(cx),
+            "hover_x": _num(cx - 4), "title": title,
+            "href": _scan_href(getattr(point, "scan_id", None))}
 
 
 # --- sparkline -------------------------------------------------------------------------------
@@ -156,45 +204,39 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
     pad = 3.0
     n = len(points)
     step = (width - 2 * pad) / max(n - 1, 1)
-
-    def y(value: float) -> float:
-        return height - pad - value / 100 * (height - 2 * pad)
-
-    body = []
     index = {id(p): i for i, p in enumerate(points)}
+
+    def cx(point) -> float:
+        return pad + index[id(point)] * step
+
+    def cy(point) -> float:
+        return height - pad - point.points / 100 * (height - 2 * pad)
+
+    segments = []
     runs = _segments(points)
     for run in runs:
-        parts = []
-        for line in _lettered_lines(run):
+        lines, dots = [], []
+        for line in _measured_lines(run, lambda p: p.points):
             if len(line) > 1:
-                coords = " ".join(f"{_num(pad + index[id(p)] * step)},{_num(y(p.points))}"
-                                  for p in line)
-                parts.append(_el("polyline", {"points": coords, "fill": "none",
-                                              "stroke": INK, "stroke-width": 1.2}))
+                lines.append(" ".join(f"{_num(cx(p))},{_num(cy(p))}" for p in line))
             if len(line) == 1 or line[-1] is points[-1]:  # a lone point, or the latest
                 last = line[-1]
-                parts.append(_el("circle", {"cx": pad + index[id(last)] * step,
-                                            "cy": y(last.points), "r": 2,
-                                            "fill": BAND_COLOURS.get(last.grade, INK)}))
-        for point in run:
-            if point.points is None:
-                cx = pad + index[id(point)] * step
-                parts.append(_el("rect", {"x": cx - 1.5, "y": height - pad - 3, "width": 3,
-                                          "height": 3, "fill": NO_GRADE_COLOUR,
-                                          "class": "no-letter"}))
-        body.append(_el("g", {"class": "segment", "data-scoring-version":
-                              run[0].scoring_version}, "".join(parts)))
-    for before, after in zip(runs, runs[1:], strict=False):
-        at = pad + (index[id(before[-1])] + 0.5) * step
-        body.append(_el("line", {"class": "version-break", "x1": at, "x2": at, "y1": 0,
-                                 "y2": height, "stroke": BREAK, "stroke-dasharray": "2 2",
-                                 "data-from": before[-1].scoring_version,
-                                 "data-to": after[0].scoring_version}))
+                dots.append({"cx": _num(cx(last)), "cy": _num(cy(last)),
+                             "fill": BAND_COLOURS.get(last.grade, INK)})
+        segments.append({"version": run[0].scoring_version, "lines": lines, "dots": dots,
+                         "no_letter": [_num(cx(p) - 1.5) for p in run if p.points is None]})
+    breaks = [{"x": _num(pad + (index[id(before[-1])] + 0.5) * step),
+               "old": before[-1].scoring_version, "new": after[0].scoring_version}
+              for before, after in zip(runs, runs[1:], strict=False)]
     grades = [p.grade if p.has_letter else "none" for p in points]
-    label = (f"last {n} grades: {', '.join(grades)}" if n else "no scan yet")
-    return _svg("sparkline", width, height, label, body, count=n, grades=" ".join(grades),
-                versions=" ".join(dict.fromkeys(p.scoring_version for p in points)),
-                segments=len(runs), breaks=max(len(runs) - 1, 0))
+    label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
+    return _render("sparkline.svg", {
+        "width": width, "height": height, "label": label, "segments": segments,
+        "breaks": breaks, "no_letter_y": _num(height - pad - 3),
+        "data": _data({"count": n, "grades": " ".join(grades),
+                       "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
+                       "segments": len(runs), "breaks": max(len(runs) - 1, 0)}),
+    })
 
 
 # --- grade history ---------------------------------------------------------------------------
@@ -202,95 +244,65 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
 
 def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
                 width: int = 760, height: int = 260) -> SafeString:
-    """Points over time on 0–100 with the bands shaded; capped scans ringed; breaks between
-    scoring versions. A bucket (downsampled) shows its min–max as a vertical bar."""
-    left, right, top, bottom = 34.0, width - 24.0, 12.0, height - 24.0
-    x = _time_axis(since, until, left, right)
-    # The y axis starts low enough for the lowest points and for a slice of the F band, so
-    # the bands a healthy endpoint lives in are not squeezed into the top third.
-    lows = [p.points_min if p.points_min is not None else p.points for p in points
-            if p.points is not None]
-    floor = max(0, min(50, int(min(lows, default=100) // 10) * 10 - 10))
-
-    def y(value: float) -> float:
-        return bottom - (max(value, floor) - floor) / (100 - floor) * (bottom - top)
-
-    body = []
-    upper = 100
+    """Points over the whole range [since, until] on 0–100 with the bands shaded; capped scans
+    ringed; breaks between scoring versions. A bucket (downsampled) shows its min–max as a
+    vertical bar. The plot starts 14 px below the top so a ringed point at 100 is whole."""
+    frame = _Frame(width, height, 34.0, width - 24.0, 14.0, height - 24.0, since, until, 100.0)
+    bands, ticks, upper = [], [], 100
     for letter, least in scoring.BANDS:
-        shown = max(least, floor)
-        body.append(_el("g", {"class": f"band band-{letter}", "data-band": letter,
-                              "data-from": least}, (
-            _el("rect", {"x": left, "y": y(upper), "width": right - left,
-                         "height": y(shown) - y(upper), "fill": BAND_COLOURS[letter],
-                         "fill-opacity": 0.12})
-            + _text(right + 4, (y(upper) + y(shown)) / 2 + 4, letter,
-                    fill=BAND_COLOURS[letter], **{"font-weight": "bold"})
-        )))
-        body.append(_text(left - 4, y(shown) + 4, str(shown), fill=MUTED,
-                          **{"text-anchor": "end", "class": "tick"}))
+        bands.append({"letter": letter, "least": least, "colour": BAND_COLOURS[letter],
+                      "y": _num(frame.y(upper)), "height": _num(frame.y(least) - frame.y(upper)),
+                      "label_x": _num(frame.right + 4),
+                      "label_y": _num((frame.y(upper) + frame.y(least)) / 2 + 4)})
+        ticks.append({"x": _num(frame.left - 4), "y": _num(frame.y(least) + 4),
+                      "label": str(least)})
         upper = least
-    body.append(_el("rect", {"x": left, "y": top, "width": right - left, "height": bottom - top,
-                             "fill": "none", "stroke": LINE}))
-    body += _time_ticks(since, until, x, bottom)
+    ticks.append({"x": _num(frame.left - 4), "y": _num(frame.y(100) + 4), "label": "100"})
     runs = _segments(points)
+    segments = []
     for run in runs:
-        parts = []
-        for line in _lettered_lines(run):
-            if len(line) > 1:
-                coords = " ".join(f"{_num(x(p.at))},{_num(y(p.points))}" for p in line)
-                parts.append(_el("polyline", {"points": coords, "fill": "none", "stroke": INK,
-                                              "stroke-width": 1.5}))
-        for point in run:
-            parts.append(_grade_mark(point, x(point.at), y, bottom))
-        body.append(_el("g", {"class": "segment", "data-scoring-version":
-                              run[0].scoring_version, "data-points": len(run)}, "".join(parts)))
-    body += _version_breaks(runs, x, top, bottom, right)
-    if not points:
-        body.append(_text((left + right) / 2, (top + bottom) / 2, "no scan yet", fill=MUTED,
-                          **{"text-anchor": "middle", "class": "empty"}))
-    return _svg("grades", width, height, f"grade history: {len(points)} points", body,
-                y_from=floor,
-                count=len(points), scans=sum(p.scans for p in points),
-                versions=" ".join(dict.fromkeys(p.scoring_version for p in points)),
-                segments=len(runs), breaks=max(len(runs) - 1, 0),
-                capped=sum(p.capped for p in points), since=_iso(since), until=_iso(until))
+        lines = [" ".join(f"{_num(frame.x(p.at))},{_num(frame.y(p.points))}" for p in line)
+                 for line in _measured_lines(run, lambda p: p.points) if len(line) > 1]
+        segments.append({"version": run[0].scoring_version, "count": len(run), "lines": lines,
+                         "stroke": INK, "marks": [_grade_mark(p, frame) for p in run]})
+    context = frame.context("grades", f"grade history: {len(points)} points", {
+        "y_from": 0, "y_to": 100, "count": len(points), "scans": sum(p.scans for p in points),
+        "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
+        "segments": len(runs), "breaks": max(len(runs) - 1, 0),
+        "capped": sum(p.capped for p in points), "since": _iso(since), "until": _iso(until)})
+    return _render("chart.svg", {**context, "bands": bands, "y_ticks": ticks,
+                                 "segments": segments, "breaks": _version_breaks(runs, frame),
+                                 "empty": None if points else frame.empty()})
 
 
-def _grade_mark(point: GradePoint, cx: float, y, bottom: float) -> str:
-    data = {"data-at": _iso(point.at), "data-grade": point.grade,
-            "data-points": None if point.points is None else point.points,
-            "data-scans": point.scans, "data-scoring-version": point.scoring_version,
-            "data-capped": point.capped or None}
-    if point.scan_id is not None:
-        data["data-scan"] = str(point.scan_id)
-    what = (f"{point.scans} scans from {_when(point.at)} to {_when(point.last_at)}"
-            if point.scans > 1 else _when(point.at))
+def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
+    data = {"at": _iso(point.at), "grade": point.grade, "points": point.points,
+            "scans": point.scans, "scoring_version": point.scoring_version,
+            "capped": point.capped or None,
+            "scan": str(point.scan_id) if point.scan_id is not None else None}
+    cx = frame.x(point.at)
     if point.points is None:
-        title = f"{what}: no letter (insufficient evidence), scoring {point.scoring_version}"
-        return _el("g", {"class": "mark no-letter", **data}, (
-            _el("rect", {"x": cx - 3, "y": bottom - 8, "width": 6, "height": 6,
-                         "fill": NO_GRADE_COLOUR})
-            + _title(title)))
+        title = (f"{_what(point)}: no letter (insufficient evidence), "
+                 f"scoring {point.scoring_version}")
+        return _gap(point, cx, title, data, "no-letter")
     grade = point.grade if point.has_letter else "no letter"
-    title = f"{what}: {grade}, {_num(point.points)} points, scoring {point.scoring_version}"
-    parts = []
+    title = f"{_what(point)}: {grade}, {_num(point.points)} points, scoring {point.scoring_version}"
+    mark = {"cls": "mark" + (" capped" if point.capped else ""), "data": _data(data),
+            "cx": _num(cx), "cy": _num(frame.y(point.points)),
+            "fill": BAND_COLOURS.get(point.grade, NO_GRADE_COLOUR),
+            "href": _scan_href(point.scan_id)}
     if point.scans > 1 and point.points_min is not None and point.points_max != point.points_min:
         title += f" (min {_num(point.points_min)}, max {_num(point.points_max)})"
-        parts.append(_el("line", {"x1": cx, "x2": cx, "y1": y(point.points_min),
-                                  "y2": y(point.points_max), "stroke": MUTED,
-                                  "class": "range"}))
+        mark["range"] = (_num(frame.y(point.points_min)), _num(frame.y(point.points_max)))
     if point.capped:
         caps = ", ".join(point.caps) if point.caps else f"{point.capped} capped"
         title += (f"; capped from {point.uncapped_grade} ({caps})" if point.uncapped_grade
                   else f"; {point.capped} of them capped")
-        parts.append(_el("circle", {"cx": cx, "cy": y(point.points), "r": 6, "fill": "none",
-                                    "stroke": BAND_COLOURS["F"], "stroke-width": 1.5,
-                                    "class": "cap-mark"}))
-    parts.append(_el("circle", {"cx": cx, "cy": y(point.points), "r": 3,
-                                "fill": BAND_COLOURS.get(point.grade, NO_GRADE_COLOUR)}))
-    return _el("g", {"class": "mark" + (" capped" if point.capped else ""), **data},
-               "".join(parts) + _title(title))
+        mark["ring"] = BAND_COLOURS["F"]
+    if point.scan_id is not None:
+        title += " (click to open the scan)"
+    mark["title"] = title
+    return mark
 
 
 # --- one check -------------------------------------------------------------------------------
@@ -303,103 +315,166 @@ def _format_value(value: float, check: scoring.Check) -> str:
     return formatting.check_value(value, check.unit, (check.pass_value, check.warn_value))
 
 
+def _axis_top(values: list[float], unit: str, floor: float = 0.0) -> float:
+    """The top of a value axis: 15 % above the highest value, and a share never past 100 %."""
+    high = max([*values, floor], default=0.0) * 1.15 or 1.0
+    return min(high, 1.0) if unit == "share" else high
+
+
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,
-                width: int = 480, height: int = 190) -> SafeString:
-    """One check's values over time: points coloured by status, the pass and warn bounds of
-    the current scoring version drawn over that version's runs only, breaks between versions,
-    unmeasured scans as grey marks at the bottom."""
+                width: int = 480, height: int = 210,
+                reasons: Mapping[uuid.UUID, str] | None = None) -> SafeString:
+    """One check's values over [since, until]: points coloured by status, the pass and warn
+    bounds of the current scoring version over that version's runs (named in the legend),
+    breaks between versions, unmeasured scans as gaps with `reasons[scan_id]` on hover."""
     check = scoring.check_by_id(check_id)
-    left, right, top, bottom = 56.0, width - 16.0, 12.0, height - 24.0
-    x = _time_axis(since, until, left, right)
+    reasons = reasons or {}
+    boolean = check.op == "=="
+    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - 24.0, since, until)
     measured = [v for p in points for v in (p.value, p.value_max) if v is not None]
-    if check.op == "==":
-        high = 1.0
-    else:
-        high = max([*measured, float(check.pass_value), float(check.warn_value)]) * 1.15
-        high = high or 1.0
-
-    def y(value: float) -> float:
-        return bottom - min(max(value, 0.0), high) / high * (bottom - top)
-
-    body = [_el("rect", {"x": left, "y": top, "width": right - left, "height": bottom - top,
-                         "fill": "#fff", "stroke": LINE})]
-    for share in (0.0, 0.5, 1.0):
-        value = high * share
-        body.append(_text(left - 4, y(value) + 4, _format_value(value, check), fill=MUTED,
-                          **{"text-anchor": "end", "class": "tick"}))
-    body += _time_ticks(since, until, x, bottom)
+    frame.high = 1.0 if boolean else _axis_top(
+        measured, check.unit, max(float(check.pass_value), float(check.warn_value)))
+    ticks = [{"x": _num(frame.left - 4), "y": _num(frame.y(frame.high * share) + 4),
+              "label": _format_value(frame.high * share, check)} for share in (0.0, 0.5, 1.0)]
     runs = _segments(points)
+    bounds = []
     for run in runs:
-        if run[0].scoring_version != scoring.SCORING_VERSION or check.op == "==":
+        if run[0].scoring_version != scoring.SCORING_VERSION or boolean:
             continue
-        x1, x2 = x(run[0].at), x(run[-1].last_at)
+        x1, x2 = frame.x(run[0].at), frame.x(run[-1].last_at)
         x1, x2 = (x1 - 4, x2 + 4) if x1 == x2 else (x1, x2)
-        for name, bound, colour in (("pass", check.pass_value, STATUS_COLOURS["pass"]),
-                                    ("warn", check.warn_value, STATUS_COLOURS["warn"])):
-            body.append(_el("g", {"class": f"bound bound-{name}", "data-bound": name,
-                                  "data-value": float(bound),
-                                  "data-scoring-version": scoring.SCORING_VERSION}, (
-                _el("line", {"x1": x1, "x2": x2, "y1": y(bound), "y2": y(bound),
-                             "stroke": colour, "stroke-dasharray": "5 3"})
-                + _title(f"{name} {check.op} {_format_value(float(bound), check)} "
-                         f"(scoring {scoring.SCORING_VERSION})")
-            )))
+        for name, bound in (("pass", check.pass_value), ("warn", check.warn_value)):
+            bounds.append({"name": name, "value": _num(float(bound)),
+                           "version": scoring.SCORING_VERSION, "colour": STATUS_COLOURS[name],
+                           "x1": _num(x1), "x2": _num(x2), "y": _num(frame.y(float(bound))),
+                           "title": f"{name} {check.op} {_format_value(float(bound), check)} "
+                                    f"(scoring {scoring.SCORING_VERSION})"})
+    legend = []
+    if not boolean:
+        legend = [{"key": name, "colour": STATUS_COLOURS[name], "dash": "5 3",
+                   "stroke_width": 1.5,
+                   "label": f"{name} {check.op} {_format_value(float(bound), check)}"}
+                  for name, bound in (("pass", check.pass_value), ("warn", check.warn_value))]
+    legend.append({"key": "unmeasured", "colour": NO_GRADE_COLOUR, "dash": "2 3",
+                   "stroke_width": 1.5, "label": "not measured"})
+    segments = []
     for run in runs:
-        parts = []
-        line = [p for p in run if p.value is not None]
-        if len(line) > 1:
-            coords = " ".join(f"{_num(x(p.at))},{_num(y(p.value))}" for p in line)
-            parts.append(_el("polyline", {"points": coords, "fill": "none", "stroke": INK,
-                                          "stroke-width": 1.2}))
-        for point in run:
-            parts.append(_check_mark(point, check, x(point.at), y, bottom))
-        body.append(_el("g", {"class": "segment", "data-scoring-version":
-                              run[0].scoring_version, "data-points": len(run)}, "".join(parts)))
-    body += _version_breaks(runs, x, top, bottom, right)
-    if not points:
-        body.append(_text((left + right) / 2, (top + bottom) / 2, "no scan yet", fill=MUTED,
-                          **{"text-anchor": "middle", "class": "empty"}))
-    return _svg("check", width, height, f"{check.id}: {len(points)} points", body,
-                check=check.id, count=len(points),
-                versions=" ".join(dict.fromkeys(p.scoring_version for p in points)),
-                segments=len(runs), breaks=max(len(runs) - 1, 0), since=_iso(since),
-                until=_iso(until))
+        lines = [" ".join(f"{_num(frame.x(p.at))},{_num(frame.y(p.value))}" for p in line)
+                 for line in _measured_lines(run, lambda p: p.value) if len(line) > 1]
+        segments.append({"version": run[0].scoring_version, "count": len(run), "lines": lines,
+                         "stroke": INK,
+                         "marks": [_check_mark(p, check, frame, reasons) for p in run]})
+    label = f"{check_label(check.id)} ({check.id}): {len(points)} points"
+    context = frame.context("check", label, {
+        "check": check.id, "count": len(points),
+        "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
+        "segments": len(runs), "breaks": max(len(runs) - 1, 0),
+        "y_to": frame.high, "since": _iso(since), "until": _iso(until)})
+    return _render("chart.svg", {**context, "y_ticks": ticks, "bounds": bounds,
+                                 "legend": _legend(legend, frame.left, 12.0),
+                                 "segments": segments, "breaks": _version_breaks(runs, frame),
+                                 "empty": None if points else frame.empty()})
 
 
-def _check_mark(point: CheckPoint, check: scoring.Check, cx: float, y, bottom: float) -> str:
-    data = {"data-at": _iso(point.at), "data-value": point.value, "data-status": point.status,
-            "data-scans": point.scans, "data-scoring-version": point.scoring_version}
-    if point.scan_id is not None:
-        data["data-scan"] = str(point.scan_id)
-    what = (f"{point.scans} scans from {_when(point.at)} to {_when(point.last_at)}"
-            if point.scans > 1 else _when(point.at))
+def _check_mark(point: CheckPoint, check: scoring.Check, frame: _Frame,
+                reasons: Mapping[uuid.UUID, str]) -> dict:
+    data = {"at": _iso(point.at), "value": point.value, "status": point.status,
+            "scans": point.scans, "scoring_version": point.scoring_version,
+            "scan": str(point.scan_id) if point.scan_id is not None else None}
+    cx = frame.x(point.at)
     if point.value is None:
-        return _el("g", {"class": "mark unmeasured", **data}, (
-            _el("rect", {"x": cx - 3, "y": bottom - 8, "width": 6, "height": 6,
-                         "fill": NO_GRADE_COLOUR})
-            + _title(f"{what}: not measured ({point.status}), scoring {point.scoring_version}")))
-    title = (f"{what}: {_format_value(point.value, check)} ({point.status}), "
+        why = reasons.get(point.scan_id) if point.scan_id is not None else None
+        status = STATUS_WORDS.get(point.status, point.status)
+        title = f"{_what(point)}: not measured ({why or status}), scoring {point.scoring_version}"
+        return _gap(point, cx, title, {**data, "reason": why or status}, "unmeasured")
+    title = (f"{_what(point)}: {_format_value(point.value, check)} ({point.status}), "
              f"scoring {point.scoring_version}")
-    parts = []
+    mark = {"cls": f"mark status-{point.status}", "data": _data(data), "cx": _num(cx),
+            "cy": _num(frame.y(point.value)),
+            "fill": STATUS_COLOURS.get(point.status, NO_GRADE_COLOUR),
+            "href": _scan_href(point.scan_id)}
     if point.scans > 1:
         title += f"; {point.passed} pass, {point.warned} warn, {point.failed} fail"
         if point.value_min is not None and point.value_max != point.value_min:
-            parts.append(_el("line", {"x1": cx, "x2": cx, "y1": y(point.value_min),
-                                      "y2": y(point.value_max), "stroke": MUTED,
-                                      "class": "range"}))
-    parts.append(_el("circle", {"cx": cx, "cy": y(point.value), "r": 3,
-                                "fill": STATUS_COLOURS.get(point.status, NO_GRADE_COLOUR)}))
-    return _el("g", {"class": f"mark status-{point.status}", **data}, "".join(parts)
-               + _title(title))
+            mark["range"] = (_num(frame.y(point.value_min)), _num(frame.y(point.value_max)))
+    mark["title"] = title
+    return mark
+
+
+# --- headline numbers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One scan's (or one bucket's) headline number; `value` None when not measured."""
+
+    at: datetime
+    value: float | None
+    scans: int = 1
+    last_at: datetime | None = None
+    scan_id: uuid.UUID | None = None
+    scoring_version: str = ""
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    label: str
+    colour: str
+    dash: str = ""
+    points: Sequence[SeriesPoint] = field(default_factory=tuple)
+
+
+def series_chart(name: str, title: str, unit: str, series: Sequence[Series], since: datetime,
+                 until: datetime, width: int = 480, height: int = 210) -> SafeString:
+    """Headline numbers over [since, until]: one line per series (named in the legend), each
+    point linking to its scan, unmeasured scans as gaps."""
+    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - 24.0, since, until)
+    frame.high = _axis_top([p.value for s in series for p in s.points if p.value is not None],
+                           unit)
+
+    def show(value: float) -> str:
+        return formatting.number(value, "ms" if unit == "ms" else "rate") + (
+            " ms" if unit == "ms" else "")
+
+    ticks = [{"x": _num(frame.left - 4), "y": _num(frame.y(frame.high * share) + 4),
+              "label": show(frame.high * share)} for share in (0.0, 0.5, 1.0)]
+    segments = []
+    for one in series:
+        lines = [" ".join(f"{_num(frame.x(p.at))},{_num(frame.y(p.value))}" for p in line)
+                 for line in _measured_lines(one.points, lambda p: p.value) if len(line) > 1]
+        marks = []
+        for point in one.points:
+            when = _what(point) if point.scans > 1 else _when(point.at)
+            data = {"at": _iso(point.at), "value": point.value, "scans": point.scans,
+                    "series": one.key,
+                    "scan": str(point.scan_id) if point.scan_id is not None else None}
+            cx = frame.x(point.at)
+            if point.value is None:
+                marks.append(_gap(point, cx, f"{when}: {one.label} not measured in this scan",
+                                  {**data, "reason": "not measured"}, "unmeasured"))
+                continue
+            marks.append({"cls": "mark", "data": _data(data), "cx": _num(cx),
+                          "cy": _num(frame.y(point.value)), "fill": one.colour,
+                          "href": _scan_href(point.scan_id),
+                          "title": f"{when}: {one.label} {show(point.value)}"
+                                   + (" (mean)" if point.scans > 1 else "")})
+        segments.append({"version": "", "count": len(one.points), "series": one.key,
+                         "lines": lines, "stroke": one.colour, "dash": one.dash,
+                         "marks": marks})
+    legend = [{"key": s.key, "colour": s.colour, "dash": s.dash, "stroke_width": 2,
+               "label": s.label} for s in series]
+    count = max((len(s.points) for s in series), default=0)
+    context = frame.context(name, f"{title}: {count} points", {
+        "count": count, "series": " ".join(s.key for s in series), "y_to": frame.high,
+        "since": _iso(since), "until": _iso(until)})
+    return _render("chart.svg", {**context, "y_ticks": ticks,
+                                 "legend": _legend(legend, frame.left, 12.0),
+                                 "segments": segments,
+                                 "empty": None if count else frame.empty()})
 
 
 # --- badge -----------------------------------------------------------------------------------
-
-
-def _text_width(text: str) -> float:
-    """A close enough width for 11 px sans-serif (no font metrics on the server)."""
-    narrow = sum(ch in "ilI.,:;()|' " for ch in text)
-    return (len(text) - narrow) * 6.6 + narrow * 3.4
 
 
 def badge(label: str, message: str, colour: str, *, grade: str | None, provisional: bool,
@@ -408,20 +483,8 @@ def badge(label: str, message: str, colour: str, *, grade: str | None, provision
     (measured by the site) or "pushed" (uploaded), None with no grade."""
     left = round(_text_width(label) + 12)
     right = round(_text_width(message) + 12)
-    width, height = left + right, 20
-    body = (
-        _el("rect", {"width": left, "height": height, "fill": "#555", "rx": 3})
-        + _el("rect", {"x": left, "width": right, "height": height, "fill": colour, "rx": 3})
-        + _el("rect", {"x": left, "width": 4, "height": height, "fill": colour})
-        + _el("g", {"fill": "#fff", "text-anchor": "middle",
-                    "font-family": "Verdana, DejaVu Sans, sans-serif", "font-size": 11}, (
-            _text(left / 2, 14, label)
-            + _text(left + right / 2, 14, message, **{"class": "message"})
-        ))
-    )
-    attrs = {"xmlns": "http://www.w3.org/2000/svg", "width": width, "height": height,
-             "viewBox": f"0 0 {width} {height}", "role": "img", "aria-label": title,
-             "class": "badge", "data-grade": grade or "none", "data-message": message,
-             "data-colour": colour, "data-provisional": "true" if provisional else "false",
-             "data-source": source or "none"}
-    return mark_safe(_el("svg", attrs, _title(title) + body))  # noqa: S308 - escaped
+    return _render("badge.svg", {
+        "width": left + right, "left": left, "right": right, "label": label,
+        "message": message, "colour": colour, "title": title, "grade": grade or "none",
+        "provisional": "true" if provisional else "false", "source": source or "none",
+        "label_x": _num(left / 2), "message_x": _num(left + right / 2)})

@@ -43,6 +43,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -51,12 +52,16 @@ from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = [
     "DEFAULT_MAX_POINTS",
+    "HEADLINE_FIGURES",
     "CheckPoint",
     "GradePoint",
+    "HeadlinePoint",
     "check_history",
     "grade_history",
+    "headline_history",
     "latest_grades",
     "scoped_to_teams",
+    "unmeasured_reasons",
 ]
 
 DEFAULT_MAX_POINTS = 200
@@ -405,3 +410,69 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
 def default_since(days: int = 90, now: datetime | None = None) -> datetime:
     """The start of the default chart range: the last `days` days."""
     return (now or timezone.now()) - timedelta(days=days)
+
+
+# --- headline numbers and reasons ------------------------------------------------------------
+
+# The headline figures the endpoint page draws over time, read from each report's first level
+# (one request at a time): where in report.json each one lives.
+HEADLINE_FIGURES = {
+    "ttft_p50": "report__levels__0__ttft_ms__p50",
+    "ttft_p95": "report__levels__0__ttft_ms__p95",
+    "tokens_per_s": "report__levels__0__generation_rate__median",
+}
+
+
+@dataclass(frozen=True)
+class HeadlinePoint:
+    """One scan's headline figures (keys of HEADLINE_FIGURES; None where not measured), or the
+    means over a bucket of scans (downsampled as grade_history is)."""
+
+    at: datetime
+    last_at: datetime
+    scans: int
+    figures: dict[str, float | None]
+    scan_id: uuid.UUID | None = None
+
+
+def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
+                     max_points: int = DEFAULT_MAX_POINTS) -> list[HeadlinePoint]:
+    """The endpoint's headline figures between `since` and `until`, oldest first; each figure
+    is extracted from report.json in SQL (the reports themselves are never loaded)."""
+    _check_max_points(max_points)
+    rows = _graded_scans(endpoint).filter(queued_at__gte=since, queued_at__lte=until)
+    figures = {key: Cast(KT(path), FloatField()) for key, path in HEADLINE_FIGURES.items()}
+    if rows.count() <= max_points:
+        return [
+            HeadlinePoint(at=r["queued_at"], last_at=r["queued_at"], scans=1,
+                          figures={key: _float(r[key]) for key in figures},
+                          scan_id=r["public_id"])
+            for r in rows.order_by("queued_at").values("queued_at", "public_id", **figures)
+        ]
+    width = _bucket_width_s(since, until, max_points)
+    bucketed = (
+        rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width), **figures)
+        .values("bucket")
+        .annotate(at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
+                  **{f"mean_{key}": Avg(key) for key in figures})
+        .order_by("bucket")
+    )
+    return [HeadlinePoint(at=r["at"], last_at=r["last_at"], scans=r["scans"],
+                          figures={key: _float(r[f"mean_{key}"], 1) for key in figures})
+            for r in bucketed]
+
+
+def unmeasured_reasons(endpoint: Endpoint, check_id: str,
+                       scan_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """Why a check was not measured in each of these scans (report.json's `reason`), for the
+    charts' hover text. Only the reports' checks lists are read, and only for these scans."""
+    scan_ids = list(scan_ids)
+    if not scan_ids:
+        return {}
+    reasons = {}
+    for row in _graded_scans(endpoint).filter(public_id__in=scan_ids).values(
+            "public_id", checks=F("report__checks")):
+        for check in row["checks"] or []:
+            if isinstance(check, dict) and check.get("id") == check_id and check.get("reason"):
+                reasons[row["public_id"]] = str(check["reason"])
+    return reasons

@@ -204,16 +204,17 @@ def endpoint_detail(request, public_id):
     until = timezone.now()
     since = until - timedelta(days=RANGES[range_key][1])
     grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS)
-    # The charts' time axis runs from the first scan in the range (not from an empty start).
-    axis_from = since
-    if grades and grades[0].at > since:
-        axis_from = max(since, grades[0].at - (until - grades[0].at) * 0.03)
+    # Every chart's time axis spans the whole chosen range, so its title tells the truth.
     trends = []
     for check_id in TREND_CHECKS:
         points = history.check_history(endpoint, check_id, since, until,
                                        max_points=CHECK_CHART_POINTS)
-        trends.append({"check_id": check_id, "points": points,
-                       "chart": charts.check_chart(points, check_id, axis_from, until)})
+        reasons = history.unmeasured_reasons(
+            endpoint, check_id, [p.scan_id for p in points if p.value is None and p.scan_id])
+        trends.append({"check_id": check_id, "label": charts.check_label(check_id),
+                       "points": points,
+                       "chart": charts.check_chart(points, check_id, since, until,
+                                                   reasons=reasons)})
     windows = [slo.window(endpoint, days, until) for days in slo.WINDOW_DAYS]
     page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
         request.GET.get("page"))
@@ -224,7 +225,8 @@ def endpoint_detail(request, public_id):
         "team": endpoint.team, "endpoint": endpoint,
         "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
         "range_label": RANGES[range_key][0],
-        "grades": grades, "grade_chart": charts.grade_chart(grades, axis_from, until),
+        "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
+        "headline_charts": _headline_charts(endpoint, since, until),
         "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
         "trends": trends, "windows": windows, "page": page,
         "can_write": access.can_write(endpoint.team_id),
@@ -234,6 +236,29 @@ def endpoint_detail(request, public_id):
         .only("grade", "provisional", "pushed", "queued_at").first(),
         "cooldown_minutes": int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
     })
+
+
+def _headline_charts(endpoint: Endpoint, since, until) -> list[dict]:
+    """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks."""
+    points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS)
+
+    def series(key: str, label: str, colour: str, dash: str = "") -> charts.Series:
+        return charts.Series(key, label, colour, dash, [
+            charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.scans,
+                               value=p.figures[key], scan_id=p.scan_id) for p in points])
+
+    return [
+        {"key": "ttft", "title": "Time to first token, one request at a time", "points": points,
+         "chart": charts.series_chart(
+             "ttft", "Time to first token", "ms",
+             [series("ttft_p50", "p50", "#2e5aac"), series("ttft_p95", "p95", "#a86400", "6 3")],
+             since, until)},
+        {"key": "tokens", "title": "Output speed per stream, one request at a time",
+         "points": points,
+         "chart": charts.series_chart(
+             "tokens", "Output speed per stream", "tokens/s",
+             [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until)},
+    ]
 
 
 # --- scans -----------------------------------------------------------------------------------
