@@ -216,7 +216,7 @@ def _axis_number(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:,.2g}"
 
 
-def _line_chart(title: str, levels: Sequence[int], series: Sequence[tuple[str, list]],
+def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple[str, list]],
                 unit: str, css_class: str) -> str:
     """Values against concurrency: one polyline per series, levels equally spaced."""
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM

@@ -10,10 +10,14 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from scans.grader.stats import percentile
 
 from .stream import StreamTally
+
+if TYPE_CHECKING:  # preflight imports this module
+    from .preflight import Preflight
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -262,9 +266,8 @@ class Measurement:
     loop_lag_threshold_ms: float
     origin_time: float   # perf_counter at the start: timelines are relative to it
     scanner: dict = field(default_factory=dict)
-    #: The /models answer and the probe request (``preflight.Preflight``); None in
-    #: measurements built without one.
-    preflight: object | None = None
+    #: The /models answer and the probe request; None in measurements built without one.
+    preflight: Preflight | None = None
 
     @property
     def all_requests(self) -> list[RequestRecord]:
@@ -294,6 +297,7 @@ def budget_hint(measurement: Measurement, max_tokens: int) -> dict | None:
         return None
     stopped = [r for r in streams if r.stopped_while_thinking]
     answered = [r.output_units for r in streams if r.first_answer_at is not None]
+    wanted: float
     if not answered:
         wanted = 4 * max_tokens
     else:

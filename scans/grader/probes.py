@@ -162,7 +162,7 @@ class GpuSampler:
         status, text = await _get_text(self._client, self._dcgm_url, 5.0)
         if status != 200:
             raise ValueError(f"DCGM exporter answered HTTP {status}")
-        readings = []
+        readings: list[tuple[str, float]] = []
         for name, labels, value in parse_prometheus_samples(text):
             if name == DCGM_UTIL:
                 gpu = labels.get("gpu") or labels.get("UUID") or str(len(readings))

@@ -35,7 +35,7 @@ import typing
 from array import array
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from scans.grader import scoring
 from scans.grader.check_values import check_values, generation_rate_basis
@@ -124,7 +124,7 @@ def _allowed_types(hint: Any) -> tuple[type, ...]:
     return (hint,)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -221,7 +221,8 @@ STATUS_LABELS = {"pass": "pass", "warn": "warning", "fail": "fail",
 
 def _status_text(check: Mapping[str, Any]) -> str:
     """ "not counted: no --prompts sample" rather than "insufficient_evidence"."""
-    label = STATUS_LABELS.get(check.get("status"), str(check.get("status")))
+    status = str(check.get("status"))
+    label = STATUS_LABELS.get(status, status)
     reason = check.get("reason")
     if not check.get("counted", True) and reason:
         return f"{label}: {reason.split(':', 1)[0] if len(reason) > 60 else reason}"

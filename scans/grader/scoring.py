@@ -322,7 +322,7 @@ def grade(values: Mapping[str, CheckValue]) -> Graded:
 
     total_weight = sum(PILLAR_WEIGHTS[pillar] for pillar in graded)
     weights = {pillar: Fraction(PILLAR_WEIGHTS[pillar], total_weight) for pillar in graded}
-    points = round_points(sum(weights[p] * pillar_exact[p] for p in graded))
+    points = round_points(sum((weights[p] * pillar_exact[p] for p in graded), Fraction(0)))
     uncapped = band(points)
     score.update(
         grade=_worst([uncapped, *(cap.grade_at_best for cap in caps)]),

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 try:  # a faster JSON parser when installed; the stdlib's otherwise
     import orjson
 
-    _loads = orjson.loads
+    _loads: Callable[[bytes | str], Any] = orjson.loads
     JSON_IMPL = "orjson"
     _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover - depends on the environment

@@ -244,7 +244,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                     raise httpcore.ConnectError(f"{host} did not resolve")
                 if self._guard is not None:
                     for info in infos:
-                        ip = info[4][0]
+                        ip = str(info[4][0])  # an IPv4 or IPv6 address (SOCK_STREAM)
                         try:
                             self._guard(host, port, ip)
                         except Exception as exc:  # the guard's refusal, whatever its type
@@ -293,7 +293,7 @@ async def _connect(
     except BaseException:
         sock.close()
         raise
-    return transport, protocol  # type: ignore[return-value]
+    return transport, protocol
 
 
 class _Recorder(httpcore.AsyncNetworkBackend):

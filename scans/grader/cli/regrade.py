@@ -28,7 +28,7 @@ def _summary(old: dict, new: dict) -> str:
     before, after = old.get("score") or {}, new["score"]
 
     def letter(score: dict) -> str:
-        return score.get("grade") if score.get("grade") in scoring.GRADES else "no grade"
+        return str(score["grade"]) if score.get("grade") in scoring.GRADES else "no grade"
 
     return (f"{letter(after)} ({after.get('points')} points) under scoring "
             f"{after['scoring_version']}; was {letter(before)} under scoring "

@@ -14,6 +14,7 @@ import os
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scans.grader import PlanError, PromptsFileError, ScanPlan, headline, load_prompts_file, run_scan, scoring
 from scans.grader import formatting as fmt
@@ -21,6 +22,9 @@ from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.report import cli_notes, report_from_measurement, write_report
 from tokvera_site.cli import UsageError
+
+if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
+    from rich.progress import TaskID
 
 EXIT_PUBLISH_FAILED = 1
 EXIT_PREFLIGHT_FAILED = 3
@@ -121,7 +125,7 @@ class _Progress:
             MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             TextColumn("TTFT p50 {task.fields[ttft]}"), TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
-        self._tasks: dict[int, int] = {}
+        self._tasks: dict[int, TaskID] = {}
         self._running: dict[int, _Running] = {}
 
     def __enter__(self) -> _Progress:
@@ -315,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_preflight_only(plan: ScanPlan) -> int:
     measurement = run_scan(plan, preflight_only=True)
+    assert measurement.preflight is not None  # run_scan always runs the preflight
     preflight = measurement.preflight.as_dict()
     for line in _preflight_lines(preflight, plan.model):
         sys.stdout.write(f"tokvera scan: preflight: {line}\n")
