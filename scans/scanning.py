@@ -21,6 +21,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
+from scans.grader.redaction import redact_report, redact_text
 from scans.models import (
     CheckResult,
     Endpoint,
@@ -316,10 +317,22 @@ def heartbeat(scan_id: int):
         thread.join(timeout=30)
 
 
+def endpoint_secrets(endpoint: Endpoint) -> list[str]:
+    """The endpoint's stored secrets, decrypted in memory (to cut them out of what a scan
+    stores); an unreadable one is skipped."""
+    secrets = []
+    for field in ("api_key_encrypted", "webhook_secret_encrypted"):
+        try:
+            secret = encryption.decrypt(getattr(endpoint, field))
+        except encryption.UnreadableSecret:
+            continue
+        if secret:
+            secrets.append(secret)
+    return secrets
+
+
 def fail(scan_id: int, reason: str) -> bool:
     """Mark an unfinished scan errored (our side failed). False if it had already finished."""
-    from scans.grader.redaction import endpoint_secrets, redact_text
-
     endpoint = Endpoint.dangerously_unscoped.filter(scans__pk=scan_id).first()
     reason = redact_text(reason, endpoint_secrets(endpoint) if endpoint else ())
     won = Scan.dangerously_unscoped.filter(
@@ -354,8 +367,6 @@ def score_fields(report: dict) -> ScoreFields:
 
 def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     """Record a finished scan's report, its denormalized score and one row per check."""
-    from scans.grader.redaction import endpoint_secrets, redact_report
-
     report = redact_report(report, endpoint_secrets(scan.endpoint))  # echoed keys stay out
     fields = score_fields(report)
     finished = timezone.now()

@@ -7,6 +7,13 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+# The alert delivery tasks live beside what they deliver; imported here so the worker, which
+# autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
+from scans.alerts import send_alert, send_webhook
+
+__all__ = ["delete_expired_invitations", "enqueue_due_scans", "reap_scans", "run_scan",
+           "send_alert", "send_webhook"]
+
 log = logging.getLogger(__name__)
 
 
@@ -46,32 +53,3 @@ def run_scan(scan_id: int) -> str:
     from scans import scanning
 
     return scanning.run_queued(scan_id)
-
-
-@shared_task(bind=True, max_retries=5, default_retry_delay=60)
-def send_alert(self, endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
-    """Email the team's owners and admins, and queue the webhook, for one alert event."""
-    from scans import alerts
-
-    try:
-        alerts.notify(endpoint_id, scan_id, kind, detail)
-    except OSError as exc:  # SMTP and socket errors: try again later
-        raise self.retry(exc=exc) from None
-
-
-@shared_task(bind=True, max_retries=5, default_retry_delay=60)
-def send_webhook(self, endpoint_id: int, message: dict) -> int | None:
-    from scans import alerts
-    from scans.models import Endpoint
-
-    endpoint = Endpoint.dangerously_unscoped.filter(pk=endpoint_id).first()
-    if endpoint is None or not endpoint.webhook_url:
-        return None
-    try:
-        status = alerts.deliver_webhook(endpoint, message)
-    except Exception as exc:
-        log.warning("webhook for endpoint %s failed: %s", endpoint_id, type(exc).__name__)
-        raise self.retry(exc=exc) from None
-    if status >= 500:
-        raise self.retry()
-    return status

@@ -36,6 +36,18 @@ NETWORK_LIMITS_FROM_ENV = ("NETWORK_SUBMIT_LIMIT", "NETWORK_SUBMIT_WINDOW_S",
 
 
 globals().update(config.exit_on_config_error(_load))
+# What _load() sets, declared for type checkers (mypy's Django plugin reads these types).
+SECRET_KEY: str
+FIELD_ENCRYPTION_KEYS: list[str]
+OUTBOUND_ALLOW: list[str]
+DEBUG: bool
+DATABASES: dict[str, dict]
+CACHES: dict[str, dict]
+CELERY_BROKER_URL: str
+ALLOWED_HOSTS: list[str]
+INVITE_MAX_AGE_HOURS: int
+EMAIL_SHOW_SECRETS: bool
+SITE_URL: str
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [
