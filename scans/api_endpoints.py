@@ -20,8 +20,7 @@ from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from scans import pushes, scanning
-from scans.endpoint_forms import apply_schedule
+from scans import pushes, scanning, scheduling
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
 from scans.history import check_history
@@ -29,7 +28,6 @@ from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
     Endpoint,
-    EndpointMode,
     Scan,
     ScanTrigger,
 )
@@ -57,6 +55,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     levels = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False)
     interval_minutes = serializers.IntegerField(min_value=MIN_INTERVAL_MINUTES,
                                                 max_value=MAX_INTERVAL_MINUTES, required=False)
+    # Where the site scans it from (SCAN_LOCATIONS); empty: the site's own location.
+    locations = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
     latest_scan = serializers.SerializerMethodField()
 
     class Meta:
@@ -67,7 +67,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
-            "next_scan_at", "created_at", "latest_scan",
+            "locations", "next_scan_at", "created_at", "latest_scan",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
         extra_kwargs = {"name": {"validators": [validate_one_line]}}
@@ -92,6 +92,12 @@ class EndpointSerializer(serializers.ModelSerializer):
         if value is not None and not 0 <= value <= 1:
             raise serializers.ValidationError("expected a share between 0 and 1")
         return value
+
+    def validate_locations(self, value):
+        try:
+            return scheduling.clean_locations(value)
+        except scheduling.UnknownLocation as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def validate_base_url(self, value):
         if not value.startswith(("http://", "https://")):
@@ -144,10 +150,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         validated = self._encrypt_secrets(validated)
         validated.setdefault("levels", [1, 4, 16])
         endpoint = Endpoint(**validated)
-        if endpoint.mode == EndpointMode.SCHEDULED and endpoint.enabled:
-            from django.utils import timezone
-
-            endpoint.next_scan_at = timezone.now()  # first scan at the next beat
+        scheduling.apply_schedule(endpoint, None)  # first scan at the next beat
         endpoint.save()
         return endpoint
 
@@ -159,7 +162,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         old_interval = instance.interval_minutes
         for name, value in validated.items():
             setattr(instance, name, value)
-        apply_schedule(instance, old_interval)  # enabling or un-pushing schedules it
+        scheduling.apply_schedule(instance, old_interval)  # enabling or un-pushing schedules it
         # Save only what was sent: alert state and the like belong to the workers.
         if validated:
             instance.save(update_fields=[*validated, "next_scan_at"])

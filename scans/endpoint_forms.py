@@ -11,20 +11,18 @@ scans/endpoint_secrets.py: members are refused, and a new origin drops the secre
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.utils import timezone
 
 from accounts import encryption
 from accounts.validators import validate_one_line
-from scans import scanning
+from scans import scanning, scheduling
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
-from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, EndpointMode
+from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
 
@@ -272,14 +270,5 @@ FORM_EXTRA_FIELDS = ("levels", "api_key_encrypted", "webhook_url", "webhook_secr
                      "prompt_sample_encrypted", "next_scan_at")
 
 
-def apply_schedule(endpoint: Endpoint, old_interval: int | None) -> None:
-    """Keep next_scan_at consistent with the form: none unless enabled and scheduled; the
-    first scan at the next beat; a shorter interval brings the next scan forward."""
-    now = timezone.now()
-    if not endpoint.enabled or endpoint.mode != EndpointMode.SCHEDULED:
-        endpoint.next_scan_at = None
-    elif endpoint.next_scan_at is None:
-        endpoint.next_scan_at = now
-    elif old_interval is not None and endpoint.interval_minutes != old_interval:
-        endpoint.next_scan_at = min(endpoint.next_scan_at,
-                                    now + timedelta(minutes=endpoint.interval_minutes))
+# next_scan_at is computed in one place: the scheduling service.
+apply_schedule = scheduling.apply_schedule

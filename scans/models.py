@@ -26,6 +26,12 @@ def new_badge_key() -> str:
     return secrets.token_urlsafe(18)
 
 
+def default_scan_location() -> str:
+    from django.conf import settings
+
+    return settings.SCAN_DEFAULT_LOCATION
+
+
 class EndpointMode(models.TextChoices):
     SCHEDULED = "scheduled", "Scheduled (the site scans it)"
     PUSHED = "pushed", "Pushed (scans uploaded from inside the network)"
@@ -72,6 +78,9 @@ class Endpoint(TeamOwned):
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
     erroring = models.BooleanField(default=False)  # alert state: N errored scans in a row
     # scheduling
+    # Where the site scans it from: names in SCAN_LOCATIONS; empty means the site's own
+    # (SCAN_DEFAULT_LOCATION). Each location gets its own scan per slot (scans/scheduling.py).
+    locations = models.JSONField(default=list, blank=True)
     next_scan_at = models.DateTimeField(null=True, blank=True)
     last_manual_scan_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -121,8 +130,15 @@ class Scan(TeamOwned):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="scans")
     trigger = models.CharField(max_length=10, choices=ScanTrigger.choices)
-    # The schedule slot this scan fills; unique per endpoint so a doubled beat makes one scan.
+    # The schedule slot this scan fills; unique per endpoint and location so a doubled beat
+    # makes one scan.
     slot = models.DateTimeField(null=True, blank=True)
+    # Where it was (or will be) measured from: the Celery queue scans.<location> runs it.
+    # Pushed reports carry "pushed": measured inside the team's network.
+    location = models.CharField(max_length=40, default=default_scan_location)
+    # scheme://host:port of the target when it was queued: the worker that frees an origin
+    # hands it to the next scan waiting for it (scanning.hand_off).
+    origin = models.CharField(max_length=300, blank=True, default="")
     status = models.CharField(max_length=10, choices=ScanStatus.choices,
                               default=ScanStatus.QUEUED)
     error_reason = models.TextField(blank=True, default="")
@@ -159,9 +175,13 @@ class Scan(TeamOwned):
             # the reaper looks only at unfinished scans
             models.Index(fields=["status", "deadline_at"], name="scan_unfinished",
                          condition=Q(status__in=["queued", "running"])),
+            # the next scan waiting for an origin that was just freed
+            models.Index(fields=["origin", "location", "queued_at"], name="scan_waiting_for_origin",
+                         condition=Q(status="queued")),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["endpoint", "slot"], name="one_scan_per_slot",
+            models.UniqueConstraint(fields=["endpoint", "location", "slot"],
+                                    name="one_scan_per_slot_and_location",
                                     condition=Q(slot__isnull=False)),
             models.UniqueConstraint(fields=["endpoint", "report_digest"],
                                     name="one_scan_per_pushed_report",

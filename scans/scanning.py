@@ -21,6 +21,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
+from scans import scheduling
 from scans.grader.redaction import redact_report, redact_text
 from scans.models import (
     CheckResult,
@@ -69,44 +70,48 @@ class ScanNotQueued(Exception):
     retry_after_s = BROKER_RETRY_AFTER_S
 
 
-def next_slot(after: datetime, interval_minutes: int) -> datetime:
-    """The next schedule slot: `after` plus the interval, truncated to the minute."""
-    return (after + timedelta(minutes=interval_minutes)).replace(second=0, microsecond=0)
+next_slot = scheduling.next_slot  # the schedule's rules live in scans/scheduling.py
 
 
 # --- scheduling ------------------------------------------------------------------------------
 
 
 def due_endpoints(now: datetime):
+    # System-wide beat task: every team's due endpoints (no team is known here).
     return Endpoint.dangerously_unscoped.filter(
         enabled=True, mode=EndpointMode.SCHEDULED, next_scan_at__lte=now
-    ).only("pk", "next_scan_at", "interval_minutes")
+    ).only("pk", "next_scan_at", "interval_minutes", "locations", "base_url")
 
 
 def enqueue_due(now: datetime | None = None) -> list[int]:
-    """Create one queued scan per due endpoint slot and return their ids (to send to workers).
+    """Create one queued scan per due endpoint slot and location and return their ids (to send
+    to workers).
 
     Safe to run twice at once: advancing next_scan_at is conditional on its old value, and the
-    (endpoint, slot) unique constraint refuses a second scan for the same slot."""
+    (endpoint, location, slot) unique constraint refuses a second scan for the same slot."""
     now = now or timezone.now()
     created = []
     for endpoint in due_endpoints(now).iterator(chunk_size=500):
         slot = endpoint.next_scan_at
-        following = next_slot(max(slot, now), endpoint.interval_minutes)
+        following = scheduling.next_slot(max(slot, now), endpoint.interval_minutes)
+        # System-wide beat task: the conditional UPDATE says which beat won this slot.
         won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, next_scan_at=slot).update(
             next_scan_at=following
         )
         if not won:
             continue  # another beat advanced it first
-        try:
-            with transaction.atomic():
-                scan = Scan.dangerously_unscoped.create(
-                    endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
-                    deadline_at=now + QUEUED_GRACE, redispatch_at=now + REDISPATCH_AFTER,
-                )
-        except IntegrityError:
-            continue  # this slot was scanned already; the schedule still moved on
-        created.append(scan.pk)
+        for location in scheduling.locations_of(endpoint):
+            try:
+                with transaction.atomic():
+                    # System-wide beat task: the scan belongs to the endpoint's team.
+                    scan = Scan.dangerously_unscoped.create(
+                        endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
+                        location=location, origin=origin_of(endpoint.base_url),
+                        deadline_at=now + QUEUED_GRACE, redispatch_at=now + REDISPATCH_AFTER,
+                    )
+            except IntegrityError:
+                continue  # this slot was scanned already; the schedule still moved on
+            created.append(scan.pk)
     return created
 
 
@@ -115,6 +120,7 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless."""
     now = now or timezone.now()
     with transaction.atomic():
+        # System-wide beat task: every team's waiting scans.
         due = list(
             Scan.dangerously_unscoped.select_for_update(skip_locked=True)
             .filter(status=ScanStatus.QUEUED, redispatch_at__lte=now)
@@ -124,11 +130,35 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     return due
 
 
-def send(scan_id: int) -> None:
-    """Hand a queued scan to the workers (raises BrokerUnreachable when the broker is down)."""
+def send(scan_id: int, location: str | None = None) -> None:
+    """Hand a queued scan to its location's workers, queue scans.<location> (raises
+    BrokerUnreachable when the broker is down)."""
     from scans.tasks import run_scan
 
-    run_scan.delay(scan_id)
+    if location is None:
+        # Called by the beat and by tests with an id only; the row says where it runs.
+        location = Scan.dangerously_unscoped.filter(pk=scan_id).values_list(
+            "location", flat=True).first()
+        if location is None:
+            return  # deleted meanwhile
+    run_scan.apply_async((scan_id,), queue=scheduling.queue_for(location))
+
+
+def hand_off(origin: str, location: str) -> int | None:
+    """The origin was just freed: send the longest-waiting queued scan of this origin and
+    location at once instead of at the beat's next pass (which still sends it if this
+    message is lost). Returns the scan sent, if any."""
+    now = timezone.now()
+    with transaction.atomic():
+        # System-wide worker step: the next scan of this origin, whatever its team.
+        waiting = (Scan.dangerously_unscoped.select_for_update(skip_locked=True)
+                   .filter(status=ScanStatus.QUEUED, origin=origin, location=location)
+                   .order_by("queued_at").values_list("pk", flat=True).first())
+        if waiting is None:
+            return None
+        Scan.dangerously_unscoped.filter(pk=waiting).update(redispatch_at=now + REDISPATCH_AFTER)
+    send(waiting, location)
+    return waiting
 
 
 def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> Scan:
@@ -140,17 +170,21 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
         raise NotScannable("This endpoint is pushed: its scans are uploaded from inside its "
                            "network (tokvera scan --publish, or POST …/reports), not started here.")
     now = now or timezone.now()
+    location = scheduling.locations_of(endpoint)[0]
     with transaction.atomic():
+        # The caller checked access to `endpoint` (scoped view or API); these rows are its own.
         previous = (Endpoint.dangerously_unscoped.select_for_update().filter(pk=endpoint.pk)
                     .values_list("last_manual_scan_at", flat=True).get())
         if previous is not None and previous > now - MANUAL_SCAN_COOLDOWN:
             raise ScanRateLimited(previous + MANUAL_SCAN_COOLDOWN - now)
         Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
         scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger,
+                                                location=location,
+                                                origin=origin_of(endpoint.base_url),
                                                 deadline_at=now + QUEUED_GRACE,
                                                 redispatch_at=now + REDISPATCH_AFTER)
     try:
-        send(scan.pk)
+        send(scan.pk, location)
     except BrokerUnreachable as exc:
         log.warning("scan-now of endpoint %s not queued: the broker is unreachable (%s)",
                     endpoint.pk, exc)
@@ -254,18 +288,22 @@ class _OriginBusy(Exception):
     pass
 
 
-def claim(scan_id: int, now: datetime | None = None) -> Scan | None:
+def claim(scan_id: int, now: datetime | None = None, *, location: str | None = None) -> Scan | None:
     """Move a queued scan to running and take its origin's lock, in one transaction (so a lock
-    always belongs to a running scan). None if the scan is not queued (a duplicate delivery)
-    or its origin is busy (it stays queued)."""
+    always belongs to a running scan). None if the scan is not queued (a duplicate delivery),
+    belongs to another location than `location`, or its origin is busy (it stays queued)."""
     now = now or timezone.now()
+    # Worker step: the scan's id came from our own queue; no team is known here.
     scan = Scan.dangerously_unscoped.select_related("endpoint").filter(pk=scan_id).first()
     if scan is None:
         return None
     deadline = now + worst_case_duration(scan.endpoint) + RUNNING_GRACE
+    mine = Q(pk=scan_id, status=ScanStatus.QUEUED)
+    if location is not None:
+        mine &= Q(location=location)  # a worker never runs another location's scan
     try:
         with transaction.atomic():
-            won = Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+            won = Scan.dangerously_unscoped.filter(mine).update(
                 status=ScanStatus.RUNNING, started_at=now, deadline_at=deadline, heartbeat_at=now
             )
             if not won:
@@ -278,11 +316,21 @@ def claim(scan_id: int, now: datetime | None = None) -> Scan | None:
     return scan
 
 
-def run_queued(scan_id: int) -> str:
+def run_queued(scan_id: int, location: str | None = None) -> str:
     """What a worker does with a scan's message: claim it and run it. A scan whose origin is
     busy is left queued for the beat to send again; nothing waits inside the worker, so a
-    killed worker loses only the scan it was running."""
-    claimed = claim(scan_id)
+    killed worker loses only the scans it was running.
+
+    `location` is the location whose queue delivered the message: a scan of another location
+    is refused (it stays queued; the beat sends it to its own queue)."""
+    if location is not None:
+        # Worker step, no team known: only the scan's location is read.
+        belongs = Scan.dangerously_unscoped.filter(pk=scan_id).values_list("location", flat=True).first()
+        if belongs is not None and belongs != location:
+            log.warning("scan %s belongs to location %r; a worker of %r does not run it",
+                        scan_id, belongs, location)
+            return "another location's scan"
+    claimed = claim(scan_id, location=location)
     if claimed is not None:
         return execute(claimed)
     if keep_waiting(scan_id):
@@ -383,6 +431,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             scoring_version=fields.scoring_version,
             provisional=fields.provisional,
             pushed=pushed,
+            **({"location": "pushed"} if pushed else {}),  # measured inside the team's network
             tool_version=str(report.get("tool_version", ""))[:40],
         )
         if not updated:
@@ -462,14 +511,19 @@ def execute(scan: Scan) -> str:
 
     An unreachable target is the endpoint's result (succeeded, graded F); an address the guard
     refuses, or our own failure, is an errored scan with the reason."""
+    origin = origin_of(scan.endpoint.base_url)
     try:
         with heartbeat(scan.pk):
             return _measure_and_store(scan)
     finally:
         try:
-            release_origin(origin_of(scan.endpoint.base_url), scan.pk)
+            release_origin(origin, scan.pk)
+            hand_off(scan.origin or origin, scan.location)
         except DatabaseError:  # the reaper frees a lock whose scan is not running
             log.warning("scan %s: origin lock left for the reaper (database unreachable)", scan.pk)
+        except BrokerUnreachable:  # the beat sends the waiting scan at its next pass
+            log.warning("scan %s: next scan of %s left for the beat (broker unreachable)",
+                        scan.pk, origin)
 
 
 def _measure_and_store(scan: Scan) -> str:
@@ -481,7 +535,11 @@ def _measure_and_store(scan: Scan) -> str:
     try:
         plan = plan_for(endpoint).validate()
         outbound.check_url(plan.base_url)
-        measurement = run_scan(plan, connect_guard=outbound.guard)
+        # Many scans share this worker process (one per pool thread, each on its own event
+        # loop), so the process-wide GC tuning is done once at worker start
+        # (tokvera_site.celery), not per scan. Each scan's own loop-lag monitor still sees a
+        # neighbour's CPU and GIL use, and marks the level client-bound.
+        measurement = run_scan(plan, connect_guard=outbound.guard, tune_gc=False)
         refused = outbound.refusal_in(measurement)
         if refused:
             return _errored(scan, refused)

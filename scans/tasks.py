@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 def delete_expired_invitations() -> int:
     from accounts.models import Invitation
 
+    # System-wide cleanup: every team's expired invitations.
     deleted, _ = Invitation.dangerously_unscoped.filter(
         accepted_at__isnull=True, expires_at__lt=timezone.now()
     ).delete()
@@ -46,10 +47,20 @@ def reap_scans() -> int:
     return scanning.reap()
 
 
-@shared_task(acks_late=True)
-def run_scan(scan_id: int) -> str:
+@shared_task(bind=True, acks_late=True)
+def run_scan(self, scan_id: int) -> str:
     """Run one queued scan. A second delivery finds it claimed and does nothing; a scan whose
-    origin is busy stays queued for the beat to send again (scanning.run_queued)."""
-    from scans import scanning
+    origin is busy stays queued for the beat to send again (scanning.run_queued). The queue
+    that delivered it names this worker's location: another location's scan is not run."""
+    from scans import scanning, scheduling
 
-    return scanning.run_queued(scan_id)
+    delivery = self.request.delivery_info or {}
+    queue = delivery.get("routing_key") or delivery.get("queue")
+    location = scheduling.location_of_queue(queue)
+    if location is None:
+        # Not from a scan queue (an old message on the default queue, or run eagerly): the
+        # scan is sent again to its own location's queue by the beat.
+        log.warning("scan %s arrived on queue %r, not a scans.<location> queue; not run",
+                    scan_id, queue)
+        return "not a scan queue"
+    return scanning.run_queued(scan_id, location)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from celery import Celery, signals
@@ -36,3 +37,15 @@ def _count_task(sender=None, state=None, **_):
     from tokvera_site.metrics import TASKS
 
     TASKS.labels(task=getattr(sender, "name", "unknown"), state=state or "UNKNOWN").inc()
+
+
+@signals.worker_ready.connect
+def _tune_gc_for_concurrent_scans(**_):
+    """The scanner's GC tuning (scans.grader.runner._gc_tuned) is process-wide, and this worker
+    runs many scans at once in threads, so it is applied once here instead of per scan: what
+    exists at start is frozen, and young collections run less often."""
+    from scans.grader.runner import GC_GEN0_THRESHOLD
+
+    gc.freeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], GC_GEN0_THRESHOLD), *threshold[1:])

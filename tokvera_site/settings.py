@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from kombu import Exchange, Queue
+
 from tokvera_site import config
 from tokvera_site.config import BASE_DIR, VAR_DIR
 
@@ -206,6 +208,17 @@ if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821 - set by _load()
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker whose broker went away (Redis restarted) reconnects and keeps consuming instead of
+# exiting; the Redis client notices a dead socket within seconds (see DECISIONS.md, workers).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # retry for as long as it takes
+CELERY_BROKER_HEARTBEAT = 0  # AMQP-only; Redis uses the socket options below
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False  # scans are rows; see reap()
+if not CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821
+    CELERY_BROKER_TRANSPORT_OPTIONS.update({
+        "socket_timeout": 30, "socket_connect_timeout": 5, "socket_keepalive": True,
+        "health_check_interval": 10, "retry_on_timeout": True,
+    })
 
 # Scans (scans/scanning.py; docs/operations.md). A running scan touches its row every
 # SCAN_HEARTBEAT_S; the reaper errors one silent for SCAN_STALE_AFTER_S (its worker died) and
@@ -216,6 +229,26 @@ SCAN_HEARTBEAT_S = 15
 SCAN_STALE_AFTER_S = 60  # with the reaper every minute: a dead worker is noticed within 2 min
 SCAN_ORIGIN_BUSY_RETRY_S = 30
 SCAN_STORE_RETRY_S = 300
+# Scans are I/O-bound (about 0.5 CPU-s per 30-60 s scan), so a worker runs many at once: the
+# thread pool, one scan (with its own event loop) per thread, at most this many per worker
+# process. Each scan's own loop-lag monitor still judges client-bound levels (DECISIONS.md).
+SCAN_CONCURRENCY_PER_WORKER = config.integer("SCAN_CONCURRENCY_PER_WORKER", 32)  # noqa: F821
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = SCAN_CONCURRENCY_PER_WORKER
+# Scan locations: each is a Celery queue scans.<location> served by
+# `celery -A tokvera_site worker -Q scans.<location>` on any machine (docs/operations.md).
+# An endpoint scanned from no chosen location is scanned from SCAN_DEFAULT_LOCATION.
+SCAN_DEFAULT_LOCATION = config.env.str("SCAN_DEFAULT_LOCATION", default="site")
+SCAN_LOCATIONS = config.string_list("SCAN_LOCATIONS", [SCAN_DEFAULT_LOCATION])  # noqa: F821
+if SCAN_DEFAULT_LOCATION not in SCAN_LOCATIONS:
+    SCAN_LOCATIONS = [SCAN_DEFAULT_LOCATION, *SCAN_LOCATIONS]
+# A worker started without -Q serves the site's tasks and the site's own location; one started
+# with -Q scans.<location> serves only that location.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name)
+    for name in ("celery", f"scans.{SCAN_DEFAULT_LOCATION}")
+]
 
 LOGGING = {
     "version": 1,

@@ -89,7 +89,7 @@ def test_a_scan_delivered_twice_runs_once(world):
         worker = _start_worker(concurrency=2)
         try:
             for _ in range(2):  # the same message twice, as a redelivery would
-                app.send_task("scans.tasks.run_scan", args=[scan.pk])
+                scanning.send(scan.pk)
             assert _wait_for(lambda: _status(scan.pk) in {"succeeded", "errored"})
             time.sleep(2)  # give the duplicate time to do (nothing) too
         finally:
@@ -111,7 +111,7 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
         [scan_id] = scanning.enqueue_due()
         worker = _start_worker()
         try:
-            app.send_task("scans.tasks.run_scan", args=[scan_id])
+            scanning.send(scan_id)
             assert _wait_for(lambda: _status(scan_id) == "running")
         finally:
             _stop(worker, signal.SIGKILL)  # the whole worker, children included, dies
@@ -132,7 +132,7 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
         [next_id] = scanning.enqueue_due()
         worker = _start_worker()
         try:
-            app.send_task("scans.tasks.run_scan", args=[next_id])
+            scanning.send(next_id)
             assert _wait_for(lambda: _status(next_id) in {"succeeded", "errored"})
         finally:
             _stop(worker)
