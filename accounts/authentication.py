@@ -7,6 +7,9 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from accounts import credentials
+from accounts.models import ApiToken
+
 
 class TeamTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401."""
@@ -14,9 +17,6 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
-        from accounts import credentials
-        from accounts.models import ApiToken
-
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None

@@ -1,3 +1,4 @@
+from accounts.models import Team
 from accounts.tenancy import Access
 
 
@@ -5,7 +6,5 @@ def current_team(request):
     """The teams the logged-in user can switch between (for the navigation bar)."""
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    from accounts.models import Team
-
     teams = list(Team.objects.visible_to(Access.for_request(request)))
     return {"my_teams": teams}

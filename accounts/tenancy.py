@@ -60,11 +60,9 @@ class Access:
             role = "member" if token.scope == "read-write" else "viewer"
             access = cls(roles={token.team_id: role}, token=token)
         elif request.user.is_authenticated:
-            from accounts.models import Membership
-
-            rows = Membership.dangerously_unscoped.filter(user=request.user).values_list(
-                "team_id", "role"
-            )
+            # The user's own memberships, through the reverse relation: no import of
+            # accounts.models, which imports this module for TeamOwned.
+            rows = request.user.memberships.values_list("team_id", "role")
             access = cls(roles=dict(rows))
         else:
             access = cls()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from scans.grader.cli import UsageError
 from scans.grader.sse import SSEDecoder
 from scans.grader.stream import StreamParser, classify_end
 
@@ -428,8 +429,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
-    from tokvera_site.cli import UsageError
-
     token = os.environ.get(args.token_env, "").strip()
     if not token:
         raise UsageError(f"environment variable {args.token_env} holds no host token")

@@ -3,16 +3,21 @@
 Each is a state on the endpoint (below_floor, erroring) flipped by a conditional UPDATE, so a
 message goes out once per change of state, with a recovery message when it flips back.
 Messages go by email to the team's owners and admins and, optionally, to a webhook signed
-with HMAC-SHA256 and sent through the site's outbound guard.
+with HMAC-SHA256 and sent through the site's outbound guard. The two delivery tasks live here,
+beside what they deliver, under their scans.tasks.* names (so alerts and tasks import each
+other no more: scans.tasks re-exports them for the worker).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import logging
 
+import httpx
+from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
@@ -21,7 +26,9 @@ from accounts import encryption
 from accounts.models import Membership, Role
 from accounts.validators import one_line
 from scans.grader.scoring import is_below_floor
+from scans.grader.transport import ScanTransport
 from scans.models import Endpoint, Scan, ScanStatus
+from scans.outbound import check_url, guard
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +78,6 @@ def after_scan(scan: Scan) -> None:
             else:
                 events.append(("floor_recovered", f"grade {scan.grade} meets the floor "
                                                   f"{endpoint.slo_grade_floor} again"))
-    from scans.tasks import send_alert
-
     for kind, detail in events:
         # A task, so a mail server hiccup is retried instead of losing the one message
         # this change of state gets.
@@ -116,20 +121,11 @@ def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
                 recipient_list=recipients,
             )
     if endpoint.webhook_url:
-        from scans.tasks import send_webhook
-
         send_webhook.delay(endpoint_id, message)
 
 
 def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
     """POST the signed message through the outbound guard; returns the HTTP status."""
-    import asyncio
-
-    import httpx
-
-    from scans.grader.transport import ScanTransport
-    from scans.outbound import check_url, guard
-
     check_url(endpoint.webhook_url)  # a clear refusal up front; the guard checks each connect
 
     body = json.dumps(message, separators=(",", ":"), sort_keys=True).encode()
@@ -145,3 +141,31 @@ def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
             return response.status_code
 
     return asyncio.run(post())
+
+
+# --- delivery tasks (named as before the move, so queued messages still find them) -----------
+
+
+@shared_task(name="scans.tasks.send_alert", bind=True, max_retries=5, default_retry_delay=60)
+def send_alert(self, endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
+    """Email the team's owners and admins, and queue the webhook, for one alert event."""
+    try:
+        notify(endpoint_id, scan_id, kind, detail)
+    except OSError as exc:  # SMTP and socket errors: try again later
+        raise self.retry(exc=exc) from None
+
+
+@shared_task(name="scans.tasks.send_webhook", bind=True, max_retries=5, default_retry_delay=60)
+def send_webhook(self, endpoint_id: int, message: dict) -> int | None:
+    # Task step: the id came from our own alert code; no team is known here.
+    endpoint = Endpoint.dangerously_unscoped.filter(pk=endpoint_id).first()
+    if endpoint is None or not endpoint.webhook_url:
+        return None
+    try:
+        status = deliver_webhook(endpoint, message)
+    except Exception as exc:
+        log.warning("webhook for endpoint %s failed: %s", endpoint_id, type(exc).__name__)
+        raise self.retry(exc=exc) from None
+    if status >= 500:
+        raise self.retry()
+    return status

@@ -11,6 +11,9 @@ import argparse
 import importlib
 import sys
 
+from scans.grader.cli import UsageError
+from scans.grader.scoring import SCORING_VERSION
+
 SUBCOMMANDS = {
     "scan": ("scans.grader.cli.scan", "Load-test and grade an OpenAI-compatible endpoint"),
     "regrade": ("scans.grader.cli.regrade", "Recompute the grade of a report.json from its values"),
@@ -20,10 +23,7 @@ SUBCOMMANDS = {
 }
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BELOW_FLOOR = 0, 1, 2, 4
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
+__all__ = ["EXIT_BELOW_FLOOR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
 
 DESCRIPTION = ("Tokvera: load-test and grade OpenAI-compatible inference endpoints "
@@ -36,8 +36,6 @@ EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad u
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
-
-    from scans.grader.scoring import SCORING_VERSION
 
     try:
         tool = version("tokvera-site")
@@ -81,7 +79,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Re-import so that `python -m tokvera_site.cli` and subcommands share one UsageError class.
-    from tokvera_site.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

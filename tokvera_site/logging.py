@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import logging
-import re
 
-# API tokens (tkv_…), host tokens (tkh_…), Authorization values (any scheme), bare bearer
-# credentials, password fields and invitation links (whose path is the invitation's secret).
-_SECRET_PATTERNS = [
-    re.compile(r"\btk[vh]_[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?(?:[a-z]+\s+)?)[^\s'\",}\]]+"),
-    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{6,}"),
-    re.compile(r"(?i)(password['\"]?\s*[:=]\s*['\"]?)[^\s'\",&]+"),
-    re.compile(r"(?i)((?:/|%2F)invites(?:/|%2F))[A-Za-z0-9_\-]{16,}"),
-]
+# One list of credential patterns for logs and for stored scan text (scans/grader/redaction.py).
+from scans.grader.redaction import redact_patterns as redact
 
-
-def redact(text: str) -> str:
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups:
-            text = pattern.sub(lambda m: m.group(1) + "[redacted]", text)
-        else:
-            text = pattern.sub("[redacted]", text)
-    return text
+__all__ = ["ACCESS_LOGGERS", "RedactSecretsFilter", "redact", "redact_access_logs"]
 
 
 class RedactSecretsFilter(logging.Filter):

@@ -4,19 +4,37 @@ An upstream may echo what it was sent (its error body quoting the `Authorization
 and the site keeps error text in report.json (failure examples, request timelines) and on Scan
 rows, where every viewer of the team can read it. Everything stored from a scan goes through
 `redact_report` / `redact_text` first: the endpoint's own secrets are cut out wherever they
-appear, and the patterns of tokvera_site.logging (Authorization values, bearer credentials,
-tokens) are masked as in the logs.
+appear, and the credential patterns below (Authorization values, bearer credentials, tokens)
+are masked; the site's log filter (tokvera_site.logging) masks the same patterns.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-from tokvera_site.logging import redact as redact_patterns
-
 MASK = "[redacted]"
+# API tokens (tkv_…), host tokens (tkh_…), Authorization values (any scheme), bare bearer
+# credentials, password fields and invitation links (whose path is the invitation's secret).
+SECRET_PATTERNS = [
+    re.compile(r"\btk[vh]_[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?(?:[a-z]+\s+)?)[^\s'\",}\]]+"),
+    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{6,}"),
+    re.compile(r"(?i)(password['\"]?\s*[:=]\s*['\"]?)[^\s'\",&]+"),
+    re.compile(r"(?i)((?:/|%2F)invites(?:/|%2F))[A-Za-z0-9_\-]{16,}"),
+]
 # A secret cut short where an error body was truncated still leaks this much at most.
 MIN_TAIL_PREFIX = 6
+
+
+def redact_patterns(text: str) -> str:
+    """`text` with every credential that matches SECRET_PATTERNS masked."""
+    for pattern in SECRET_PATTERNS:
+        if pattern.groups:
+            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+        else:
+            text = pattern.sub(MASK, text)
+    return text
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
@@ -47,18 +65,3 @@ def _walk(value, secrets: list[str]):
     if isinstance(value, list):
         return [_walk(item, secrets) for item in value]
     return value
-
-
-def endpoint_secrets(endpoint) -> list[str]:
-    """The endpoint's stored secrets, decrypted in memory; an unreadable one is skipped."""
-    from accounts import encryption
-
-    secrets = []
-    for field in ("api_key_encrypted", "webhook_secret_encrypted"):
-        try:
-            secret = encryption.decrypt(getattr(endpoint, field))
-        except encryption.UnreadableSecret:
-            continue
-        if secret:
-            secrets.append(secret)
-    return secrets

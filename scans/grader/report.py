@@ -4,9 +4,9 @@
 measurement → check values → scoring → the report dict (docs/report.schema.json). The report
 never contains the API key. ``regrade`` recomputes checks and score from a stored report's
 values under the current scoring code; it never re-measures. ``render_html`` renders the one
-self-contained HTML file (inline CSS and SVG, no network) from scans/grader/templates/report/report.html
-with Django's template engine used standalone -- the only Django this module touches, and only
-inside that function.
+self-contained HTML file (inline CSS and SVG, no network) from
+scans/grader/templates/report/report.html with Jinja2 (autoescaped), so the CLI needs no Django
+and no site settings.
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+import jinja2
 
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
@@ -40,7 +44,7 @@ __all__ = [
     "write_report",
 ]
 
-# Inside the package, so a non-editable install ships it; the site finds it too (APP_DIRS).
+# Inside the package, so a non-editable install ships it (package data in pyproject.toml).
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sample is what "
                       "actually reached the model (for example, exported after any gateway "
@@ -254,8 +258,6 @@ def _ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
 
 def _when(iso: Any) -> str:
     """An ISO timestamp as "2025-05-01 12:03:04 UTC" (the report is read anywhere)."""
-    from datetime import datetime
-
     try:
         moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
     except ValueError:
@@ -264,8 +266,6 @@ def _when(iso: Any) -> str:
 
 
 def _took(report: Mapping[str, Any]) -> str | None:
-    from datetime import datetime
-
     try:
         start, end = (datetime.fromisoformat(str(report.get(k)).replace("Z", "+00:00"))
                       for k in ("started_at", "finished_at"))
@@ -274,20 +274,24 @@ def _took(report: Mapping[str, Any]) -> str | None:
     return fmt.seconds((end - start).total_seconds())
 
 
-def _engine():
-    from django.conf import settings
+def _pluralize(count: Any) -> str:
+    """"s" unless `count` is exactly one (Django's ``pluralize``, which the template used)."""
+    try:
+        return "" if float(count) == 1 else "s"
+    except (TypeError, ValueError):
+        return ""
 
-    if not settings.configured:
-        try:
-            if not os.environ.get("DJANGO_SETTINGS_MODULE"):
-                raise LookupError("no settings module")
-            settings.USE_TZ  # noqa: B018 - loads the project's settings when they are usable
-        except Exception:
-            if not settings.configured:
-                settings.configure(USE_TZ=True, USE_I18N=False)
-    from django.template import Engine
 
-    return Engine(dirs=[str(TEMPLATES_DIR)], autoescape=True, debug=False)
+@cache
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=True,  # every figure and every server message is escaped
+        undefined=jinja2.ChainableUndefined,  # a field missing from an old report renders empty
+        keep_trailing_newline=True,
+    )
+    environment.filters["pluralize"] = _pluralize
+    return environment
 
 
 def _ttft_basis_text(measurements: Mapping[str, Any]) -> str:
@@ -316,8 +320,6 @@ def cli_notes(report: Mapping[str, Any]) -> list[str]:
 
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained HTML file for `report` (inline CSS and SVG; no network)."""
-    from django.template import Context
-
     score = report.get("score", {})
     checks = []
     for check in report.get("checks", []):
@@ -384,5 +386,4 @@ def render_html(report: Mapping[str, Any]) -> str:
         "target": report.get("target", {}),
         "plan": report.get("plan", {}),
     }
-    template = _engine().get_template("report/report.html")
-    return template.render(Context(context))
+    return _environment().get_template("report/report.html").render(context)

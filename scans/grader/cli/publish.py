@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tokvera_site.cli import UsageError
+from scans.grader.cli import UsageError
 
 
 class PublishError(Exception):

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from scans.grader import scoring
+from scans.grader.cli import UsageError
 from scans.grader.report import regrade, write_report
-from tokvera_site.cli import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

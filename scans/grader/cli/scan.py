@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from scans.grader import PlanError, PromptsFileError, ScanPlan, headline, load_prompts_file, run_scan, scoring
 from scans.grader import formatting as fmt
+from scans.grader.cli import UsageError
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.report import cli_notes, report_from_measurement, write_report
-from tokvera_site.cli import UsageError
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
     from rich.progress import TaskID

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from scans.grader import scoring
-from tokvera_site.cli import UsageError
+from scans.grader.cli import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 
+from scans.grader.cli import UsageError
 from scans.grader.target import REASONING_FIELDS, TargetConfig, TargetServer
-from tokvera_site.cli import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
