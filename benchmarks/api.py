@@ -1,30 +1,38 @@
 """The network's HTTP API (JSON).
 
 Host calls (`Authorization: Bearer tkh_…`, benchmarks.authentication):
-    POST /v1/hosts/heartbeat, POST /v1/hosts/lease,
-    POST /v1/jobs/{id}/start, /complete, /fail   (only the host the job is leased to: else 404)
+    POST /v1/hosts/heartbeat   (a plain Django view: the hottest call does no DRF work)
+    POST /v1/hosts/lease   ({"start": true}: the job comes back already running)
+    POST /v1/jobs/{id}/start, /complete, /fail   (only the host the job is leased to: else 404;
+        complete with {"lease_next": true} also answers the host's next job, started, as "next")
 Buyer calls (a team API token or a session, through the foundation's scoping layer):
     POST /v1/jobs   (202 with the job id; 429 over the team's limits)
     GET /v1/jobs/{id}   (own team only: else 404)
 
-Views only parse, call a service (benchmarks.hosts / jobs / routing) and shape the answer.
+Views only parse, call the flow's service (benchmarks/flows.py) and shape the answer.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import credentials
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
-from benchmarks import hosts, jobs, policy, ratelimit, routing
+from benchmarks import flows, hosts, jobs, policy, ratelimit
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.models import Job, JobStatus
+from tokvera_site.parsers import MAX_JSON_DEPTH, TooDeep, unstorable_text
 
 MAX_MESSAGES = 256
 MAX_RESULT_BYTES = 1_000_000
@@ -54,34 +62,15 @@ class StrictFloatField(serializers.FloatField):
 # --- host calls ------------------------------------------------------------------------------
 
 
-class HardwareSerializer(serializers.Serializer):
-    gpu_model = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    vram_mb = StrictIntegerField(min_value=0, max_value=2**31 - 1, required=False)
-    cpu_model = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    ram_mb = StrictIntegerField(min_value=0, max_value=2**31 - 1, required=False)
-
-
-class HeartbeatSerializer(serializers.Serializer):
-    models = serializers.ListField(child=serializers.CharField(max_length=64), max_length=64)
-    hardware = HardwareSerializer(required=False)
-    slots = StrictIntegerField(min_value=1, required=False, default=1)
-
-    def validate_slots(self, value):
-        limit = policy.value("NETWORK_MAX_SLOTS")
-        if value > limit:
-            raise serializers.ValidationError(f"at most {limit} slots")
-        return value
-
-
 class CompleteSerializer(serializers.Serializer):
     ttft_ms = StrictFloatField(min_value=0, allow_null=True)
     completion_tokens = StrictIntegerField(min_value=0)
     elapsed_ms = StrictFloatField(min_value=0)
     result = serializers.JSONField(required=False, allow_null=True)
+    lease_next = serializers.BooleanField(required=False, default=False,
+                                          help_text="Also lease the next job, already started.")
 
     def validate_result(self, value):
-        import json
-
         if len(json.dumps(value)) > MAX_RESULT_BYTES:
             raise serializers.ValidationError(f"at most {MAX_RESULT_BYTES} bytes")
         return value
@@ -116,31 +105,101 @@ class HostView(APIView):
         return self.request.auth
 
 
-class HeartbeatView(HostView):
-    @extend_schema(request=HeartbeatSerializer, responses={200: OpenApiResponse(description="recorded")})
-    def post(self, request):
-        """Record a heartbeat: the catalog ids the host serves, its hardware and free slots."""
-        limited = _rate_limited(self.host, "heartbeat")
-        if limited is not None:
-            return limited
-        body = HeartbeatSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        try:
-            online = hosts.record_heartbeat(
-                self.host, data["models"], data.get("hardware", {}), data["slots"]
-            )
-        except hosts.UnknownModels as exc:
-            return Response({"detail": str(exc), "unknown_models": exc.ids}, status=400)
-        routing.assignment_pass()
-        return Response({
-            "online": online,
-            "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
-            "models": self.host.advertised,
-            "slots": self.host.slots,
-            "trust_level": self.host.trust_level,
-            "suspended": self.host.suspended,
-        })
+def _error(status_code: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=status_code)
+
+
+def _heartbeat_body(raw: bytes) -> dict:
+    """The heartbeat's fields, checked as strictly as the API's serializers check numbers (a
+    JSON number, never a string or a boolean); raises ValueError with a message for the caller."""
+    try:
+        data = json.loads(raw or b"null")
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("the body is not JSON") from None
+    try:
+        if unstorable_text(data) is not None:
+            raise ValueError("JSON text contains NUL or an unpaired surrogate, which cannot be stored")
+    except TooDeep:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted") from None
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    models = data.get("models")
+    if not isinstance(models, list) or len(models) > 64 or not all(
+            isinstance(m, str) and 0 < len(m.strip()) <= 64 for m in models):
+        raise ValueError("models: a list of at most 64 catalog ids")
+    hardware = data.get("hardware", {})
+    if not isinstance(hardware, dict):
+        raise ValueError("hardware: expected an object")
+    checked = {}
+    for name, kind in hosts.HARDWARE_FIELDS.items():
+        if name not in hardware:
+            continue
+        value = hardware[name]
+        if kind is str and not (isinstance(value, str) and len(value.strip()) <= 100):
+            raise ValueError(f"hardware.{name}: at most 100 characters")
+        if kind is int and not _whole(value, 0, 2**31 - 1):
+            raise ValueError(f"hardware.{name}: a whole number from 0 to {2**31 - 1}")
+        checked[name] = value.strip() if kind is str else int(value)
+    slots = data.get("slots", 1)
+    limit = policy.value("NETWORK_MAX_SLOTS")
+    if not _whole(slots, 1, limit):
+        raise ValueError(f"slots: a whole number from 1 to {limit}")
+    return {"models": [m.strip() for m in models], "hardware": checked, "slots": int(slots)}
+
+
+def _whole(value, low: int, high: int) -> bool:
+    """A JSON number that is whole and within [low, high] (never a string or a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or value.is_integer()) and low <= value <= high
+
+
+@csrf_exempt
+@require_POST
+def heartbeat(request):
+    """Record a heartbeat: the catalog ids the host serves, its hardware and free slots.
+
+    The most frequent call of the network: a plain view (no DRF request, negotiation or
+    serializer), one cache increment for the rate limit, and for a steady host one UPDATE.
+    """
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    token = credentials.split_bearer(header, hosts.TOKEN_KIND) if header else None
+    if token is None:
+        answer = _error(401, "Malformed host token." if header else
+                        "Authentication credentials were not provided.")
+        answer["WWW-Authenticate"] = HostTokenAuthentication.keyword
+        return answer
+    # Counted per token prefix before any database work, so a flood costs the others nothing.
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
+    allowed, retry_after = ratelimit.allow("heartbeat", token[: credentials.PREFIX_CHARS], limit, window)
+    if not allowed:
+        answer = _error(429, f"Too many heartbeat calls from this host: at most {limit} per {window} s.",
+                        code="rate_limited")
+        answer["Retry-After"] = str(retry_after)
+        return answer
+    try:
+        body = _heartbeat_body(request.body)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    try:
+        recorded = flows.heartbeat(token, body["models"], body["hardware"], body["slots"])
+    except hosts.UnknownModels as exc:
+        return _error(400, str(exc), unknown_models=exc.ids)
+    if recorded is None:
+        answer = _error(401, "Invalid or revoked host token.")
+        answer["WWW-Authenticate"] = HostTokenAuthentication.keyword
+        return answer
+    return JsonResponse({
+        "online": recorded.online,
+        "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
+        "models": recorded.models,
+        "slots": recorded.slots,
+        "trust_level": recorded.trust_level,
+        "suspended": recorded.suspended,
+    })
 
 
 def _job_for_host(job: Job) -> dict:
@@ -154,15 +213,24 @@ def _job_for_host(job: Job) -> dict:
     }
 
 
+class LeaseSerializer(serializers.Serializer):
+    start = serializers.BooleanField(required=False, default=False,
+                                     help_text="Start the job too: it comes back running.")
+
+
 class LeaseView(HostView):
-    @extend_schema(request=None, responses={200: OpenApiResponse(description="a job"),
-                                            204: OpenApiResponse(description="no job for you")})
+    @extend_schema(request=LeaseSerializer, responses={200: OpenApiResponse(description="a job"),
+                                                       204: OpenApiResponse(description="no job for you")})
     def post(self, request):
         """The next job assigned to this host (after an assignment pass), or 204."""
         limited = _rate_limited(self.host, "lease")
         if limited is not None:
             return limited
-        job = jobs.lease(self.host)
+        # A bare POST (what older agents send, whatever its content type) asks for nothing more.
+        sent = request.data if request.content_type.startswith("application/json") else {}
+        body = LeaseSerializer(data=sent if isinstance(sent, dict) else {})
+        body.is_valid(raise_exception=True)
+        job = flows.lease(self.host, start=body.validated_data["start"])
         if job is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(_job_for_host(job))
@@ -191,7 +259,7 @@ class JobStartView(HostView):
     @extend_schema(request=None, responses={200: OpenApiResponse(description="running")})
     def post(self, request, job_id):
         try:
-            job = jobs.start(self.host, job_id)
+            job = flows.start(self.host, job_id)
         except jobs.JobError as exc:
             return _job_error(exc)
         return Response(_job_state(job))
@@ -208,10 +276,14 @@ class JobCompleteView(HostView):
             elapsed_ms=data["elapsed_ms"],
         )
         try:
-            job = jobs.complete(self.host, job_id, figures, data.get("result"))
+            job, following = flows.complete(self.host, job_id, figures, data.get("result"),
+                                            lease_next=data["lease_next"])
         except jobs.JobError as exc:
             return _job_error(exc)
-        return Response(_job_state(job))
+        answer = _job_state(job)
+        if data["lease_next"]:
+            answer["next"] = None if following is None else _job_for_host(following)
+        return Response(answer)
 
 
 class JobFailView(HostView):
@@ -220,7 +292,7 @@ class JobFailView(HostView):
         body = FailSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job = jobs.fail(self.host, job_id, body.validated_data["reason"])
+            job = flows.fail(self.host, job_id, body.validated_data["reason"])
         except jobs.JobError as exc:
             return _job_error(exc)
         return Response(_job_state(job))
@@ -308,7 +380,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            job = jobs.submit(team, data["model"], [dict(m) for m in data["messages"]],
+            job = flows.submit(team, data["model"], [dict(m) for m in data["messages"]],
                               data["max_tokens"])
         except jobs.UnknownCatalogModel as exc:
             raise exceptions.ValidationError({"model": str(exc)}) from exc

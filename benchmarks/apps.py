@@ -5,26 +5,21 @@ from django.db.models.signals import post_delete, post_save, pre_delete
 class BenchmarksConfig(AppConfig):
     name = "benchmarks"
     verbose_name = "Network and public benchmarks"
+    # Collected by scans.schedules.all_periodic_tasks (name shown in the admin, task, every N s).
+    periodic_tasks = (
+        # Lease expiry, queue deadline and an assignment pass, even when no host calls in.
+        ("Network: expire leases and assign jobs", "benchmarks.tasks.network_tick", 5),
+        # Folds whatever a lost fold task left behind (each completion queues its own fold).
+        ("Network: fold EWMAs left behind", "benchmarks.tasks.sweep_unfolded", 30),
+    )
 
     def ready(self):
         from benchmarks.hosts import forget_advertised, forget_catalog_ids
         from benchmarks.models import CatalogModel
-        from scans.schedules import PERIODIC_TASKS
 
-        for entry in NETWORK_PERIODIC_TASKS:
-            if entry not in PERIODIC_TASKS:
-                PERIODIC_TASKS.append(entry)
         post_save.connect(forget_catalog_ids, sender=CatalogModel,
                           dispatch_uid="benchmarks-catalog-saved")
         post_delete.connect(forget_catalog_ids, sender=CatalogModel,
                             dispatch_uid="benchmarks-catalog-deleted")
         pre_delete.connect(forget_advertised, sender=CatalogModel,
                            dispatch_uid="benchmarks-catalog-deleting")
-
-
-NETWORK_PERIODIC_TASKS = [
-    # Lease expiry, queue deadline and an assignment pass, even when no host calls in.
-    ("Network: expire leases and assign jobs", "benchmarks.tasks.network_tick", 5),
-    # Folds whatever a lost fold task left behind (each completion queues its own fold).
-    ("Network: fold EWMAs left behind", "benchmarks.tasks.sweep_unfolded", 30),
-]

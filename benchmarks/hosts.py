@@ -6,16 +6,18 @@ Every change an admin or an operator command makes goes through here and is audi
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts import credentials
 from accounts.validators import validate_one_line
-from benchmarks import audit
+from benchmarks import audit, jobs
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
 
@@ -94,8 +96,6 @@ def rotate_token(host: Host, actor=None) -> str:
 
 def revoke_token(host: Host, actor=None) -> None:
     """The token stops working at once; the host's leased and running jobs go back to the queue."""
-    from benchmarks import jobs
-
     with transaction.atomic():
         now = timezone.now()
         Host.dangerously_unscoped.filter(pk=host.pk).update(
@@ -118,8 +118,6 @@ def set_trust(host: Host, level: str, actor=None) -> None:
 
 def set_suspended(host: Host, suspended: bool, actor=None) -> None:
     """A suspended host is not online and gets no jobs; its unstarted jobs are requeued."""
-    from benchmarks import jobs
-
     with transaction.atomic():
         old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).suspended
         if old != suspended:
@@ -185,6 +183,55 @@ def forget_advertised(sender, instance, **_kwargs) -> None:
 
 
 # --- heartbeats ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What the heartbeat call answers."""
+
+    online: bool
+    models: list[str]
+    slots: int
+    trust_level: str
+    suspended: bool
+
+
+def heartbeat(token: str, models: list[str], hardware: dict, slots: int,
+              now: datetime | None = None) -> Heartbeat | None:
+    """Authenticate the token and record the heartbeat; None when the token is not a current
+    host token. Records only: assignment happens in the assignment pass (benchmarks/routing.py).
+
+    A steady host (same model list as last time) costs one statement: an UPDATE that finds the
+    row by its token prefix and digest, like `authenticate()`, and returns what the answer
+    needs. A changed list (or a token that does not match) takes the full path below. The
+    digest is compared in SQL: it is an HMAC of the token, so its bytes are not the caller's
+    to choose, and the prefix alone already picks the row.
+    """
+    now = now or timezone.now()
+    wanted = sorted(set(models))
+    hw = {name: hardware[name] for name in HARDWARE_FIELDS if name in hardware}
+    sets = ", ".join(["last_heartbeat_at = %s", "slots = %s", *(f"{name} = %s" for name in hw)])
+    with connection.cursor() as cursor:
+        # No team is known before the token is checked: the row is found by the token itself.
+        cursor.execute(
+            f"UPDATE {Host._meta.db_table} SET {sets} "  # noqa: S608 - column names are ours
+            "WHERE token_prefix = %s AND token_hmac = %s AND revoked_at IS NULL "
+            "AND advertised = %s::jsonb RETURNING suspended, trust_level",
+            [now, slots, *hw.values(), token[: credentials.PREFIX_CHARS],
+             credentials.digest(token), json.dumps(wanted)],
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        suspended, trust_level = row
+        return Heartbeat(online=not suspended, models=wanted, slots=slots,
+                         trust_level=trust_level, suspended=suspended)
+    host = authenticate(token)
+    if host is None:
+        return None
+    online = record_heartbeat(host, models, hardware, slots, now)
+    return Heartbeat(online=online, models=host.advertised, slots=host.slots,
+                     trust_level=host.trust_level, suspended=host.suspended)
+
 
 
 def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,

@@ -12,6 +12,10 @@ The life of a job (docs/routing.md):
 Every transition is a conditional UPDATE or happens under a row lock, so two callers can never
 both win. Locks are always taken host row first, then job row (never the other way round).
 Completion records the job first; the host's EWMAs are folded later (benchmarks/ewma.py).
+
+This module knows jobs and hosts' rows only: it never runs an assignment pass (benchmarks/routing.py
+imports it, not the other way round) and never queues a task (benchmarks/flows.py strings the
+steps of each HTTP call together).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Team
-from benchmarks import policy
+from benchmarks import ewma, policy
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
 
@@ -85,9 +89,7 @@ class Figures:
 
 
 def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime | None = None) -> Job:
-    """Queue a job and run an assignment pass, so an idle best host gets it at once."""
-    from benchmarks import routing
-
+    """Queue a job (the caller then runs an assignment pass: benchmarks/flows.py)."""
     catalog = CatalogModel.objects.filter(pk=model_id, active=True).first()
     if catalog is None:
         raise UnknownCatalogModel(f"unknown or inactive catalog id: {model_id}")
@@ -109,41 +111,45 @@ def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime |
             request_json={"messages": messages, "max_tokens": max_tokens},
             created_at=now, queued_at=now,
         )
-    routing.assignment_pass(now)
     return job
 
 
 # --- hosts -----------------------------------------------------------------------------------
 
 
-def lease(host: Host, now: datetime | None = None) -> Job | None:
-    """Run a pass, then hand the host the oldest job assigned to it that it has not received.
+def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job | None:
+    """Hand the host the oldest job assigned to it that it has not received, or None.
 
-    SKIP LOCKED lets concurrent lease calls of one host (several slots) take different jobs
-    instead of waiting on each other; the conditional UPDATE makes sure only one of them wins.
+    With `start`, the job is started in the same statement (leased -> running), which saves
+    the host a `start` call. SKIP LOCKED lets concurrent lease calls of one host (several
+    slots) take different jobs instead of waiting on each other; the conditional UPDATE makes
+    sure only one of them wins. The assignment pass that fills the host's queue runs before
+    this, in benchmarks/flows.py.
     """
-    from benchmarks import routing
-
     now = now or timezone.now()
     if host.suspended:
         return None
-    routing.assignment_pass(now, wait=True)
+    # The host is authenticated by its token, before any team is known: its own jobs by host_id.
+    mine = Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,
+                                           delivered_at__isnull=True)
     with transaction.atomic():
         job = (
-            Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,
-                                            delivered_at__isnull=True)
-            .order_by("leased_at", "created_at", "id")
+            mine.order_by("leased_at", "created_at", "id")
             .select_for_update(skip_locked=True)
             .first()
         )
         if job is None:
             return None
-        won = Job.dangerously_unscoped.filter(
-            pk=job.pk, host_id=host.pk, status=JobStatus.LEASED, delivered_at__isnull=True
-        ).update(delivered_at=now)
-        if not won:
+        if job.lease_expires_at is not None and job.lease_expires_at < now:
+            return None  # its lease ran out: the expiry sweep hands it to another host
+        fields: dict = {"delivered_at": now}
+        if start:
+            fields.update(status=JobStatus.RUNNING, started_at=now,
+                          lease_expires_at=now + timedelta(seconds=policy.value("NETWORK_RUN_TIMEOUT_S")))
+        if not mine.filter(pk=job.pk).update(**fields):
             return None
-        job.delivered_at = now
+        for name, value in fields.items():
+            setattr(job, name, value)
         return job
 
 
@@ -221,7 +227,6 @@ def complete(host: Host, job_id, figures: Figures, result, now: datetime | None 
             "status", "started_at", "completed_at", "settled_at", "lease_expires_at", "ttft_ms",
             "completion_tokens", "elapsed_ms", "result_json",
         ])
-        _fold_after_commit(host.pk)
         return job
 
 
@@ -239,25 +244,7 @@ def fail(host: Host, job_id, reason: str, now: datetime | None = None) -> Job:
         job.lease_expires_at = None
         job.failure_reason = (HOST_REASON_PREFIX + reason.strip())[:200]
         job.save(update_fields=["status", "settled_at", "lease_expires_at", "failure_reason"])
-        _fold_after_commit(host.pk)
         return job
-
-
-def fold_pending_key(host_id: int) -> str:
-    return f"benchmarks:fold-pending:{host_id}"
-
-
-def _fold_after_commit(host_id: int) -> None:
-    """Queue a fold of this host, unless one is queued and has not started yet: that one will
-    read this job too (the task clears the mark before it reads). Robust: if the broker is
-    down, the job stays recorded and the periodic sweep folds it."""
-    from benchmarks import tasks
-
-    def enqueue() -> None:
-        if cache.add(fold_pending_key(host_id), 1, timeout=60):
-            tasks.fold_host_ewmas.delay(host_id)
-
-    transaction.on_commit(enqueue, robust=True)
 
 
 # --- clocks: lease expiry, queue deadline ----------------------------------------------------
@@ -266,8 +253,6 @@ def _fold_after_commit(host_id: int) -> None:
 def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
     """Jobs whose lease or run deadline passed go back to the queue for a different host
     (or fail once they have used every attempt). Each expiry lowers the host's reputation."""
-    from benchmarks import ewma
-
     now = now or timezone.now()
     overdue = list(
         Job.dangerously_unscoped.filter(status__in=ACTIVE, lease_expires_at__lt=now)

@@ -2,21 +2,47 @@
 
 They are acknowledged on receipt (the project default): a task lost with a dying worker is
 covered by the periodic sweep and tick, which redo whatever it left undone.
+
+Imports go one way: tasks use jobs, routing and ewma; none of those imports this module
+(benchmarks/flows.py queues the fold after a completion).
 """
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.core.cache import cache
+from django.db import transaction
+
+from benchmarks import ewma, jobs, routing
+from benchmarks.cache_outage import CACHE_ERRORS, warn
+
+
+def fold_pending_key(host_id: int) -> str:
+    return f"benchmarks:fold-pending:{host_id}"
+
+
+def queue_fold(host_id: int) -> None:
+    """After the current transaction commits, queue a fold of this host, unless one is queued
+    and has not started yet: that one will read this job too (the task clears the mark before
+    it reads). Robust: if the broker or the cache is down, the job stays recorded and the
+    periodic sweep folds it."""
+
+    def enqueue() -> None:
+        try:
+            first = cache.add(fold_pending_key(host_id), 1, timeout=60)
+        except CACHE_ERRORS as exc:
+            warn("fold queued without the pending mark", exc)
+            first = True
+        if first:
+            fold_host_ewmas.delay(host_id)
+
+    transaction.on_commit(enqueue, robust=True)
 
 
 @shared_task(autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def fold_host_ewmas(host_id: int) -> int:
     """Fold a host's settled, unfolded jobs into its EWMAs (queued by completions)."""
-    from django.core.cache import cache
-
-    from benchmarks import ewma, jobs
-
-    cache.delete(jobs.fold_pending_key(host_id))  # before reading: later completions queue anew
+    cache.delete(fold_pending_key(host_id))  # before reading: later completions queue anew
     total = 0
     while folded := ewma.fold_host(host_id):
         total += folded
@@ -26,15 +52,11 @@ def fold_host_ewmas(host_id: int) -> int:
 @shared_task
 def sweep_unfolded() -> int:
     """Periodic: fold whatever a lost task or a dead worker left behind."""
-    from benchmarks import ewma
-
     return ewma.sweep()
 
 
 @shared_task
 def network_tick() -> int:
     """Periodic: expire leases, fail jobs past the queue deadline, run an assignment pass."""
-    from benchmarks import jobs, routing
-
     jobs.housekeeping()
     return routing.assignment_pass()

@@ -30,7 +30,8 @@ def _in_thread(fn):
     return wrapped
 
 
-def test_many_concurrent_lease_calls_never_hand_one_job_to_two_hosts():
+@pytest.mark.parametrize("started", [False, True], ids=["lease", "lease-and-start"])
+def test_many_concurrent_lease_calls_never_hand_one_job_to_two_hosts(started):
     make_catalog()
     net = build_net()
     tokens = [net.host(f"h{i:02d}", slots=3)[1] for i in range(20)]
@@ -48,7 +49,8 @@ def test_many_concurrent_lease_calls_never_hand_one_job_to_two_hosts():
         got = []
         deadline = time.monotonic() + 30
         while len(seen) < 45 and time.monotonic() < deadline:
-            response = client.post("/v1/hosts/lease", format="json", **bearer(token))
+            response = client.post("/v1/hosts/lease", {"start": started}, format="json",
+                                   **bearer(token))
             if response.status_code == 204:
                 time.sleep(0.01)
                 continue
@@ -66,8 +68,10 @@ def test_many_concurrent_lease_calls_never_hand_one_job_to_two_hosts():
     for token, got in results:
         host = Host.dangerously_unscoped.get(token_prefix=token[:12])
         assert all(Job.dangerously_unscoped.get(pk=j).host_id == host.pk for j in got)
-    leased = Job.dangerously_unscoped.filter(status=JobStatus.LEASED)
-    per_host = Counter(leased.values_list("host", flat=True))
+    held = Job.dangerously_unscoped.filter(
+        status=JobStatus.RUNNING if started else JobStatus.LEASED)
+    assert held.count() == 45
+    per_host = Counter(held.values_list("host", flat=True))
     assert max(per_host.values()) <= 3
 
 

@@ -140,3 +140,16 @@ def test_hosts_come_back_for_a_model_deleted_and_created_again(net):
                                 context_len=2048)
     net.heartbeat(token, ["tiny-q4"])  # the same list as before the deletion
     assert Host.dangerously_unscoped.online_for("tiny-q4").filter(pk=host.pk).exists()
+
+
+def test_a_steady_heartbeat_updates_slots_and_hardware_and_keeps_the_models(net):
+    host, token = net.host("h1", slots=1)
+    with time_machine.travel(T0, tick=False):
+        response = net.heartbeat(token, ["tiny-q4"], slots=4, hardware={"gpu_model": "RTX 5090"})
+    assert response.status_code == 200
+    assert response.json() == {"online": True, "heartbeat_interval_s": 15, "models": ["tiny-q4"],
+                               "slots": 4, "trust_level": "software", "suspended": False}
+    host.refresh_from_db()
+    assert (host.last_heartbeat_at, host.slots, host.gpu_model) == (T0, 4, "RTX 5090")
+    assert list(host.catalog_models.values_list("id", flat=True)) == ["tiny-q4"]
+

@@ -177,3 +177,43 @@ def test_start_after_the_lease_expired_is_refused(net):
 def test_host_urls_refuse_other_methods(net):
     _, token = net.host("h1")
     assert net.client.get("/v1/hosts/lease", **bearer(token)).status_code == 405
+
+
+def test_a_lease_asking_to_start_hands_back_a_running_job_and_a_later_start_changes_nothing(net):
+    _, token = net.host("h1")
+    job_id = net.submit_id()
+    leased = net.client.post("/v1/hosts/lease", {"start": True}, format="json", **bearer(token))
+    assert leased.status_code == 200 and leased.json()["id"] == job_id
+    job = net.job(job_id)
+    assert job.status == JobStatus.RUNNING and job.started_at is not None
+    assert net.start(token, job_id).json()["status"] == "running"  # an older agent's start
+    assert net.job(job_id).started_at == job.started_at
+    assert net.complete(token, job_id).json()["status"] == "completed"
+
+
+def test_complete_with_lease_next_answers_the_next_job_already_running(
+        net, django_capture_on_commit_callbacks):
+    host, token = net.host("h1")
+    first, second = net.submit_id(), net.submit_id()
+    assert net.lease(token).json()["id"] == first
+    net.start(token, first)
+    body = {"ttft_ms": 100.0, "completion_tokens": 10, "elapsed_ms": 500.0, "lease_next": True}
+    with django_capture_on_commit_callbacks(execute=True):
+        done = net.client.post(f"/v1/jobs/{first}/complete", body, format="json", **bearer(token))
+    assert done.status_code == 200
+    assert done.json()["status"] == "completed"
+    assert done.json()["next"]["id"] == second
+    assert net.job(second).status == JobStatus.RUNNING and net.job(second).host == host
+    with django_capture_on_commit_callbacks(execute=True):
+        last = net.client.post(f"/v1/jobs/{second}/complete", body, format="json", **bearer(token))
+    assert last.json()["next"] is None  # nothing waits: the host goes back to polling
+    assert net.job(first).folded_at is not None and net.job(second).folded_at is not None
+    host.refresh_from_db()
+    assert host.ttft_ewma_ms == 100.0 and host.tps_ewma == 20.0
+
+
+def test_a_complete_without_lease_next_answers_as_before(net):
+    _, token = net.host("h1")
+    job_id = net.submit_id()
+    net.lease(token)
+    assert "next" not in net.complete(token, job_id).json()

@@ -135,6 +135,7 @@ def test_ineligible_hosts_get_nothing(net):
         job_id = net.submit_id()
         assert net.job(job_id).status == JobStatus.QUEUED
         eligible, _ = net.host("plain")
+        routing.assignment_pass()
         assert net.job(job_id).host == eligible
 
 
@@ -144,14 +145,17 @@ def test_a_job_nobody_serves_does_not_hold_up_later_jobs(net):
         stuck = net.submit_id(model="rare-q4")
         served = net.submit_id()
     net.host("h1")
+    routing.assignment_pass()
     assert net.job(stuck).status == JobStatus.QUEUED
     assert net.job(served).status == JobStatus.LEASED
 
 
-def test_a_heartbeat_runs_a_pass_that_assigns_waiting_jobs(net):
+def test_a_heartbeat_only_records_and_the_hosts_next_lease_gets_the_waiting_job(net):
     job_id = net.submit_id()
     assert net.job(job_id).status == JobStatus.QUEUED
-    host, _ = net.host("late")
+    host, token = net.host("late")
+    assert net.job(job_id).status == JobStatus.QUEUED  # no assignment pass inside a heartbeat
+    assert net.lease(token).json()["id"] == job_id
     assert net.job(job_id).host == host
 
 
