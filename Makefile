@@ -32,6 +32,7 @@ serve:
 # for it (and removed afterwards), so it runs exactly what CI runs.
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m tokvera_site.devservices run --throwaway -- $(BIN)/pytest
 
 lint: install
