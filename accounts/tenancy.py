@@ -15,6 +15,7 @@ needed role get 403.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -70,16 +71,22 @@ class Access:
         return access
 
 
-class TeamScopedQuerySet(models.QuerySet):
-    def visible_to(self, access: Access) -> TeamScopedQuerySet:
+_Owned = TypeVar("_Owned", bound="TeamOwned")
+
+
+class TeamScopedQuerySet(models.QuerySet[_Owned]):
+    def visible_to(self, access: Access) -> TeamScopedQuerySet[_Owned]:
         lookup = f"{self.model.team_lookup}__in"
         return self.filter(**{lookup: access.team_ids})
 
-    def for_team(self, team) -> TeamScopedQuerySet:
+    def for_team(self, team) -> TeamScopedQuerySet[_Owned]:
         return self.filter(**{self.model.team_lookup: team})
 
 
-class TeamScopedManager(models.Manager.from_queryset(TeamScopedQuerySet)):
+_TeamScopedManagerBase = models.Manager.from_queryset(TeamScopedQuerySet)
+
+
+class TeamScopedManager(_TeamScopedManagerBase):
     """Fail-closed: `.all()`, `.get()`, `.filter()` straight off the manager raise."""
 
     def get_queryset(self):
