@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -43,6 +44,7 @@ STATUS_COLOURS = {"pass": "#1a9c5b", "warn": "#d9a400", "fail": "#d23b3b",
 INK, MUTED, LINE, BREAK = "#1d2230", "#5c6478", "#dde1ea", "#3451d1"
 COLOURS = {"ink": INK, "muted": MUTED, "line": LINE, "break": BREAK, "none": NO_GRADE_COLOUR}
 STATUS_WORDS = {scoring.INSUFFICIENT_EVIDENCE: "insufficient evidence", "preview": "preview"}
+OPS = {"<=": "≤", ">=": "≥", "==": "="}
 
 
 def check_label(check_id: str) -> str:
@@ -287,13 +289,14 @@ def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
         return _gap(point, cx, title, data, "no-letter")
     grade = point.grade if point.has_letter else "no letter"
     title = f"{_what(point)}: {grade}, {_num(point.points)} points, scoring {point.scoring_version}"
-    mark = {"cls": "mark" + (" capped" if point.capped else ""), "data": _data(data),
+    mark: dict[str, Any] = {"cls": "mark" + (" capped" if point.capped else ""), "data": _data(data),
             "cx": _num(cx), "cy": _num(frame.y(point.points)),
             "fill": BAND_COLOURS.get(point.grade, NO_GRADE_COLOUR),
             "href": _scan_href(point.scan_id)}
-    if point.scans > 1 and point.points_min is not None and point.points_max != point.points_min:
-        title += f" (min {_num(point.points_min)}, max {_num(point.points_max)})"
-        mark["range"] = (_num(frame.y(point.points_min)), _num(frame.y(point.points_max)))
+    low, high = point.points_min, point.points_max  # both set or both None (one row's min/max)
+    if point.scans > 1 and low is not None and high is not None and high != low:
+        title += f" (min {_num(low)}, max {_num(high)})"
+        mark["range"] = (_num(frame.y(low)), _num(frame.y(high)))
     if point.capped:
         caps = ", ".join(point.caps) if point.caps else f"{point.capped} capped"
         title += (f"; capped from {point.uncapped_grade} ({caps})" if point.uncapped_grade
@@ -347,13 +350,13 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
             bounds.append({"name": name, "value": _num(float(bound)),
                            "version": scoring.SCORING_VERSION, "colour": STATUS_COLOURS[name],
                            "x1": _num(x1), "x2": _num(x2), "y": _num(frame.y(float(bound))),
-                           "title": f"{name} {check.op} {_format_value(float(bound), check)} "
+                           "title": f"{name} {OPS[check.op]} {_format_value(float(bound), check)} "
                                     f"(scoring {scoring.SCORING_VERSION})"})
     legend = []
     if not boolean:
         legend = [{"key": name, "colour": STATUS_COLOURS[name], "dash": "5 3",
                    "stroke_width": 1.5,
-                   "label": f"{name} {check.op} {_format_value(float(bound), check)}"}
+                   "label": f"{name} {OPS[check.op]} {_format_value(float(bound), check)}"}
                   for name, bound in (("pass", check.pass_value), ("warn", check.warn_value))]
     legend.append({"key": "unmeasured", "colour": NO_GRADE_COLOUR, "dash": "2 3",
                    "stroke_width": 1.5, "label": "not measured"})
@@ -389,14 +392,15 @@ def _check_mark(point: CheckPoint, check: scoring.Check, frame: _Frame,
         return _gap(point, cx, title, {**data, "reason": why or status}, "unmeasured")
     title = (f"{_what(point)}: {_format_value(point.value, check)} ({point.status}), "
              f"scoring {point.scoring_version}")
-    mark = {"cls": f"mark status-{point.status}", "data": _data(data), "cx": _num(cx),
+    mark: dict[str, Any] = {"cls": f"mark status-{point.status}", "data": _data(data), "cx": _num(cx),
             "cy": _num(frame.y(point.value)),
             "fill": STATUS_COLOURS.get(point.status, NO_GRADE_COLOUR),
             "href": _scan_href(point.scan_id)}
     if point.scans > 1:
         title += f"; {point.passed} pass, {point.warned} warn, {point.failed} fail"
-        if point.value_min is not None and point.value_max != point.value_min:
-            mark["range"] = (_num(frame.y(point.value_min)), _num(frame.y(point.value_max)))
+        low, high = point.value_min, point.value_max  # both set or both None
+        if low is not None and high is not None and high != low:
+            mark["range"] = (_num(frame.y(low)), _num(frame.y(high)))
     mark["title"] = title
     return mark
 

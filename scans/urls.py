@@ -22,6 +22,7 @@ urlpatterns = [
     path("scans/<uuid:public_id>/", views_endpoints.scan_detail, name="scan-detail"),
     path("scans/<uuid:public_id>/report.html", views_endpoints.scan_report_html,
          name="scan-report-html"),
+    path("scans/<uuid:public_id>/status.json", views_endpoints.scan_status, name="scan-status"),
     path("scans/<uuid:public_id>/compare", views_endpoints.scan_compare, name="scan-compare"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.svg$", views_endpoints.badge_svg,
             name="badge-svg"),

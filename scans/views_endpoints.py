@@ -278,6 +278,8 @@ def _previous(scan: Scan) -> Scan | None:
 
 @login_required
 def scan_detail(request, public_id):
+    """The scan under its endpoint's name: status, grade, and the report (framed, sized to its
+    content). While queued or running, the page polls scan-status for live progress."""
     scan = _scan(request, public_id)
     endpoint = scan.endpoint
     report_html = None
@@ -288,7 +290,53 @@ def scan_detail(request, public_id):
     return render(request, "scans/scan_detail.html", {
         "team": endpoint.team, "endpoint": endpoint, "scan": scan,
         "report_html": report_html, "previous": _previous(scan) if scan.report else None,
+        "progress": _progress(scan),
     })
+
+
+def _progress(scan: Scan, now=None) -> dict:
+    """Where an unfinished scan stands, in words and seconds (scan page and scan-status)."""
+    now = now or timezone.now()
+    finished = scan.status in (ScanStatus.SUCCEEDED, ScanStatus.ERRORED)
+    if scan.status == ScanStatus.RUNNING and scan.started_at:
+        seconds = int((now - scan.started_at).total_seconds())
+        text = f"Running for {_duration(seconds)}; the page updates itself when it finishes."
+    elif scan.status == ScanStatus.QUEUED:
+        seconds = int((now - scan.queued_at).total_seconds())
+        text = (f"Waiting for a worker for {_duration(seconds)}; the page updates itself when "
+                f"the scan starts.")
+    else:
+        seconds, text = None, ""
+    return {"finished": finished, "seconds": seconds, "text": text}
+
+
+def _duration(seconds: int) -> str:
+    seconds = max(0, seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60} s"
+
+
+@login_required
+@require_GET
+def scan_status(request, public_id):
+    """A scan's status as JSON, for the scan page's live progress (team-scoped like the page)."""
+    scan = _scan(request, public_id)
+    progress = _progress(scan)
+
+    def when(at):
+        return at.isoformat() if at else None
+
+    response = JsonResponse({
+        "id": str(scan.public_id), "status": scan.status,
+        "status_label": scan.get_status_display(), "finished": progress["finished"],
+        "progress": progress["text"], "seconds": progress["seconds"],
+        "queued_at": when(scan.queued_at), "started_at": when(scan.started_at),
+        "finished_at": when(scan.finished_at),
+        "grade": scan.grade or None,
+        "points": float(scan.points) if scan.points is not None else None,
+        "error_reason": scan.error_reason if scan.status == ScanStatus.ERRORED else None,
+    })
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

@@ -291,5 +291,6 @@ TEAM.update({
     ],
     "scan-detail": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-report-html": [Case("page", "GET", "read", kwargs=_scan_id)],
+    "scan-status": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-compare": [Case("page", "GET", "read", kwargs=_scan_id)],
 })

@@ -28,7 +28,10 @@ def test_a_succeeded_scan_shows_its_grade_and_the_framed_report(owner_client, en
     assert response.status_code == 200
     assert 'data-status="succeeded"' in body
     assert "capped from B" in body and "87.0 points" in body
-    assert '<iframe class="report" title="Scan report" sandbox srcdoc="&lt;!DOCTYPE html&gt;' in body
+    assert f'<h1 data-scan="{scan.public_id}" data-status="succeeded">llama on box</h1>' in body
+    assert ('<iframe class="report" title="Report of llama on box, '
+            in body)
+    assert 'sandbox="allow-same-origin" srcdoc="&lt;!DOCTYPE html&gt;' in body
     assert "ttft_at_concurrency_1_failed" in body  # inside the escaped report
     assert reverse("scan-report-html", args=[scan.public_id]) in body
     assert "No earlier scan to compare with" in body
@@ -60,13 +63,27 @@ def test_an_errored_scan_says_why_and_has_no_report(owner_client, endpoint):
     assert get(owner_client, "scan-report-html", scan).status_code == 404
 
 
-def test_a_queued_scan_reloads_itself_until_it_finishes(owner_client, endpoint):
+def test_a_queued_scan_polls_its_status_instead_of_reloading(owner_client, endpoint):
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual")
 
     body = get(owner_client, "scan-detail", scan).content.decode()
 
-    assert '<meta http-equiv="refresh" content="10">' in body
-    assert "Waiting for a worker" in body
+    assert 'http-equiv="refresh"' not in body
+    assert f'data-live-status="/scans/{scan.public_id}/status.json"' in body
+    assert "Waiting for a worker for" in body
+
+
+def test_the_status_json_says_where_a_scan_stands(owner_client, endpoint):
+    scan = scan_at(endpoint, NOW - timedelta(hours=1), status="running")
+
+    running = get(owner_client, "scan-status", scan)
+
+    assert running.status_code == 200 and running["Cache-Control"] == "no-store"
+    assert running.json()["status"] == "running" and running.json()["finished"] is False
+    assert running.json()["progress"].startswith("Running for ")
+    done = get(owner_client, "scan-status", scan_at(endpoint, NOW, CAPPED_C)).json()
+    assert (done["status"], done["finished"], done["grade"], done["points"]) == (
+        "succeeded", True, "C", 87.0)
 
 
 def test_report_text_cannot_break_out_of_the_frame(owner_client, endpoint):
