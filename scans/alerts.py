@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import logging
+from functools import partial
 
 import httpx
 from celery import shared_task
@@ -25,6 +26,7 @@ from django.db import transaction
 from accounts import encryption
 from accounts.models import Membership, Role
 from accounts.validators import one_line
+from scans import state
 from scans.grader.scoring import is_below_floor
 from scans.grader.transport import ScanTransport
 from scans.models import Endpoint, Scan, ScanStatus
@@ -81,14 +83,17 @@ def after_scan(scan: Scan) -> None:
     for kind, detail in events:
         # A task, so a mail server hiccup is retried instead of losing the one message
         # this change of state gets.
-        transaction.on_commit(
-            lambda k=kind, d=detail: send_alert.delay(endpoint.pk, scan.pk, k, d))
+        transaction.on_commit(partial(send_alert.delay, endpoint.pk, scan.pk, kind, detail))
 
 
 def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
+    # What the scan says about the endpoint: "down" with "connection refused", not only a grade.
+    current = state.of_scan(endpoint, scan)
     return {
         "event": kind,
         "detail": detail,
+        "state": current.state,
+        "cause": current.cause,
         "endpoint": {"id": str(endpoint.public_id), "name": endpoint.name},
         "scan": {"id": str(scan.public_id), "status": scan.status, "grade": scan.grade or None,
                  "scoring_version": scan.scoring_version or None},
@@ -116,7 +121,10 @@ def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
             send_mail(
                 # one line whatever was stored: a line break in a subject is a BadHeaderError
                 subject=one_line(f"[Tokvera] {endpoint.name}: {kind.replace('_', ' ')}"),
-                message=f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n{message['url']}\n",
+                message=(f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n"
+                         f"State: {state.LABELS[message['state']]}\n"
+                         + (f"Cause: {message['cause']}\n" if message["cause"] else "")
+                         + f"\nThe scan: {message['url']}\n"),
                 from_email=None,
                 recipient_list=recipients,
             )
