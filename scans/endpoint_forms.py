@@ -19,7 +19,7 @@ from django.db import models
 from accounts import encryption
 from accounts.validators import validate_one_line
 from scans import scanning, scheduling
-from scans.endpoint_secrets import url_changes
+from scans.endpoint_secrets import GuardedURL, url_changes
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
@@ -110,7 +110,7 @@ class EndpointForm(forms.ModelForm):
     def __init__(self, *args, can_manage: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.can_manage = can_manage  # owners and admins may move a URL with a stored secret
-        self._dropped = []  # the GuardedURLs whose secret a new origin removes
+        self._dropped: list[GuardedURL] = []  # the URLs whose secret a new origin removes
         self.dropped_secrets: list[str] = []  # their labels, once saved
         self.fields["interval_minutes"].validators += [
             MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]
@@ -262,7 +262,7 @@ class EndpointForm(forms.ModelForm):
             else:
                 # Only what this form owns: alert state, badge key and manual-scan time are
                 # written by workers and other pages meanwhile.
-                endpoint.save(update_fields=[*self._meta.fields, *FORM_EXTRA_FIELDS])
+                endpoint.save(update_fields=[*self.Meta.fields, *FORM_EXTRA_FIELDS])
         return endpoint
 
 

@@ -330,8 +330,8 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
             no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
             provisional=r["provisional"], scan_id=r["public_id"],
         ))
-    for points in result.values():
-        points.sort(key=lambda p: p.at)
+    for series in result.values():
+        series.sort(key=lambda p: p.at)
     return result
 
 

@@ -79,7 +79,7 @@ def check_url(url: str) -> None:
     except socket.gaierror:
         return  # unresolvable: the scan itself reports the target unreachable
     for info in infos:
-        check_address(info[4][0])
+        check_address(str(info[4][0]))  # an IPv4 or IPv6 address (SOCK_STREAM)
 
 
 def refusal_in(measurement) -> str | None:
