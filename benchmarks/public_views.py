@@ -29,6 +29,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.core.cache import cache
 from django.db import Error as DatabaseError
@@ -40,7 +41,6 @@ from django.views.decorators.http import require_safe
 
 from benchmarks import snapshot as snap
 from benchmarks.cache_outage import CACHE_ERRORS, warn
-from tokvera_site.config import BASE_DIR
 
 PAGE_CACHE_S = 300  # the page snapshot is kept this long in the site's cache
 PAGE_MAX_AGE_S = 300  # and browsers / shared caches may keep the page this long
@@ -54,7 +54,8 @@ BUILD_WAIT_STEPS = 100  # how many times a waiting request looks again (every 50
 # Entries are stored a little longer than they may be served: _fresh() decides, from the
 # coordinator time each one was built at, so the backend's own expiry never cuts in early.
 _CACHE_SLACK_S = 5
-METHODOLOGY_PATH = BASE_DIR / "docs" / "methodology.md"
+# Package data (a link to docs/methodology.md in a checkout, the file itself in a wheel).
+METHODOLOGY_PATH = Path(__file__).resolve().parent / "methodology.md"
 EM_DASH = "\u2014"
 
 

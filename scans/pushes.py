@@ -29,6 +29,7 @@ from benchmarks import ratelimit
 from scans import scanning
 from scans.grader import proof
 from scans.models import Endpoint, Scan, ScanTrigger
+from tokvera_site import parsers
 
 __all__ = [
     "PushRateLimited",
@@ -40,7 +41,8 @@ __all__ = [
     "report_schema",
 ]
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "report.schema.json"
+# Package data (a link to docs/report.schema.json in a checkout, the file itself in a wheel).
+SCHEMA_PATH = Path(proof.__file__).resolve().parent / "report.schema.json"
 
 DEFAULTS = {
     # A default scan's report is about 100 KB; 2,000 requests of 128 tokens at each of four
@@ -89,17 +91,11 @@ class Received:
     created: bool  # False: this exact report was already stored (a replay)
 
 
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse(body: bytes) -> dict:
     try:
-        report = json.loads(body, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise ReportRefused(["the JSON is nested too deeply"]) from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ReportRefused([f"not JSON: {exc}"]) from None
+        report = parsers.loads(body)  # the API parser's rules: depth, NaN, storable text
+    except parsers.UnacceptableJSON as exc:
+        raise ReportRefused([str(exc)]) from None
     if not isinstance(report, dict):
         raise ReportRefused(["expected a report.json object"])
     return report

@@ -6,18 +6,51 @@ a database error (a 500, and for a host agent a retry loop) into a 400 that name
 
 Nesting is limited to MAX_JSON_DEPTH: a body nested 100,000 deep makes the JSON decoder raise
 RecursionError, and one a few hundred deep would make every recursive reader after it (schema
-validation, serialising, jsonb) do the same. No document the API takes comes near the limit."""
+validation, serialising, jsonb) do the same. No document the API takes comes near the limit.
+
+`loads` is the same rule for a body a view reads itself (pushed reports, scans/pushes.py)."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 MAX_JSON_DEPTH = 64
+TOO_DEEP = f"the JSON is nested too deeply: at most {MAX_JSON_DEPTH} levels are accepted"
 
 
 class TooDeep(ValueError):
     pass
+
+
+class UnacceptableJSON(ValueError):
+    """Not JSON, or JSON this site does not take; the message says which and where."""
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(body: bytes | str) -> Any:
+    """Parse a JSON body under the API parser's rules: no NaN or Infinity, at most
+    MAX_JSON_DEPTH levels, no text the database cannot store. Raises UnacceptableJSON."""
+    try:
+        data = json.loads(body, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise UnacceptableJSON(TOO_DEEP) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UnacceptableJSON(f"not JSON: {exc}") from None
+    try:
+        where = unstorable_text(data)
+    except TooDeep:
+        raise UnacceptableJSON(TOO_DEEP) from None
+    if where is not None:
+        raise UnacceptableJSON(f"JSON text at {where} contains NUL or an unpaired surrogate, "
+                               "which cannot be stored")
+    return data
 
 
 def unstorable_text(value, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> str | None:
@@ -43,7 +76,7 @@ def unstorable_text(value, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> s
 
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        too_deep = ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted")
+        too_deep = ParseError(TOO_DEEP)
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:  # the decoder gave up long before our limit would

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 
 from kombu import Exchange, Queue
 
 from tokvera_site import config
-from tokvera_site.config import BASE_DIR, VAR_DIR
+from tokvera_site.config import VAR_DIR
+
+# templates/ and static/ ship inside this package: links to the top-level folders in a
+# checkout, the folders themselves in a wheel (pyproject.toml, package data).
+SITE_DIR = Path(__file__).resolve().parent
 
 
 def _load():
@@ -91,7 +96,7 @@ ASGI_APPLICATION = "tokvera_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [SITE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -130,7 +135,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
+STATICFILES_DIRS = [SITE_DIR / "static"] if (SITE_DIR / "static").is_dir() else []
 # Hashed, compressed file names once `collectstatic` has written its manifest (production, see
 # docs/operations.md); until then the files are served as they are, so every page and command
 # works on a fresh clone with DEBUG off.
