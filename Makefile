@@ -21,12 +21,20 @@ run: install
 	$(BIN)/python -m tokvera_site.devservices run -- $(MAKE) --no-print-directory serve
 
 # What `run` runs once the database is up (also usable with your own DATABASE_URL).
+# One setting moves the whole thing: `make run PORT=8100` serves on 8100, SITE_URL (links, the
+# printed login) follows it, and the demo target listens on PORT+90.
+PORT ?= 8000
+SITE_URL ?= http://127.0.0.1:$(PORT)
+DEMO_TARGET_PORT ?= $(shell expr $(PORT) + 90)
+serve: export PORT := $(PORT)
+serve: export SITE_URL := $(SITE_URL)
+serve: export DEMO_TARGET_PORT := $(DEMO_TARGET_PORT)
 serve:
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py createcachetable
-	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py seed_demo >/dev/null
 	rm -rf var/prometheus && mkdir -p var/prometheus
-	DEBUG=1 EMAIL_SHOW_SECRETS=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start
+	DEBUG=1 EMAIL_SHOW_SECRETS=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start --port $(PORT)
 
 # The whole suite. Without DATABASE_URL, a throwaway embedded PostgreSQL and Redis are started
 # for it (and removed afterwards), so it runs exactly what CI runs.

@@ -43,3 +43,53 @@ def test_seed_demo_is_idempotent_and_prints_a_working_login(client, capsys):
     password = first.split("password: ")[1].strip()
     assert client.login(username="demo", password=password)
     assert Team.dangerously_unscoped.filter(slug="demo").count() == 1
+
+
+def test_the_demo_endpoint_follows_the_port_the_run_command_gives_its_target(monkeypatch):
+    from scans.models import Endpoint
+
+    monkeypatch.setenv("DEMO_TARGET_PORT", "8190")
+    call_command("seed_demo")
+    demo = Endpoint.dangerously_unscoped.get(team__slug="demo", name="Demo target")
+    assert demo.base_url == "http://127.0.0.1:8190/v1"
+    monkeypatch.setenv("DEMO_TARGET_PORT", "8290")  # `make run PORT=8200` the next time
+    call_command("seed_demo")
+    demo.refresh_from_db()
+    assert demo.base_url == "http://127.0.0.1:8290/v1"
+
+
+def test_the_login_line_is_printed_once_the_site_answers_at_site_url(settings, capsys):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        call_command("seed_demo")
+        capsys.readouterr()
+        settings.SITE_URL = f"http://127.0.0.1:{server.server_port}"
+        call_command("seed_demo", "--login-when-up")
+        out = capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.startswith(f"Demo login: http://127.0.0.1:{server.server_port}/login/  user: demo")
+    assert out.count("\n") == 1
+
+
+def test_the_login_line_says_so_when_the_site_never_answers(settings, monkeypatch):
+    from scans.management.commands import seed_demo
+
+    call_command("seed_demo")
+    settings.SITE_URL = "http://127.0.0.1:9"  # discard: nothing answers
+    monkeypatch.setattr(seed_demo, "WAIT_FOR_SITE_S", 0)
+    with pytest.raises(CommandError, match=r"did not answer at http://127.0.0.1:9/healthz"):
+        call_command("seed_demo", "--login-when-up")

@@ -1,13 +1,19 @@
 """Create (once) the demo user, team and endpoint for the run command; print the login.
 
-The endpoint points at the `tokvera target` the run command starts on loopback and is
-scanned every 5 minutes, so grades appear without any network."""
+The endpoint points at the `tokvera target` the run command starts on loopback (its port is
+DEMO_TARGET_PORT, which the Makefile derives from PORT) and is scanned every 5 minutes, so
+grades appear without any network. `--login-when-up` prints only the login line, once
+SITE_URL/healthz answers, so it comes last in the run command's output."""
 
+import os
 import secrets
+import time
+import urllib.error
+import urllib.request
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,15 +25,51 @@ from tokvera_site.config import VAR_DIR
 DEMO_USERNAME = "demo"
 DEMO_EMAIL = "demo@tokvera.local"
 DEMO_TEAM = "demo"
-# The run command starts `tokvera target` here (Procfile.dev), a reference server on loopback.
-DEMO_TARGET_URL = "http://127.0.0.1:8090/v1"
+DEMO_ENDPOINT = "Demo target"
+WAIT_FOR_SITE_S = 120
+
+
+def demo_target_url() -> str:
+    """Where the run command starts `tokvera target` (Procfile.dev), on loopback."""
+    return f"http://127.0.0.1:{int(os.environ.get('DEMO_TARGET_PORT', '8090'))}/v1"
 
 
 class Command(BaseCommand):
     help = "Create the demo user and team if missing; print the login."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--login-when-up", action="store_true",
+                            help="only print the login line, once SITE_URL/healthz answers")
+
+    def handle(self, login_when_up=False, **options):
+        if login_when_up:
+            self._wait_for_site()
+            self.stdout.write(self._login_line(self._password()))
+            return
+        self._seed()
+
+    def _password(self) -> str:
+        return (VAR_DIR / "demo_password").read_text().strip()
+
+    def _login_line(self, password: str) -> str:
+        return f"Demo login: {settings.SITE_URL}/login/  user: {DEMO_USERNAME}  password: {password}"
+
+    def _wait_for_site(self) -> None:
+        url = f"{settings.SITE_URL}/healthz"
+        deadline = time.monotonic() + WAIT_FOR_SITE_S
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own site
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise CommandError(f"the site did not answer at {url} within {WAIT_FOR_SITE_S} s")
+            time.sleep(0.5)
+
     @transaction.atomic
-    def handle(self, **options):
+    def _seed(self):
         User = get_user_model()
         password_file = VAR_DIR / "demo_password"
         fresh = not password_file.exists()
@@ -43,13 +85,16 @@ class Command(BaseCommand):
         team = Team.dangerously_unscoped.filter(slug=DEMO_TEAM).first()
         if team is None:
             team = teams.create_team(DEMO_TEAM, "Demo team", owner=user)
-        if not Endpoint.dangerously_unscoped.filter(team=team).exists():
+        target_url = demo_target_url()
+        demo = Endpoint.dangerously_unscoped.filter(team=team)
+        if demo.filter(name=DEMO_ENDPOINT).exclude(base_url=target_url).exists():
+            # PORT changed since the demo was made: the demo endpoint follows its target.
+            demo.filter(name=DEMO_ENDPOINT).update(base_url=target_url)
+        if not demo.exists():
             Endpoint.dangerously_unscoped.create(
-                team=team, name="Demo target", base_url=DEMO_TARGET_URL, model="demo-model",
+                team=team, name=DEMO_ENDPOINT, base_url=target_url, model="demo-model",
                 levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
                 interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
                 next_scan_at=timezone.now(),
             )
-        self.stdout.write(
-            f"Demo login: {settings.SITE_URL}/login/  user: {DEMO_USERNAME}  password: {password}"
-        )
+        self.stdout.write(self._login_line(password))
