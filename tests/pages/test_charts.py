@@ -3,6 +3,8 @@ text, and carries its numbers in data-* attributes."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
@@ -131,3 +133,89 @@ def test_a_badge_is_a_standalone_svg_with_its_state_in_data_attributes():
     assert root.get("data-grade") == "B" and root.get("data-provisional") == "true"
     assert root.find(f"{SVG}title").text == "tokvera: grade B (provisional)"
     assert [t.text for t in root.iter(f"{SVG}text")] == ["tokvera", "B (provisional)"]
+
+
+def marks_of(root: ET.Element) -> list[ET.Element]:
+    return [g for g in root.iter(f"{SVG}g") if "mark" in (g.get("class") or "").split()]
+
+
+def test_a_check_chart_has_a_human_title_and_a_legend_for_its_bounds():
+    root = parse(charts.check_chart([check_point(0, 300.0, "pass")],
+                                    "ttft_p95_at_concurrency_1", T0, T0 + timedelta(hours=1)))
+
+    assert root.get("aria-label").startswith(
+        "Time to first token, p95, one request at a time (ttft_p95_at_concurrency_1)")
+    legend = {g.get("data-legend"): g.find(f"{SVG}text").text
+              for g in root.iter(f"{SVG}g") if g.get("data-legend")}
+    assert legend["pass"].startswith("pass ≤ 800") and legend["warn"].startswith("warn ≤ 2,000")
+    assert legend["unmeasured"] == "not measured"
+
+
+def test_an_unmeasured_value_is_a_gap_with_its_reason_never_a_point_at_zero():
+    scan_id = uuid.uuid4()
+    gap = dataclasses.replace(check_point(1, None, "insufficient_evidence"), scan_id=scan_id)
+    points = [check_point(0, 0.01, "pass"), gap, check_point(2, 0.02, "pass")]
+
+    root = parse(charts.check_chart(points, "error_rate", T0, T0 + timedelta(hours=3),
+                                    reasons={scan_id: "no request completed"}))
+
+    (unmeasured,) = [m for m in marks_of(root) if "unmeasured" in m.get("class")]
+    assert unmeasured.find(f".//{SVG}circle") is None  # nothing drawn at a value
+    assert unmeasured.get("data-reason") == "no request completed"
+    assert "not measured (no request completed)" in unmeasured.find(f"{SVG}title").text
+    line = unmeasured.find(f".//{SVG}line")
+    frame = root.find(f"{SVG}rect[@class='frame']")
+    assert float(line.get("y1")) == float(frame.get("y"))  # the full height of the plot
+    # No line joins the values across the gap.
+    assert root.findall(f".//{SVG}polyline") == []
+
+
+def test_a_share_axis_never_runs_past_100_percent():
+    root = parse(charts.check_chart([check_point(0, 0.98, "pass")], "usage_reported_share",
+                                    T0, T0 + timedelta(hours=1)))
+
+    assert float(root.get("data-y-to")) == 1.0
+    assert [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "tick"][2] == "100.0 %"
+
+
+def test_the_grade_chart_runs_0_to_100_and_keeps_an_a_at_100_inside_the_picture():
+    points = [grade_point(0, 100.0, "A", uncapped="A"),
+              grade_point(1, 87.0, "C", uncapped="B", caps=("x",))]
+    points[0] = dataclasses.replace(points[0], capped=1, uncapped_grade="A")  # ringed, at 100
+
+    root = parse(charts.grade_chart(points, T0 - timedelta(days=30), T0 + timedelta(hours=2)))
+
+    assert (root.get("data-y-from"), root.get("data-y-to")) == ("0", "100")
+    for circle in root.iter(f"{SVG}circle"):
+        assert float(circle.get("cy")) - float(circle.get("r")) >= 0
+    # The axis spans the chosen range, not just the scans in it.
+    assert root.get("data-since") == (T0 - timedelta(days=30)).isoformat()
+
+
+def test_every_point_of_one_scan_links_to_that_scan():
+    scan_id = uuid.uuid4()
+    point = dataclasses.replace(grade_point(0, 95.0, "A"), scan_id=scan_id)
+
+    root = parse(charts.grade_chart([point], T0, T0 + timedelta(hours=1)))
+
+    (link,) = root.iter(f"{SVG}a")
+    assert link.get("href") == f"/scans/{scan_id}/"
+
+
+def test_a_headline_chart_draws_one_line_per_series_and_gaps_for_missing_values():
+    ids = [uuid.uuid4() for _ in range(3)]
+    p50 = charts.Series("ttft_p50", "p50", "#2e5aac", points=[
+        charts.SeriesPoint(T0 + timedelta(hours=h), v, scan_id=i)
+        for h, v, i in zip(range(3), (200.0, None, 210.0), ids, strict=True)])
+    p95 = charts.Series("ttft_p95", "p95", "#a86400", "6 3", points=[
+        charts.SeriesPoint(T0 + timedelta(hours=h), v, scan_id=i)
+        for h, v, i in zip(range(3), (400.0, None, 450.0), ids, strict=True)])
+
+    root = parse(charts.series_chart("ttft", "Time to first token", "ms", [p50, p95], T0,
+                                     T0 + timedelta(hours=3)))
+
+    assert root.get("data-series") == "ttft_p50 ttft_p95"
+    assert [g.get("data-legend") for g in root.iter(f"{SVG}g") if g.get("data-legend")] == [
+        "ttft_p50", "ttft_p95"]
+    assert sum("unmeasured" in m.get("class") for m in marks_of(root)) == 2
+    assert {a.get("href") for a in root.iter(f"{SVG}a")} == {f"/scans/{i}/" for i in ids}
