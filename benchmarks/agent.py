@@ -281,7 +281,8 @@ class Agent:
                     continue
                 await slots.acquire()
                 try:
-                    response = await coordinator.post("/v1/hosts/lease")
+                    # Started by the coordinator as it is handed out: no separate start call.
+                    response = await coordinator.post("/v1/hosts/lease", json={"start": True})
                 except httpx.HTTPError as exc:
                     slots.release()
                     delay = backoff.next()
@@ -324,12 +325,27 @@ class Agent:
             await self._serve_one(coordinator, upstream, job)
 
     async def _serve_one(self, coordinator: httpx.AsyncClient, upstream: httpx.AsyncClient,
-                         job: dict) -> None:
+                         job: dict | None) -> None:
+        """Run the job, then each next job the completion hands back (already started), until
+        the coordinator has none for this slot."""
+        while job is not None:
+            job = await self._run_job(coordinator, upstream, job)
+
+    def _wants_next(self) -> bool:
+        """Ask for the next job with a completion only while this agent will run it."""
+        more = self.config.max_jobs is None or self.served + 1 < self.config.max_jobs
+        return more and not self._stop.is_set()
+
+    async def _run_job(self, coordinator: httpx.AsyncClient, upstream: httpx.AsyncClient,
+                       job: dict) -> dict | None:
+        """Run one job and report it; returns the next job, when the completion brought one."""
         job_id = job["id"]
-        started = await self._report(coordinator, f"/v1/jobs/{job_id}/start", None)
-        if started is None or started.status_code != 200:
-            self.log(f"job {job_id}: could not start ({getattr(started, 'status_code', 'no answer')})")
-            return
+        following = None
+        if job.get("status") != "running":  # a coordinator that does not start on lease
+            started = await self._report(coordinator, f"/v1/jobs/{job_id}/start", None)
+            if started is None or started.status_code != 200:
+                self.log(f"job {job_id}: could not start ({getattr(started, 'status_code', 'no answer')})")
+                return None
         model = self.config.upstream_model or job["model"]
         outcome = await run_upstream(upstream, self.config.upstream, model, job,
                                      timeout_s=self.config.job_timeout_s)
@@ -345,6 +361,7 @@ class Agent:
                            "first_answer_ms": outcome.first_answer_ms,
                            "thinking_chunks": outcome.thinking_chunks,
                            "reasoning_tokens": outcome.reasoning_tokens},
+                "lease_next": self._wants_next(),
             })
             if answer is not None and answer.status_code == 400:
                 # The coordinator found the figures implausible; say so rather than drop the job.
@@ -354,6 +371,7 @@ class Agent:
                 ttft = "—" if outcome.ttft_ms is None else f"{outcome.ttft_ms:.0f} ms"
                 self.log(f"job {job_id}: completed, TTFT {ttft}, {outcome.completion_tokens} tokens "
                          f"in {outcome.elapsed_ms:.0f} ms")
+                following = answer.json().get("next")
         else:
             self._upstream_wait_until = time.monotonic() + self._upstream_backoff.next()
             self.log(f"job {job_id}: failed: {outcome.reason}")
@@ -361,6 +379,7 @@ class Agent:
         self.served += 1
         if self.config.max_jobs is not None and self.served >= self.config.max_jobs:
             self._stop.set()
+        return following
 
     async def _report(self, coordinator: httpx.AsyncClient, path: str, body: dict | None,
                       give_up_s: float = 600.0) -> httpx.Response | None:
@@ -371,7 +390,6 @@ class Agent:
             try:
                 response = await coordinator.post(path, json=body)
             except httpx.HTTPError as exc:
-                response = None
                 reason = type(exc).__name__
             else:
                 if response.status_code < 500 and response.status_code != 429:
@@ -442,7 +460,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise UsageError("--slots must be between 1 and 64")
     if args.poll_s <= 0 or args.heartbeat_s <= 0 or args.job_timeout_s <= 0:
         raise UsageError("--poll-s, --heartbeat-s and --job-timeout-s must be positive")
-    hardware = {"cpu_model": _cpu_model()}
+    hardware: dict[str, str | int] = {"cpu_model": _cpu_model()}
     if args.gpu_model:
         hardware["gpu_model"] = args.gpu_model[:100]
     if args.vram_mb is not None:

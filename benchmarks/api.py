@@ -205,6 +205,7 @@ def heartbeat(request):
 def _job_for_host(job: Job) -> dict:
     return {
         "id": str(job.id),
+        "status": job.status,  # "running" when the lease asked to start it
         "model": job.model_id,
         "messages": job.request_json.get("messages", []),
         "max_tokens": job.max_tokens,
@@ -309,7 +310,8 @@ class MessageSerializer(serializers.Serializer):
 class JobSubmitSerializer(serializers.Serializer):
     team = serializers.SlugField(required=False, help_text="Needed for a user in several teams.")
     model = serializers.CharField(max_length=64)
-    messages = MessageSerializer(many=True, allow_empty=False, max_length=MAX_MESSAGES)
+    # DRF hands max_length to the ListSerializer (many=True); djangorestframework-stubs lack it.
+    messages = MessageSerializer(many=True, allow_empty=False, max_length=MAX_MESSAGES)  # type: ignore[call-arg]
     max_tokens = StrictIntegerField(min_value=1)
 
 

@@ -2,7 +2,7 @@
 
     submit     queue a job, then a pass (non-blocking) so an idle best host gets it at once
     heartbeat  record the host's state; nothing else (no assignment pass inside the request)
-    lease      a pass (waiting for a running one), then the host's next job, optionally started
+    lease      the host's next assigned job (after a pass if it has none), optionally started
     start      leased -> running
     complete   record the figures, queue the EWMA fold; optionally lease the next job
     fail       record the failure, queue the fold (reputation)
@@ -33,11 +33,17 @@ def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> host
 
 
 def lease(host: Host, start: bool = False, now: datetime | None = None) -> Job | None:
+    """A job the last pass already gave this host is handed out at once (no pass: a busy host
+    asking for its next job costs one statement); otherwise a pass runs first, waiting for a
+    running one, so the host sees what it assigned."""
     now = now or timezone.now()
     if host.suspended:
         return None
-    routing.assignment_pass(now, wait=True)
-    return jobs.lease(host, now, start=start)
+    job = jobs.lease(host, now, start=start)
+    if job is None:
+        routing.assignment_pass(now, wait=True)
+        job = jobs.lease(host, now, start=start)
+    return job
 
 
 def start(host: Host, job_id) -> Job:

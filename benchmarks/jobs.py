@@ -130,8 +130,9 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
     if host.suspended:
         return None
     # The host is authenticated by its token, before any team is known: its own jobs by host_id.
+    # A job whose lease ran out is left to the expiry sweep, which hands it to another host.
     mine = Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,
-                                           delivered_at__isnull=True)
+                                           delivered_at__isnull=True, lease_expires_at__gte=now)
     with transaction.atomic():
         job = (
             mine.order_by("leased_at", "created_at", "id")
@@ -140,8 +141,6 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
         )
         if job is None:
             return None
-        if job.lease_expires_at is not None and job.lease_expires_at < now:
-            return None  # its lease ran out: the expiry sweep hands it to another host
         fields: dict = {"delivered_at": now}
         if start:
             fields.update(status=JobStatus.RUNNING, started_at=now,
