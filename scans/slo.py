@@ -1,30 +1,30 @@
-"""SLO windows: how an endpoint met its team's targets over the trailing 7 and 30 days.
+"""SLO windows in time (the Google SRE workbook's model): how long an endpoint met its team's
+targets over the trailing 7 and 30 days, its error budget in time, and how fast it burns.
 
-A window counts the endpoint's *succeeded* scans queued in (now - days, now]. For each target:
+Time, not scan counts (DECISIONS.md, "SLO windows in time"):
 
-- grade floor: the scan's grade is the floor or better. A scan with no letter
-  (insufficient_evidence) is below every floor, as `tokvera scan --fail-under` treats it.
-- TTFT p95 at concurrency 1 at most X ms (when set): read from the scan's
-  `ttft_p95_at_concurrency_1` check value. A scan that could not measure it misses the target:
-  a target cannot be met on evidence the scan does not have.
-- error rate at most Y (when set): read from the `error_rate` check value, same rule.
+- Each succeeded scan stands for the time from its start (`queued_at`) until the next finished
+  scan of the endpoint, at most its endpoint's scan interval, and never past `now`. A gap longer
+  than the interval is not covered: nobody looked.
+- An errored scan is our side's failure: it stands for no time (it is uncovered, neither good
+  nor bad) and ends the previous scan's time. Queued and running scans are not counted yet.
+- A scan meets the SLO when it meets every target that is set: its grade is the floor or better
+  (no letter is below every floor), TTFT p95 at concurrency 1 at most X ms, error rate at most
+  Y; a target cannot be met on a value the scan did not measure. Its time is good or bad.
+- A window of D days is [now - D days, now]; a scan that started before it counts only for its
+  part inside. `covered_s` is its good plus bad time; `coverage` that over the window.
+- Error budget = (1 - objective) x the window's length ("16 h 48 min of 7 d allowed");
+  used = bad time. The window meets its objective while used <= budget. With little coverage
+  the window says how much of it is covered, and the share (good / covered) is shown beside.
+- Burn rate over the last 1 h and 6 h = (bad / covered time in that span) / (1 - objective):
+  1 spends the budget exactly over the window, 14.4 over 1 h is the workbook's page-now rate.
+  None when nothing in the span is covered, or the objective is 100 % (no budget to burn).
 
-A scan meets the SLO when it meets every target that is set; the window's share is the share
-of its scans that do, compared with the endpoint's `slo_objective`. The error budget is the
-share of scans allowed to miss, (1 - objective) x scans; what is left of it is reported in
-scans and as a share of the budget (below 0 when overspent).
+No scan count is ever divided: every share is a ratio of times. Each window carries the scoring
+versions of the scans it counted (grades of different versions are not comparable).
 
-Errored scans are our side's failure, not the endpoint's: they are left out of the shares and
-counted separately (they alert on their own). Queued and running scans are not counted yet.
-
-A window with fewer than `MIN_SCANS` counted scans reports "not enough scans in N days" and no
-share at all: never a made-up zero. Five is the fewest at which one scan moves the share by at
-most 20 points, and the slowest schedule allowed (one scan a day) still fills a 7-day window.
-
-Every window carries the scoring versions of the scans it counted: grades of different versions
-are not comparable, and a window that mixes them says so.
-
-Everything is computed in SQL, one grouped query per window for any number of endpoints.
+One query per call, for any number of endpoints: the scans' pass/miss flags are computed in
+SQL; the time arithmetic runs over (endpoint, time, status, flags) tuples.
 """
 
 from __future__ import annotations
@@ -34,90 +34,130 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 
-from django.db.models import Count, F, FilteredRelation, Q
+from django.db.models import BooleanField, ExpressionWrapper, F, FilteredRelation, Q
 from django.utils import timezone
 
 from scans.grader import scoring
 from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus
 
-__all__ = ["MIN_SCANS", "WINDOW_DAYS", "SloWindow", "TargetResult", "window", "windows_for"]
+__all__ = ["BURN_SPANS_H", "WINDOW_DAYS", "SloWindow", "TargetResult", "duration_text", "window",
+           "windows_for"]
 
-MIN_SCANS = 5
 WINDOW_DAYS = (7, 30)
+BURN_SPANS_H = (1, 6)
 TTFT_CHECK = "ttft_p95_at_concurrency_1"
 ERROR_RATE_CHECK = "error_rate"
 LETTERS = scoring.GRADES
+TARGET_KEYS = ("grade", "ttft_p95", "error_rate")
+
+
+def duration_text(seconds: float | None) -> str:
+    """43 min, 16 h 48 min, 2 d 4 h: what a person reads for a span of time."""
+    if seconds is None:
+        return "—"
+    minutes = int(round(seconds / 60))
+    if minutes < 60:
+        return f"{minutes} min" if minutes or seconds <= 0 else "under 1 min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 @dataclass(frozen=True)
 class TargetResult:
     key: str  # "grade", "ttft_p95" or "error_rate"
     label: str  # e.g. "grade B or better"
-    met: int
-    scans: int
+    missed_s: float  # covered time during which this target was missed
+    covered_s: float
+
+    @property
+    def missed_text(self) -> str:
+        return duration_text(self.missed_s)
 
     @property
     def share(self) -> float | None:
-        return self.met / self.scans if self.scans else None
+        """Share of the covered time meeting this target."""
+        return 1 - self.missed_s / self.covered_s if self.covered_s else None
 
 
 @dataclass(frozen=True)
 class SloWindow:
     days: int
-    scans: int  # succeeded scans counted
-    errored: int  # errored scans, left out of the shares
-    minimum: int
+    window_s: float
+    covered_s: float  # time stood for by succeeded scans
+    bad_s: float  # covered time missing at least one target
+    scans: int  # succeeded scans with time in the window
+    errored: int  # errored scans in the window (uncovered time)
     targets: tuple[TargetResult, ...]
-    met_all: int
     objective: float
     versions: tuple[str, ...]  # scoring versions of the counted scans, sorted
+    burn_rates: tuple[tuple[int, float | None, float], ...]  # (hours, rate, covered_s)
 
     @property
     def enough(self) -> bool:
-        return self.scans >= self.minimum
+        """Anything to say at all: some of the window is covered."""
+        return self.covered_s > 0
 
     @property
     def empty_message(self) -> str:
-        """What is missing, for a window without enough scans ('' when there are enough)."""
-        if self.enough:
-            return ""
-        counted = "no scan" if not self.scans else (
-            f"{self.scans} scan{'s' if self.scans != 1 else ''}")
-        return (f"not enough scans in {self.days} days: {counted}, at least {self.minimum} "
-                "needed")
+        return "" if self.enough else f"no scan covers the last {self.days} days"
+
+    @property
+    def coverage(self) -> float:
+        return self.covered_s / self.window_s
+
+    @property
+    def fully_covered(self) -> bool:
+        return self.coverage >= 0.99
+
+    @property
+    def coverage_text(self) -> str:
+        """'scans cover 2 h 10 min of 7 d (1.3 %)'."""
+        return (f"scans cover {duration_text(self.covered_s)} of {self.days} d "
+                f"({self.coverage:.1%})")
 
     @property
     def share(self) -> float | None:
-        """Share of counted scans meeting every target; None without enough scans."""
-        return self.met_all / self.scans if self.enough else None
+        """Share of the covered time meeting every target; None when nothing is covered."""
+        return 1 - self.bad_s / self.covered_s if self.covered_s else None
+
+    @property
+    def budget_s(self) -> float:
+        """Time the window may miss the SLO: (1 - objective) x its length."""
+        return float(self._budget)
+
+    @property
+    def budget_left_s(self) -> float:
+        return float(self._budget - Fraction(self.bad_s))
+
+    @property
+    def budget_left(self) -> float | None:
+        """What is left of the budget as a share of it: 1 untouched, 0 spent, below 0
+        overspent; None with an objective of 100 % (no budget)."""
+        if self._budget == 0:
+            return None
+        return float((self._budget - Fraction(self.bad_s)) / self._budget)
 
     @property
     def meets_objective(self) -> bool | None:
         if not self.enough:
             return None
-        return Fraction(self.met_all, self.scans) >= _exact(self.objective)
+        return Fraction(self.bad_s) <= self._budget
 
     @property
-    def misses(self) -> int:
-        return self.scans - self.met_all
+    def budget_text(self) -> str:
+        """'16 h 48 min of 7 d allowed, 12 min used'."""
+        return (f"{duration_text(self.budget_s)} of {self.days} d allowed, "
+                f"{duration_text(self.bad_s)} used")
 
     @property
-    def budget_scans(self) -> float | None:
-        """How many scans of this window may miss the SLO: (1 - objective) x scans."""
-        return float(self._budget) if self.enough else None
-
-    @property
-    def budget_left_scans(self) -> float | None:
-        return float(self._budget - self.misses) if self.enough else None
-
-    @property
-    def budget_left(self) -> float | None:
-        """What is left of the error budget as a share of it: 1 untouched, 0 spent, below 0
-        overspent. None without enough scans, or with an objective of 100% (no budget)."""
-        if not self.enough or self._budget == 0:
-            return None
-        return float((self._budget - self.misses) / self._budget)
+    def burn(self) -> list[dict]:
+        """The burn rates as the page shows them: span, rate (None: nothing covered)."""
+        return [{"hours": hours, "rate": rate, "covered": duration_text(covered)}
+                for hours, rate, covered in self.burn_rates]
 
     @property
     def mixed_versions(self) -> bool:
@@ -125,7 +165,7 @@ class SloWindow:
 
     @property
     def _budget(self) -> Fraction:
-        return (1 - _exact(self.objective)) * self.scans
+        return (1 - _exact(self.objective)) * Fraction(self.window_s)
 
 
 def _exact(objective: float) -> Fraction:
@@ -149,9 +189,45 @@ def _value_ok(alias: str, target_field: str) -> Q:
                    f"{alias}__value__lte": F(f"endpoint__{target_field}")}))
 
 
+def _flag(q: Q) -> ExpressionWrapper:
+    return ExpressionWrapper(q, output_field=BooleanField())
+
+
+@dataclass
+class _Span:
+    start: datetime
+    end: datetime
+    missed: dict[str, bool]  # target key → missed during this span
+    version: str
+
+    def inside(self, since: datetime, until: datetime) -> float:
+        return max(0.0, (min(self.end, until) - max(self.start, since)).total_seconds())
+
+
+def _spans(endpoint: Endpoint, rows: list[dict], now: datetime) -> list[_Span]:
+    """What each succeeded scan stands for: until the next finished scan, at most the
+    endpoint's interval, never past now. Errored scans stand for nothing."""
+    interval = timedelta(minutes=endpoint.interval_minutes)
+    spans = []
+    for i, row in enumerate(rows):
+        if row["status"] != ScanStatus.SUCCEEDED:
+            continue
+        end = row["queued_at"] + interval
+        if i + 1 < len(rows):
+            end = min(end, rows[i + 1]["queued_at"])
+        spans.append(_Span(row["queued_at"], min(end, now),
+                           {key: not row[f"{key}_ok"] for key in TARGET_KEYS},
+                           row["scoring_version"]))
+    return spans
+
+
+def _missed(span: _Span, keys: Iterable[str]) -> bool:
+    return any(span.missed[key] for key in keys)
+
+
 def windows_for(endpoints: Iterable[Endpoint], days: int,
                 now: datetime | None = None) -> dict[int, SloWindow]:
-    """The `days`-day window of each endpoint (keyed by id), in one grouped query.
+    """The `days`-day window of each endpoint (keyed by id), in one query.
 
     The endpoints must be ones the caller was allowed to see (fetched through the scoping
     layer); their scans are read through it too.
@@ -160,58 +236,64 @@ def windows_for(endpoints: Iterable[Endpoint], days: int,
     if not endpoints:
         return {}
     now = now or timezone.now()
-    team_ids = {e.team_id for e in endpoints}
-    scans = scoped_to_teams(Scan, team_ids).filter(
+    since = now - timedelta(days=days)
+    # A scan started up to one interval before the window still stands for part of it.
+    longest = max(e.interval_minutes for e in endpoints)
+    scans = scoped_to_teams(Scan, {e.team_id for e in endpoints}).filter(
         endpoint__in=[e.pk for e in endpoints],
-        queued_at__gt=now - timedelta(days=days), queued_at__lte=now,
+        queued_at__gt=since - timedelta(minutes=longest), queued_at__lte=now,
         status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED],
-    )
-    counted = Q(status=ScanStatus.SUCCEEDED)
-    grade_ok = _grade_ok()
-    ttft_ok = _value_ok("ttft", "slo_ttft_p95_ms")
-    error_ok = _value_ok("errors", "slo_error_rate")
-    # Each scan's two check rows, joined once (LEFT JOIN on the unique (scan, check_id)):
-    # far cheaper than a subquery per scan.
-    joined = scans.annotate(
+    ).annotate(
+        # Each scan's two check rows, joined once (LEFT JOIN on the unique (scan, check_id)).
         ttft=FilteredRelation("check_results", condition=Q(check_results__check_id=TTFT_CHECK)),
         errors=FilteredRelation("check_results",
                                 condition=Q(check_results__check_id=ERROR_RATE_CHECK)),
+    ).annotate(
+        grade_ok=_flag(_grade_ok()), ttft_p95_ok=_flag(_value_ok("ttft", "slo_ttft_p95_ms")),
+        error_rate_ok=_flag(_value_ok("errors", "slo_error_rate")),
     )
-    rows = {
-        r["endpoint_id"]: r
-        for r in joined.values("endpoint_id").annotate(
-            scans=Count("pk", filter=counted),
-            errored=Count("pk", filter=Q(status=ScanStatus.ERRORED)),
-            grade_met=Count("pk", filter=counted & grade_ok),
-            ttft_met=Count("pk", filter=counted & ttft_ok),
-            error_met=Count("pk", filter=counted & error_ok),
-            all_met=Count("pk", filter=counted & grade_ok & ttft_ok & error_ok),
-        ).order_by()
-    }
-    versions: dict[int, set[str]] = {}
-    for endpoint_id, version in (scans.filter(counted).order_by()
-                                 .values_list("endpoint_id", "scoring_version").distinct()):
-        versions.setdefault(endpoint_id, set()).add(version)
+    rows: dict[int, list[dict]] = {e.pk: [] for e in endpoints}
+    for row in scans.order_by("endpoint_id", "queued_at", "pk").values(
+            "endpoint_id", "queued_at", "status", "scoring_version", "grade_ok", "ttft_p95_ok",
+            "error_rate_ok"):
+        rows[row["endpoint_id"]].append(row)
 
     result = {}
     for endpoint in endpoints:
-        r = rows.get(endpoint.pk, {})
-        total = r.get("scans", 0)
-        targets = [TargetResult("grade", f"grade {endpoint.slo_grade_floor} or better",
-                                r.get("grade_met", 0), total)]
+        endpoint_rows = rows[endpoint.pk]
+        spans = [s for s in _spans(endpoint, endpoint_rows, now) if s.inside(since, now) > 0]
+        keys = ["grade"]
+        labels = {"grade": f"grade {endpoint.slo_grade_floor} or better"}
         if endpoint.slo_ttft_p95_ms is not None:
-            targets.append(TargetResult(
-                "ttft_p95", f"TTFT p95 at concurrency 1 at most {endpoint.slo_ttft_p95_ms:g} ms",
-                r.get("ttft_met", 0), total))
+            keys.append("ttft_p95")
+            labels["ttft_p95"] = (f"TTFT p95 at concurrency 1 at most "
+                                  f"{endpoint.slo_ttft_p95_ms:g} ms")
         if endpoint.slo_error_rate is not None:
-            targets.append(TargetResult(
-                "error_rate", f"error rate at most {endpoint.slo_error_rate:.2%}",
-                r.get("error_met", 0), total))
+            keys.append("error_rate")
+            labels["error_rate"] = f"error rate at most {endpoint.slo_error_rate:.2%}"
+        covered = sum(s.inside(since, now) for s in spans)
+        targets = tuple(
+            TargetResult(key, labels[key],
+                         sum(s.inside(since, now) for s in spans if s.missed[key]), covered)
+            for key in keys)
+        burn = []
+        budget_share = 1 - _exact(endpoint.slo_objective)
+        for hours in BURN_SPANS_H:
+            start = now - timedelta(hours=hours)
+            span_covered = sum(s.inside(start, now) for s in spans)
+            span_bad = sum(s.inside(start, now) for s in spans if _missed(s, keys))
+            rate = (float(Fraction(span_bad) / Fraction(span_covered) / budget_share)
+                    if span_covered and budget_share else None)
+            burn.append((hours, rate, span_covered))
         result[endpoint.pk] = SloWindow(
-            days=days, scans=total, errored=r.get("errored", 0), minimum=MIN_SCANS,
-            targets=tuple(targets), met_all=r.get("all_met", 0),
-            objective=endpoint.slo_objective,
-            versions=tuple(sorted(versions.get(endpoint.pk, ()))),
+            days=days, window_s=float(days * 86400), covered_s=covered,
+            bad_s=sum(s.inside(since, now) for s in spans if _missed(s, keys)),
+            scans=len(spans),
+            errored=sum(1 for r in endpoint_rows
+                        if r["status"] == ScanStatus.ERRORED and r["queued_at"] > since),
+            targets=targets, objective=endpoint.slo_objective,
+            versions=tuple(sorted({s.version for s in spans})),
+            burn_rates=tuple(burn),
         )
     return result
 

@@ -52,7 +52,7 @@ def test_an_endpoint_never_scanned_says_no_scan_yet_instead_of_a_grade(world, ow
     assert cells.count("no scan yet") == 3  # latest grade, sparkline, last scan
     assert "data-grade" not in cells and "<svg" not in cells
     assert 'data-slo="not-enough"' in cells
-    assert "not enough scans in 7 days: no scan" in cells
+    assert "no scan covers the last 7 days" in cells
 
 
 def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owner_client):
@@ -70,18 +70,21 @@ def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owne
     assert 'data-chart="sparkline"' in cells and 'data-grades="A B C A A B"' in cells
     assert "ago" in cells  # the last scan
     assert endpoint.next_scan_at.strftime("%Y-%m-%d %H:%M") in cells
-    assert 'data-slo="met"' in cells and "meets: 83% ≥ 80%" in cells
+    # six hourly scans, one below the floor: 1 h of bad time against a budget of 20 % of 7 d
+    assert 'data-slo="met"' in cells and "1 d 9 h of 7 d allowed, 1 h used" in cells
+    assert "scans cover 6 h of 7 d (3.6%)" in cells
 
 
 def test_an_endpoint_below_its_objective_says_so(world, owner_client):
-    endpoint = make_endpoint(world.team, slo_grade_floor="A", slo_objective=0.9)
+    endpoint = make_endpoint(world.team, slo_grade_floor="A", slo_objective=0.999)
     now = timezone.now()
     for hours in range(1, 6):
         scan_at(endpoint, now - timedelta(hours=hours), GRADE_B)
 
     cells = row(dashboard(owner_client, world), endpoint)
 
-    assert 'data-slo="missed"' in cells and "below: 0% &lt; 90%" in cells
+    # five hours below the floor against 0.1 % of 7 days (about 10 min)
+    assert 'data-slo="missed"' in cells and "10 min of 7 d allowed, 5 h used" in cells
 
 
 def test_a_pushed_or_paused_endpoint_has_no_next_scan_time(world, owner_client):
