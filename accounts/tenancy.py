@@ -15,7 +15,7 @@ needed role get 403.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -30,12 +30,18 @@ class UnscopedQuery(RuntimeError):
     """A team-owned model was queried without saying whose rows are wanted."""
 
 
+class TeamToken(Protocol):
+    """What scoping reads from an ApiToken (typed here: accounts.models imports this module)."""
+
+    team_id: int
+
+
 @dataclass(frozen=True)
 class Access:
     """What one request may reach: team id → role. Empty for anonymous and outsiders."""
 
     roles: dict[int, str] = field(default_factory=dict)
-    token: object | None = None  # the ApiToken when the request used one
+    token: TeamToken | None = None  # the ApiToken when the request used one
 
     @property
     def team_ids(self) -> list[int]:

@@ -257,7 +257,8 @@ def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
     if changed_models:
         fields["advertised"] = wanted
         with transaction.atomic():
-            host.catalog_models.set(wanted)
+            # Catalog ids are the primary keys; django-stubs assume integer ones.
+            host.catalog_models.set(wanted)  # type: ignore[arg-type]
             Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)
     else:
         Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)  # one statement, autocommit

@@ -68,7 +68,7 @@ class TrustLevel(models.TextChoices):
 GRANTABLE_TRUST = (TrustLevel.NONE, TrustLevel.SOFTWARE, TrustLevel.EDR)
 
 
-class HostQuerySet(TeamScopedQuerySet):
+class HostQuerySet(TeamScopedQuerySet["Host"]):
     def online(self, now: datetime | None = None) -> HostQuerySet:
         """Hosts with a heartbeat in the last 45 s that are neither suspended nor revoked."""
         return self.filter(Host.online_q(now))
@@ -81,6 +81,9 @@ class HostQuerySet(TeamScopedQuerySet):
 # A from_queryset() class as a base is beyond django-stubs (it types Manager.from_queryset only).
 class HostManager(TeamScopedManager.from_queryset(HostQuerySet)):  # type: ignore[misc]
     pass
+
+
+HostUnscopedManager = models.Manager.from_queryset(HostQuerySet)  # what HostQuerySet.as_manager() builds
 
 
 class Host(TeamOwned):
@@ -121,7 +124,7 @@ class Host(TeamOwned):
 
     # TeamOwned's managers, with "online" added (still fail-closed through `objects`).
     objects: ClassVar[HostManager] = HostManager()
-    dangerously_unscoped: ClassVar = HostQuerySet.as_manager()
+    dangerously_unscoped: ClassVar[HostUnscopedManager[Host]] = HostUnscopedManager()
 
     class Meta(TeamOwned.Meta):
         ordering = ["name"]

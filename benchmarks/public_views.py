@@ -29,6 +29,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import TypeGuard
 from pathlib import Path
 
 from django.core.cache import cache
@@ -62,7 +63,7 @@ EM_DASH = "\u2014"
 # --- cached entries --------------------------------------------------------------------------
 
 
-def _fresh(entry: dict | None, max_age_s: int, now: datetime) -> bool:
+def _fresh(entry: dict | None, max_age_s: int, now: datetime) -> TypeGuard[dict]:
     return entry is not None and timedelta(0) <= now - entry["built_at"] <= timedelta(seconds=max_age_s)
 
 

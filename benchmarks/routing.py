@@ -50,7 +50,7 @@ TTFT_HALF_MS = 1000.0  # a TTFT EWMA of 1 s scores 0.5 on the TTFT term
 TPS_HALF = 50.0  # a TPS EWMA of 50 tokens/s scores 0.5 on the TPS term
 NO_SAMPLE = 0.5  # a host with no EWMA yet is scored as if it sat at the half-way marks
 IDLE_FULL_S = 300.0  # the idle term reaches 1 after five minutes without an assignment
-TRUST_POINTS = {
+TRUST_POINTS: dict[str, float] = {
     TrustLevel.NONE: 0.0,
     TrustLevel.SOFTWARE: 0.5,
     TrustLevel.EDR: 1.0,
@@ -119,7 +119,7 @@ def rank_key(host: HostFacts, model_id: str) -> tuple:
     if value is None:
         raise ValueError(f"host {host.host_id} does not serve {model_id}")
     never = host.last_assigned_at is None
-    last = 0.0 if never else host.last_assigned_at.timestamp()
+    last = 0.0 if host.last_assigned_at is None else host.last_assigned_at.timestamp()
     return (-round(value, SCORE_DECIMALS), 0 if never else 1, last, host.host_id)
 
 

@@ -34,6 +34,7 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any, Literal, TypedDict, overload
 
 from django.db import connection, transaction
 
@@ -78,6 +79,12 @@ def _iso(now: datetime) -> str:
     return now.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+@overload
+def half_up(value: None, decimals: int = 0) -> None: ...
+@overload
+def half_up(value: int | float | Decimal | Fraction, decimals: Literal[0] = 0) -> int: ...
+@overload
+def half_up(value: int | float | Decimal | Fraction | None, decimals: int = 0) -> int | float | None: ...
 def half_up(value: int | float | Decimal | Fraction | None, decimals: int = 0) -> int | float | None:
     """The one rounding rule of every published figure: half up, on the decimal a reader sees
     (40.25 -> 40.3, 200.5 -> 201), never float `round`'s half-to-even on binary values.
@@ -179,7 +186,13 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
 # --- hosts: online, per tier, hardware --------------------------------------------------------
 
 
-def _online_hosts(now: datetime) -> list[dict]:
+class OnlineHost(TypedDict):
+    id: int
+    team_id: int
+    gpu_model: str
+
+
+def _online_hosts(now: datetime) -> list[OnlineHost]:
     return list(
         Host.dangerously_unscoped.filter(Host.online_q(now))
         .order_by()
@@ -253,7 +266,7 @@ def _gpu_name(reported: str | None) -> str | None:
     return " ".join((reported or "").split()) or None
 
 
-def _hardware(hosts: list[dict]) -> list[dict]:
+def _hardware(hosts: list[OnlineHost]) -> list[dict]:
     """Online hosts per reported GPU, most hosts first (then by name), then "other", then null
     (hosts that reported none).
 
@@ -305,7 +318,7 @@ def build_snapshot(now: datetime) -> dict:
     tiers = _tiers_sql(model_ids, now)
     windows = _job_windows_sql(model_ids, now)
 
-    models = []
+    models: list[dict[str, Any]] = []
     for entry in catalog:
         model_id = entry["id"]
         model_windows = windows.get(model_id) or {name: _empty_window() for name in WINDOWS}
