@@ -202,7 +202,7 @@ def _gap(point, cx: float, title: str, data: dict, cls: str) -> dict:
 
 def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) -> SafeString:
     """The grades of `points` (oldest first), evenly spaced; the line breaks at a change of
-    scoring version and at a scan with no letter (drawn as a grey mark at the bottom)."""
+    scoring version and at a scan with no letter (a thin grey gap, not a point at zero)."""
     pad = 3.0
     n = len(points)
     step = (width - 2 * pad) / max(n - 1, 1)
@@ -226,7 +226,7 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
                 dots.append({"cx": _num(cx(last)), "cy": _num(cy(last)),
                              "fill": BAND_COLOURS.get(last.grade, INK)})
         segments.append({"version": run[0].scoring_version, "lines": lines, "dots": dots,
-                         "no_letter": [_num(cx(p) - 1.5) for p in run if p.points is None]})
+                         "no_letter": [_num(cx(p) - 0.5) for p in run if p.points is None]})
     breaks = [{"x": _num(pad + (index[id(before[-1])] + 0.5) * step),
                "old": before[-1].scoring_version, "new": after[0].scoring_version}
               for before, after in zip(runs, runs[1:], strict=False)]
@@ -234,7 +234,7 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
     label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
     return _render("sparkline.svg", {
         "width": width, "height": height, "label": label, "segments": segments,
-        "breaks": breaks, "no_letter_y": _num(height - pad - 3),
+        "breaks": breaks,
         "data": _data({"count": n, "grades": " ".join(grades),
                        "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
                        "segments": len(runs), "breaks": max(len(runs) - 1, 0)}),

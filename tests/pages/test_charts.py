@@ -56,7 +56,7 @@ def test_a_sparkline_breaks_where_the_scoring_version_changes():
     assert (line.get("data-from"), line.get("data-to")) == ("0.9.0", "1.0.0")
 
 
-def test_a_sparkline_shows_a_scan_with_no_letter_as_a_grey_mark_and_breaks_the_line():
+def test_a_sparkline_shows_a_scan_with_no_letter_as_a_grey_gap_and_breaks_the_line():
     points = [grade_point(0, 95.0, "A"), grade_point(1, 90.0, "A"),
               grade_point(2, None, "insufficient_evidence"),
               grade_point(3, 95.0, "A"), grade_point(4, 95.0, "A")]

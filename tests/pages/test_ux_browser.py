@@ -126,6 +126,8 @@ def test_every_logged_in_page_fits_the_screen_without_sideways_scrolling(
         "scan": reverse("scan-detail", args=[scans[-1].public_id]),
         "compare": reverse("scan-compare", args=[scans[-1].public_id]),
         "endpoint-form": reverse("endpoint-edit", args=[endpoint.public_id]),
+        "endpoint-new": reverse("endpoint-create", args=[slug]),
+        "endpoint-delete": reverse("endpoint-delete", args=[endpoint.public_id]),
         "members": reverse("team-members", args=[slug]),
         "tokens": reverse("team-tokens", args=[slug]),
         "settings": reverse("team-settings", args=[slug]),
