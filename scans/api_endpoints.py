@@ -178,7 +178,7 @@ class ScanSerializer(serializers.ModelSerializer):
         fields = [
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
             "finished_at", "grade", "points", "uncapped_grade", "scoring_version",
-            "provisional", "pushed", "tool_version",
+            "provisional", "pushed", "tool_version", "location",
         ]
         read_only_fields = fields
 

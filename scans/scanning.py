@@ -107,7 +107,8 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
                     scan = Scan.dangerously_unscoped.create(
                         endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
                         location=location, origin=origin_of(endpoint.base_url),
-                        deadline_at=now + QUEUED_GRACE, redispatch_at=now + REDISPATCH_AFTER,
+                        # due to be sent at once (redispatch_due: one per free origin)
+                        deadline_at=now + QUEUED_GRACE, redispatch_at=now,
                     )
             except IntegrityError:
                 continue  # this slot was scanned already; the schedule still moved on
@@ -117,16 +118,28 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
 
 def redispatch_due(now: datetime | None = None) -> list[int]:
     """Queued scans the beat must send (again): those whose origin was busy and whose wait is
-    over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless."""
+    over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless.
+
+    Only the longest-waiting scan of each free origin (and location) is sent: the others
+    would find it busy again. Scans of an origin that is busy now are alive, not lost: their
+    start-by deadline moves on, and the worker that frees the origin hands it to the next
+    one (hand_off)."""
     now = now or timezone.now()
-    with transaction.atomic():
-        # System-wide beat task: every team's waiting scans.
-        due = list(
-            Scan.dangerously_unscoped.select_for_update(skip_locked=True)
-            .filter(status=ScanStatus.QUEUED, redispatch_at__lte=now)
-            .values_list("pk", flat=True)[:1000]
-        )
-        Scan.dangerously_unscoped.filter(pk__in=due).update(redispatch_at=now + REDISPATCH_AFTER)
+    busy = OriginLock.objects.filter(expires_at__gt=now).values("origin")
+    # System-wide beat task: every team's waiting scans.
+    queued = Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)
+    queued.filter(origin__in=busy).update(deadline_at=now + QUEUED_GRACE)
+    candidates = (queued.filter(redispatch_at__lte=now).exclude(origin__in=busy)
+                  .order_by("queued_at").values_list("pk", "origin", "location")[:5000])
+    firsts: dict[tuple[str, str], int] = {}
+    for pk, origin, location in candidates:
+        key = (origin, location) if origin else ("", str(pk))  # a scan from before origins
+        firsts.setdefault(key, pk)
+    due = []
+    for pk in firsts.values():
+        # Conditional: of two beats racing, one sends it.
+        if queued.filter(pk=pk, redispatch_at__lte=now).update(redispatch_at=now + REDISPATCH_AFTER):
+            due.append(pk)
     return due
 
 

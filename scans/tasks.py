@@ -30,11 +30,13 @@ def delete_expired_invitations() -> int:
 
 @shared_task
 def enqueue_due_scans() -> int:
-    """Every minute: one queued scan per due endpoint slot, and the queued scans due to be sent
-    again (waiting for a busy origin, or never taken), each sent to a worker."""
+    """Every minute: one queued scan per due endpoint slot and location, then the queued scans
+    due to be sent (new, waiting for a busy origin, or never taken): the first of each free
+    origin, to its location's queue."""
     from scans import scanning
 
-    scan_ids = scanning.enqueue_due() + scanning.redispatch_due()
+    scanning.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
+    scan_ids = scanning.redispatch_due()
     for scan_id in scan_ids:
         scanning.send(scan_id)
     return len(scan_ids)

@@ -77,6 +77,16 @@ def tree_rss_mb(pid: int) -> float:
     return total / 2**20
 
 
+def cpu_seconds(pid: int) -> float:
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--endpoints", type=int, default=1000)
@@ -142,10 +152,12 @@ def main() -> None:
                 next_beat = now + 60
             if window_start is None and now - started >= args.warmup_s:
                 window_start = timezone.now()
+                cpu_at_start = cpu_seconds(worker.pid)
             peak_rss = max(peak_rss, tree_rss_mb(worker.pid))
             loads.append(os.getloadavg()[0])
             time.sleep(5)
         window_end = timezone.now()
+        worker_cpu = cpu_seconds(worker.pid) - cpu_at_start
 
         mine = Scan.dangerously_unscoped.filter(endpoint__team=team)
         done = mine.filter(finished_at__gte=window_start, finished_at__lt=window_end)
@@ -164,7 +176,9 @@ def main() -> None:
         print(f"completed scans: {sum(counts.values())} ({counts}); "
               f"scans/hour (extrapolated): {succeeded / hours:.0f}")
         print(f"levels: {levels}, client-bound: {bound} ({100 * bound / max(levels, 1):.2f} %)")
-        print(f"worker peak RSS (all its processes): {peak_rss:.0f} MB")
+        print(f"worker peak RSS (all its processes): {peak_rss:.0f} MB; worker CPU in the window: "
+              f"{worker_cpu:.0f} s ({worker_cpu / max(succeeded, 1):.2f} CPU-s per scan, "
+              f"{100 * worker_cpu / (hours * 3600):.0f} % of one core)")
         print(f"load average (1 min) during the run: mean {sum(loads) / len(loads):.2f}, "
               f"max {max(loads):.2f}; CPUs: {os.cpu_count()}; running at the end: {running_peak}")
         errored = list(done.filter(status=ScanStatus.ERRORED).values_list("error_reason", flat=True)[:3])
