@@ -41,6 +41,8 @@ serve:
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+# mypy's Django plugin imports the settings, which parse DATABASE_URL (and never connect to it).
+	DATABASE_URL=$${DATABASE_URL:-postgres://typecheck@127.0.0.1/typecheck} $(BIN)/mypy
 	$(BIN)/python -m tokvera_site.devservices run --throwaway -- $(BIN)/pytest
 
 lint: install
