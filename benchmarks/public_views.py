@@ -29,8 +29,8 @@ import threading
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TypeGuard
 from pathlib import Path
+from typing import TypeGuard
 
 from django.core.cache import cache
 from django.db import Error as DatabaseError
