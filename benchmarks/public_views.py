@@ -11,8 +11,11 @@ request context (no context processors run). Every figure comes from
   `benchmarks.public_tasks.refresh_public_benchmarks` (or `manage.py refresh_benchmarks`) and kept
   for PAGE_CACHE_S, so visitors are served the stored rendering.
 
-A cached copy stores the coordinator time it was built at; a copy older than its limit is never
-served, whatever the cache backend's own expiry does.
+A cached copy stores the coordinator time it was built at. Past its limit, the first request
+takes the build lock and rebuilds it, and every other request meanwhile is served the previous
+copy at once (nobody waits for a build); a copy is never served more than STALE_GRACE_S past its
+limit, whatever the cache backend's own expiry does. Only a cache with no copy at all makes a
+request wait for the builder (briefly, then it builds one itself).
 
 When the cache cannot be reached (Redis down, or the database behind the database cache), each
 process falls back on its own memory: it serves the last entry it built or read while that one
@@ -50,8 +53,10 @@ LIVE_CACHE_S = 15  # /v1/slo and /v1/stats: computed at request time, reused thi
 LIVE_MAX_AGE_S = 15
 PAGE_KEY = "benchmarks:public:page:v1"
 LIVE_KEY = "benchmarks:public:live:v1"
-BUILD_LOCK_S = 30  # one builder at a time per entry; the others wait for its result
-BUILD_WAIT_STEPS = 100  # how many times a waiting request looks again (every 50 ms)
+BUILD_LOCK_S = 30  # one builder at a time per entry; the others are served the previous copy
+# A copy past its limit is served while one request rebuilds it, for at most this long.
+STALE_GRACE_S = BUILD_LOCK_S
+BUILD_WAIT_STEPS = 100  # with no copy at all: how many times a request looks again (every 50 ms)
 # Entries are stored a little longer than they may be served: _fresh() decides, from the
 # coordinator time each one was built at, so the backend's own expiry never cuts in early.
 _CACHE_SLACK_S = 5
@@ -90,8 +95,14 @@ def _entry(key: str, max_age_s: int, build) -> dict:
     return entry
 
 
+def _store(key: str, entry: dict, max_age_s: int) -> None:
+    # Kept past its limit so that it can stand in while one request rebuilds it.
+    cache.set(key, entry, timeout=max_age_s + STALE_GRACE_S + _CACHE_SLACK_S)
+
+
 def _entry_from_cache(key: str, max_age_s: int, build) -> dict:
-    """The cached entry under `key` if it is fresh, else a new one built by one request."""
+    """The cached entry under `key` if it is fresh, else a new one built by one request while
+    the others are served the previous copy."""
     now = timezone.now()
     entry = cache.get(key)
     if _fresh(entry, max_age_s, now):
@@ -100,11 +111,13 @@ def _entry_from_cache(key: str, max_age_s: int, build) -> dict:
     if cache.add(lock, 1, timeout=BUILD_LOCK_S):
         try:
             entry = build(now)
-            cache.set(key, entry, timeout=max_age_s + _CACHE_SLACK_S)
+            _store(key, entry, max_age_s)
             return entry
         finally:
             cache.delete(lock)
-    for _ in range(BUILD_WAIT_STEPS):  # another request is building it: take its result
+    if _fresh(entry, max_age_s + STALE_GRACE_S, now):
+        return entry  # another request is rebuilding it: the previous copy, at once
+    for _ in range(BUILD_WAIT_STEPS):  # no copy at all (a cold cache): the builder's result
         time.sleep(0.05)
         entry = cache.get(key)
         if _fresh(entry, max_age_s, timezone.now()):
@@ -156,8 +169,8 @@ def refresh(now: datetime | None = None) -> dict:
     page = {"built_at": now, "snapshot": snapshot, "html": render_page(snapshot)}
     live = {"built_at": now, "snapshot": snapshot,
             "slo": _dumps(snap.slo_payload(snapshot)), "stats": _dumps(snap.stats_payload(snapshot))}
-    cache.set(PAGE_KEY, page, timeout=PAGE_CACHE_S + _CACHE_SLACK_S)
-    cache.set(LIVE_KEY, live, timeout=LIVE_CACHE_S + _CACHE_SLACK_S)
+    _store(PAGE_KEY, page, PAGE_CACHE_S)
+    _store(LIVE_KEY, live, LIVE_CACHE_S)
     return snapshot
 
 
