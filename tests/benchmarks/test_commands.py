@@ -83,3 +83,14 @@ def test_a_refused_catalog_id_says_which_characters_are_allowed(db):
         with pytest.raises(CommandError, match="letters, digits, dots, hyphens"):
             call_command("catalog", "add", bad, "--quant", "Q4", "--context-len", "10")
     assert not CatalogModel.objects.exists()
+
+
+def test_a_dotted_catalog_id_works_through_heartbeat_and_job_submission(net):
+    call_command("catalog", "add", "qwen2.5-0.5b-q8", "--quant", "Q8_0", "--context-len", "4096",
+                 stdout=StringIO())
+    host, token = net.host("h1", models=("qwen2.5-0.5b-q8",))
+
+    assert net.heartbeat(token, ["qwen2.5-0.5b-q8"]).status_code == 200
+    assert Host.dangerously_unscoped.online_for("qwen2.5-0.5b-q8").filter(pk=host.pk).exists()
+    job_id = net.submit_id(model="qwen2.5-0.5b-q8")
+    assert net.job(job_id).model_id == "qwen2.5-0.5b-q8"
