@@ -111,3 +111,27 @@ def test_the_schema_knows_every_check_pillar_and_cap(schema):
     assert check["pillar"]["enum"] == list(scoring.PILLAR_WEIGHTS)
     cap = schema["$defs"]["score"]["properties"]["caps_applied"]["items"]["properties"]
     assert cap["id"]["enum"] == [c.id for c in scoring.CAPS]
+
+
+def test_the_schema_describes_every_field_of_a_request_timeline_the_scanner_writes(schema):
+    """A new RequestRecord field that reaches report.json fails here until the schema says what
+    it means (the timelines are what a site re-grades a pushed report from)."""
+    from scans.grader.measurement import RequestRecord
+    from scans.grader.proof import sample_times_ms
+
+    record = RequestRecord(level=1, index=0)
+    written = {**record.timeline_ms(0.0), **sample_times_ms(record, 0.0)}
+    described = schema["$defs"]["request_timeline"]["properties"]
+    assert set(written) == set(described)
+    assert all(field.get("description") for field in described.values())
+    level = schema["$defs"]["level"]["properties"]
+    assert level["request_timelines"]["items"] == {"$ref": "#/$defs/request_timeline"}
+    assert "output_times_ms" in described and "ttft_samples_ms" in level
+
+
+def test_the_site_reads_the_schema_the_wheel_ships():
+    """scans/grader/report.schema.json is the packaged copy of docs/report.schema.json (a link
+    in a checkout; tests/packaging builds the wheel)."""
+    from scans import pushes
+
+    assert pushes.SCHEMA_PATH.read_bytes() == SCHEMA_PATH.read_bytes()
