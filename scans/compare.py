@@ -17,14 +17,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scans.grader import scoring
+from scans.grader.report import CHECK_LABELS
 
-__all__ = ["CheckChange", "Comparison", "PillarChange", "compare"]
+__all__ = ["FLAG_RELATIVE_CHANGE", "CheckChange", "Comparison", "FigureChange", "PillarChange",
+           "compare"]
 
 LETTERS = scoring.GRADES
+# A measured value that moved by this share of its earlier value or more is flagged, even when
+# its status did not change (TTFT 201 → 453 ms passes twice but is +125 %).
+FLAG_RELATIVE_CHANGE = 0.25
+
+
+class _Relative:
+    """The relative change of a numeric before/after pair and whether it is flagged."""
+
+    before_value: Any
+    after_value: Any
+
+    @property
+    def relative_change(self) -> float | None:
+        """(after - before) / |before|; None unless both are numbers and before is not 0."""
+        before, after = _number(self.before_value), _number(self.after_value)
+        if before is None or after is None or before == 0:
+            return None
+        return (after - before) / abs(before)
+
+    @property
+    def flagged(self) -> bool:
+        change = self.relative_change
+        return change is not None and abs(change) >= FLAG_RELATIVE_CHANGE
 
 
 @dataclass(frozen=True)
-class CheckChange:
+class CheckChange(_Relative):
     id: str
     pillar: str
     unit: str
@@ -33,6 +58,14 @@ class CheckChange:
     before_status: str | None
     after_status: str | None
     delta: float | None  # after - before, when both are numbers
+
+    @property
+    def key(self) -> str:
+        return self.id
+
+    @property
+    def label(self) -> str:
+        return CHECK_LABELS.get(self.id, self.id)
 
     @property
     def status_changed(self) -> bool:
@@ -45,6 +78,46 @@ class CheckChange:
         before = rank.get(self.before_status or "", 0)
         after = rank.get(self.after_status or "", 0)
         return "better" if after > before else "worse" if after < before else "same"
+
+
+@dataclass(frozen=True)
+class FigureChange(_Relative):
+    """A headline figure of the first level (one request at a time) in both reports."""
+
+    key: str
+    label: str
+    unit: str
+    before_value: float | None
+    after_value: float | None
+
+
+# The headline figures compared: (key, label, unit, level field, statistic).
+FIGURES = (
+    ("ttft_p50", "Time to first token, p50", "ms", "ttft_ms", "p50"),
+    ("ttft_p95", "Time to first token, p95", "ms", "ttft_ms", "p95"),
+    ("tokens_per_s", "Output speed per stream (median)", "/s", "generation_rate", "median"),
+    ("first_answer_p50", "Time to first answer token, p50", "ms", "time_to_first_answer_ms",
+     "p50"),
+    ("thinking_p50", "Thinking time, p50", "ms", "thinking_ms", "p50"),
+)
+
+
+def _figures(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[FigureChange, ...]:
+    def first_level(report: Mapping[str, Any]) -> Mapping[str, Any]:
+        levels = report.get("levels") or []
+        return levels[0] if levels and isinstance(levels[0], Mapping) else {}
+
+    def read(level: Mapping[str, Any], field_name: str, stat: str) -> float | None:
+        figure = level.get(field_name)
+        return _number(figure.get(stat)) if isinstance(figure, Mapping) else None
+
+    b, a = first_level(before), first_level(after)
+    changes = []
+    for key, label, unit, field_name, stat in FIGURES:
+        bv, av = read(b, field_name, stat), read(a, field_name, stat)
+        if bv is not None or av is not None:
+            changes.append(FigureChange(key, label, unit, bv, av))
+    return tuple(changes)
 
 
 @dataclass(frozen=True)
@@ -92,6 +165,12 @@ class Comparison:
     pillars: tuple[PillarChange, ...]
     reasons: tuple[str, ...] = field(default=())
     regraded_previous: dict | None = None  # the previous score under this site's version
+    figures: tuple[FigureChange, ...] = field(default=())
+
+    @property
+    def flagged(self) -> tuple[CheckChange | FigureChange, ...]:
+        """Every figure and check value that moved by FLAG_RELATIVE_CHANGE or more."""
+        return tuple(c for c in (*self.figures, *self.checks) if c.flagged)
 
     @property
     def same_version(self) -> bool:
@@ -178,7 +257,8 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Comparison:
             regraded = None  # a check this version does not know: nothing comparable to show
     return Comparison(**{**comparison.__dict__, "reasons": _reasons(comparison, a_score,
                                                                       b_score),
-                         "regraded_previous": regraded})
+                         "regraded_previous": regraded,
+                         "figures": _figures(before, after)})
 
 
 def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ...]:

@@ -7,6 +7,8 @@ from scans import views_endpoints
 urlpatterns = [
     path("teams/<slug:slug>/", views_endpoints.team_dashboard, name="team-dashboard"),
     # endpoints, scans and badges (scans/views_endpoints.py)
+    path("teams/<slug:slug>/compare", views_endpoints.endpoints_compare,
+         name="endpoints-compare"),
     path("teams/<slug:slug>/endpoints/new", views_endpoints.endpoint_create,
          name="endpoint-create"),
     path("endpoints/<uuid:public_id>/", views_endpoints.endpoint_detail, name="endpoint-detail"),

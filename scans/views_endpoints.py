@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.tenancy import Access, get_visible_or_404, require_manage, require_write
 from accounts.views import team_for_request
 from scans import charts, history, scanning, slo, state
-from scans.compare import compare
+from scans.compare import FLAG_RELATIVE_CHANGE, compare
 from scans.endpoint_forms import EndpointForm
 from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
@@ -390,16 +390,73 @@ def scan_report_html(request, public_id):
     return response
 
 
+COMPARE_CHOICES = 50  # the most recent succeeded scans offered to compare with
+
+
 @login_required
 def scan_compare(request, public_id):
+    """This scan against another succeeded scan of the same endpoint: `?with=<scan id>`, any
+    one (not only the previous), else the previous. The earlier of the two is "before"."""
     scan = _scan(request, public_id)
     endpoint = scan.endpoint
-    previous = _previous(scan) if scan.report else None
-    comparison = compare(previous.report, scan.report) if previous and previous.report else None
+    other_id = request.GET.get("with", "")
+    if other_id:
+        other = _scan(request, _uuid_or_404(other_id))
+        if other.endpoint_id != endpoint.pk:
+            raise Http404("That scan is of another endpoint.")
+    else:
+        other = _previous(scan) if scan.report else None
+    comparison = before = after = None
+    if other is not None and other.report and scan.report and other.pk != scan.pk:
+        before, after = sorted((other, scan), key=lambda s: (s.queued_at, s.pk))
+        comparison = compare(before.report, after.report)
+    choices = (Scan.objects.for_team(endpoint.team_id)
+               .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED).exclude(pk=scan.pk)
+               .order_by("-queued_at").only("public_id", "queued_at", "grade")[:COMPARE_CHOICES])
     return render(request, "scans/scan_compare.html", {
-        "team": endpoint.team, "endpoint": endpoint, "scan": scan, "previous": previous,
-        "comparison": comparison,
+        "team": endpoint.team, "endpoint": endpoint, "scan": scan, "previous": other,
+        "before": before, "after": after, "comparison": comparison, "choices": choices,
+        "chosen": other_id, "flag_share": FLAG_SHARE,
+        "before_label": ("this scan" if before == scan else
+                         "previous scan" if not other_id else "earlier scan"),
+        "after_label": "this scan" if after == scan else "later scan",
     })
+
+
+def _uuid_or_404(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise Http404("Not a scan id.") from None
+
+
+@login_required
+def endpoints_compare(request, slug):
+    """Two endpoints of the team side by side: their latest succeeded scans compared
+    (`?a=<endpoint id>&b=<endpoint id>`)."""
+    team = team_for_request(request, slug)
+    endpoints = list(Endpoint.objects.for_team(team).order_by("name", "pk"))
+    by_id = {str(e.public_id): e for e in endpoints}
+    left, right = by_id.get(request.GET.get("a", "")), by_id.get(request.GET.get("b", ""))
+    latest = {}
+    for endpoint in (left, right):
+        if endpoint is not None:
+            latest[endpoint.pk] = (Scan.objects.for_team(team)
+                                   .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED)
+                                   .order_by("-queued_at").first())
+    before = latest.get(left.pk) if left else None
+    after = latest.get(right.pk) if right else None
+    comparison = (compare(before.report, after.report)
+                  if before and after and before.report and after.report else None)
+    return render(request, "scans/endpoint_compare.html", {
+        "team": team, "endpoints": endpoints, "left": left, "right": right,
+        "before": before, "after": after, "comparison": comparison, "flag_share": FLAG_SHARE,
+    })
+
+
+FLAG_SHARE = round(FLAG_RELATIVE_CHANGE * 100)
 
 
 # --- public badges ---------------------------------------------------------------------------

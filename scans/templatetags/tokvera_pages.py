@@ -65,3 +65,12 @@ def signed(value, digits: int = 1) -> str:
     if value is None:
         return ""
     return f"{float(value):+.{int(digits)}f}"
+
+
+@register.filter
+def percent_signed(value) -> str:
+    """A relative change: 1.25 → "+125 %", -0.3 → "−30 %"; None → "—"."""
+    if value is None:
+        return "—"
+    shown = f"{abs(float(value)) * 100:.0f} %"
+    return f"+{shown}" if value >= 0 else f"−{shown}"

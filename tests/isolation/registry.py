@@ -293,4 +293,5 @@ TEAM.update({
     "scan-report-html": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-status": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-compare": [Case("page", "GET", "read", kwargs=_scan_id)],
+    "endpoints-compare": [Case("page", "GET", "read")],
 })

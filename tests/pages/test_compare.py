@@ -71,7 +71,7 @@ def test_different_scoring_versions_are_said_before_anything_else(owner_client, 
     assert 'data-same-version="false"' in body
     note = re.search(r'<p class="version-note"[^>]*>(.*?)</p>', body, re.S)[1]
     assert "Different scoring versions." in note
-    assert "graded under scoring 0.8.0, this one under 0.9.0" in note
+    assert "Previous scan: graded under scoring 0.8.0; this scan: under 0.9.0" in note
     assert "Grades of different versions are not comparable" in note
     assert body.index("version-note") < body.index("Why the grade")
     first_reason = re.search(r'<ul class="reasons"><li>(.*?)</li>', body, re.S)[1]
