@@ -47,6 +47,9 @@ class EndpointForm(forms.ModelForm):
     levels_text = forms.CharField(
         label="Concurrency levels", max_length=200,
         help_text="Comma-separated, starting at 1 and ascending, e.g. 1, 4, 16.")
+    locations_text = forms.CharField(
+        label="Scan from", max_length=400, required=False,
+        help_text="Locations the site scans it from, comma-separated; blank: the site's own.")
     api_key = forms.CharField(
         label="API key", required=False, max_length=MAX_SECRET_CHARS, strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
@@ -126,6 +129,9 @@ class EndpointForm(forms.ModelForm):
         levels = (self.instance.levels if self.instance.pk and self.instance.levels
                   else list(DEFAULT_LEVELS))
         self.fields["levels_text"].initial = ", ".join(str(level) for level in levels)
+        self.fields["locations_text"].initial = ", ".join(self.instance.locations or [])
+        self.fields["locations_text"].help_text += (
+            " Available: " + ", ".join(scheduling.configured_locations()) + ".")
         if self.instance.pk:
             self.fields["api_key"].help_text = (
                 ("An API key is stored. " if self.instance.has_api_key else "No API key stored. ")
@@ -236,11 +242,18 @@ class EndpointForm(forms.ModelForm):
             self.add_error(field_name, message)
         self._dropped = changes.dropped
 
+    def clean_locations_text(self) -> list[str]:
+        try:
+            return scheduling.clean_locations(self.cleaned_data["locations_text"])
+        except scheduling.UnknownLocation as exc:
+            raise forms.ValidationError(f"{str(exc).capitalize()}.") from None
+
     # -- saving ---------------------------------------------------------------------------------
     def save(self, commit: bool = True) -> Endpoint:
         endpoint = super().save(commit=False)
         cleaned = self.cleaned_data
         endpoint.levels = cleaned["levels_text"]
+        endpoint.locations = cleaned["locations_text"]
         endpoint.webhook_url = self._new_webhook_url(cleaned)
         for guarded in self._dropped:  # the URL moved to another origin
             setattr(endpoint, guarded.secret_field, "")
@@ -266,7 +279,7 @@ class EndpointForm(forms.ModelForm):
         return endpoint
 
 
-FORM_EXTRA_FIELDS = ("levels", "api_key_encrypted", "webhook_url", "webhook_secret_encrypted",
+FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url", "webhook_secret_encrypted",
                      "prompt_sample_encrypted", "next_scan_at")
 
 

@@ -120,8 +120,8 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     """Queued scans the beat must send (again): those whose origin was busy and whose wait is
     over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless.
 
-    Only the longest-waiting scan of each free origin (and location) is sent: the others
-    would find it busy again. Scans of an origin that is busy now are alive, not lost: their
+    Only the longest-waiting scan of each free origin (and location) is sent, and none for an
+    origin with a scan on its way already: the others would find it busy again. Scans of an origin that is busy now are alive, not lost: their
     start-by deadline moves on, and the worker that frees the origin hands it to the next
     one (hand_off)."""
     now = now or timezone.now()
@@ -129,7 +129,10 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     # System-wide beat task: every team's waiting scans.
     queued = Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)
     queued.filter(origin__in=busy).update(deadline_at=now + QUEUED_GRACE)
+    # A scan sent and not yet taken (or told to wait) is on its way for that origin already.
+    sent = queued.filter(redispatch_at__gt=now).exclude(origin="").values("origin")
     candidates = (queued.filter(redispatch_at__lte=now).exclude(origin__in=busy)
+                  .exclude(origin__in=sent)
                   .order_by("queued_at").values_list("pk", "origin", "location")[:5000])
     firsts: dict[tuple[str, str], int] = {}
     for pk, origin, location in candidates:
@@ -185,25 +188,25 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
     now = now or timezone.now()
     location = scheduling.locations_of(endpoint)[0]
     with transaction.atomic():
-        # The caller checked access to `endpoint` (scoped view or API); these rows are its own.
-        previous = (Endpoint.dangerously_unscoped.select_for_update().filter(pk=endpoint.pk)
+        # The caller checked access to `endpoint`; these rows are its team's own.
+        endpoints = Endpoint.objects.for_team(endpoint.team_id)
+        scans = Scan.objects.for_team(endpoint.team_id)
+        previous = (endpoints.select_for_update().filter(pk=endpoint.pk)
                     .values_list("last_manual_scan_at", flat=True).get())
         if previous is not None and previous > now - MANUAL_SCAN_COOLDOWN:
             raise ScanRateLimited(previous + MANUAL_SCAN_COOLDOWN - now)
-        Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
-        scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger,
-                                                location=location,
-                                                origin=origin_of(endpoint.base_url),
-                                                deadline_at=now + QUEUED_GRACE,
-                                                redispatch_at=now + REDISPATCH_AFTER)
+        endpoints.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
+        scan = scans.create(endpoint=endpoint, trigger=trigger, location=location,
+                            origin=origin_of(endpoint.base_url), deadline_at=now + QUEUED_GRACE,
+                            redispatch_at=now + REDISPATCH_AFTER)
     try:
         send(scan.pk, location)
     except BrokerUnreachable as exc:
         log.warning("scan-now of endpoint %s not queued: the broker is unreachable (%s)",
                     endpoint.pk, exc)
         with transaction.atomic():
-            Scan.dangerously_unscoped.filter(pk=scan.pk, status=ScanStatus.QUEUED).delete()
-            Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, last_manual_scan_at=now).update(
+            scans.filter(pk=scan.pk, status=ScanStatus.QUEUED).delete()
+            endpoints.filter(pk=endpoint.pk, last_manual_scan_at=now).update(
                 last_manual_scan_at=previous)
         raise ScanNotQueued("The task queue is unreachable, so the scan was not started (nothing "
                             f"was saved); try again in {BROKER_RETRY_AFTER_S} s.") from None

@@ -163,10 +163,14 @@ def main() -> None:
         done = mine.filter(finished_at__gte=window_start, finished_at__lt=window_end)
         counts = dict(done.values_list("status").annotate(n=Count("pk")))
         levels = bound = 0
+        by_level: dict[int, list[int]] = {}
         for report in done.filter(status=ScanStatus.SUCCEEDED).values_list("report", flat=True):
             for level in report.get("levels", []):
                 levels += 1
                 bound += bool(level.get("client_bound"))
+                counts_of = by_level.setdefault(level.get("concurrency"), [0, 0])
+                counts_of[0] += 1
+                counts_of[1] += bool(level.get("client_bound"))
         hours = (window_end - window_start).total_seconds() / 3600
         running_peak = mine.filter(Q(status=ScanStatus.RUNNING)).count()
         succeeded = counts.get(ScanStatus.SUCCEEDED, 0)
@@ -175,7 +179,8 @@ def main() -> None:
         print(f"worker: {' '.join(worker_command())}")
         print(f"completed scans: {sum(counts.values())} ({counts}); "
               f"scans/hour (extrapolated): {succeeded / hours:.0f}")
-        print(f"levels: {levels}, client-bound: {bound} ({100 * bound / max(levels, 1):.2f} %)")
+        print(f"levels: {levels}, client-bound: {bound} ({100 * bound / max(levels, 1):.2f} %); "
+              "by concurrency: " + ", ".join(f"{c}: {b}/{n}" for c, (n, b) in sorted(by_level.items())))
         print(f"worker peak RSS (all its processes): {peak_rss:.0f} MB; worker CPU in the window: "
               f"{worker_cpu:.0f} s ({worker_cpu / max(succeeded, 1):.2f} CPU-s per scan, "
               f"{100 * worker_cpu / (hours * 3600):.0f} % of one core)")
