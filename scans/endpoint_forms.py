@@ -279,8 +279,8 @@ class EndpointForm(forms.ModelForm):
         return endpoint
 
 
-FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url", "webhook_secret_encrypted",
-                     "prompt_sample_encrypted", "next_scan_at")
+FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url",
+                     "webhook_secret_encrypted", "prompt_sample_encrypted", "next_scan_at")
 
 
 # next_scan_at is computed in one place: the scheduling service.
