@@ -18,6 +18,7 @@ from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, Scan
 from tests.conftest import bearer
 from tests.factories import make_endpoint, measured_report
+from tokvera_site import parsers
 
 pytestmark = pytest.mark.django_db
 
@@ -204,6 +205,32 @@ def test_deeply_nested_json_is_a_clear_400(world, api):
     endpoint = make_endpoint(world.team, mode="pushed")
     response = _push(api, world, endpoint, b"[" * 100_000 + b"]" * 100_000)
     assert response.status_code == 400 and "nested too deeply" in response.json()["report"][0]
+
+
+def test_a_report_nested_past_the_api_limit_is_refused_like_any_other_api_body(world, api):
+    """One nesting rule for every JSON body (tokvera_site.parsers): 65 levels is refused here as
+    the API parser refuses it, long before the decoder itself would give up."""
+    endpoint = make_endpoint(world.team, mode="pushed")
+    report = measured_report()
+    deep: list = []
+    report["measurements"]["note"] = deep
+    for _ in range(parsers.MAX_JSON_DEPTH):
+        deep.append([])
+        deep = deep[0]
+    response = _push(api, world, endpoint, report)
+    assert response.status_code == 400
+    assert response.json()["report"] == [parsers.TOO_DEEP]
+    assert _stored(endpoint) == 0
+
+
+def test_a_report_with_text_no_database_column_can_store_is_a_400_naming_the_place(world, api):
+    endpoint = make_endpoint(world.team, mode="pushed")
+    report = measured_report()
+    report["measurements"]["note"] = "a\x00b"
+    response = _push(api, world, endpoint, report)
+    assert response.status_code == 400
+    assert "/measurements/note contains NUL" in response.json()["report"][0]
+    assert _stored(endpoint) == 0
 
 
 def test_every_field_the_scanner_measures_per_request_travels_in_the_report():
