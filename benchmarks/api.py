@@ -358,7 +358,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             raise exceptions.ValidationError({"team": "Say which team submits this job."})
         if not access.can_write(team_id):
             raise exceptions.PermissionDenied("Your role in this team is read-only.")
-        return Team.dangerously_unscoped.get(pk=team_id)
+        return Team.objects.visible_to(access).get(pk=team_id)
 
     @extend_schema(request=JobSubmitSerializer, responses={
         202: JobSerializer,
@@ -390,5 +390,5 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             return _too_many(str(exc), "too_many_unsettled_jobs",
                              policy.value("NETWORK_UNSETTLED_RETRY_AFTER_S"), limit=exc.limit)
         # The pass may have assigned it already: report the status it has now.
-        job.status = Job.dangerously_unscoped.filter(pk=job.pk).values_list("status", flat=True).get()
+        job.status = Job.objects.for_team(team).filter(pk=job.pk).values_list("status", flat=True).get()
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchmarks.models import Host, Job, JobStatus
+from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from scans.grader.stats import ewma
 
 REPUTATION_ALPHA = 0.1  # slower than the speed EWMAs: one bad job should not sink a host
@@ -63,7 +64,7 @@ def fold_host(host_id: int, now: datetime | None = None) -> int:
     now = now or timezone.now()
     with transaction.atomic():
         host = (
-            Host.dangerously_unscoped.select_for_update()
+            ALL_HOSTS.select_for_update()
             .only("id", "reputation", "ttft_ewma_ms", "tps_ewma")
             .filter(pk=host_id)
             .first()
@@ -71,7 +72,7 @@ def fold_host(host_id: int, now: datetime | None = None) -> int:
         if host is None:
             return 0
         pending = list(
-            Job.dangerously_unscoped.filter(
+            ALL_JOBS.filter(
                 host_id=host_id, settled_at__isnull=False, folded_at__isnull=True
             )
             .order_by("settled_at", "id")
@@ -84,7 +85,7 @@ def fold_host(host_id: int, now: datetime | None = None) -> int:
                 apply_completed(host, job)
             else:
                 apply_failure(host)
-        claimed = Job.dangerously_unscoped.filter(
+        claimed = ALL_JOBS.filter(
             pk__in=[job.pk for job in pending], folded_at__isnull=True
         ).update(folded_at=now)
         if claimed != len(pending):
@@ -95,7 +96,7 @@ def fold_host(host_id: int, now: datetime | None = None) -> int:
 
 def hosts_with_unfolded_jobs(limit: int = 1000) -> list[int]:
     return list(
-        Job.dangerously_unscoped.filter(
+        ALL_JOBS.filter(
             settled_at__isnull=False, folded_at__isnull=True, host__isnull=False
         )
         .order_by()

@@ -1,7 +1,10 @@
 """Host services: creating hosts, their tokens, trust, suspension, and recording heartbeats.
 
 Every change an admin or an operator command makes goes through here and is audited
-(benchmarks/audit.py). Each function owns its transaction.
+(benchmarks/audit.py). Each function owns its transaction. Those changes come from the admin
+and operator commands, which act across teams (the admin form may move a host to another
+team in the same save), so they find the row by its id through ALL_HOSTS; a heartbeat writes
+the authenticated host's row within its own team.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from accounts.validators import validate_one_line
 from benchmarks import audit, jobs
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
+from benchmarks.system_wide import ALL_HOSTS
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
 HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}
@@ -46,7 +50,7 @@ class UnknownModels(HostError):
 def authenticate(token: str) -> Host | None:
     """The host whose current token this is, or None (unknown, wrong or revoked)."""
     try:  # get(), not first(): no ORDER BY, and the prefix is unique
-        row = Host.dangerously_unscoped.get(token_prefix=token[: credentials.PREFIX_CHARS])
+        row = ALL_HOSTS.get(token_prefix=token[: credentials.PREFIX_CHARS])
     except Host.DoesNotExist:
         return None
     if row.revoked_at is not None or not row.token_hmac:
@@ -73,7 +77,7 @@ def create_host(team, name: str, trust_level: str = TrustLevel.NONE, actor=None)
     except ValidationError as exc:
         raise HostError(f"host name: {exc.messages[0]}") from None
     new = credentials.new_secret(TOKEN_KIND)
-    host = Host.dangerously_unscoped.create(
+    host = Host.objects.for_team(team).create(
         team=team, name=name, trust_level=trust_level, token_prefix=new.prefix,
         token_hmac=new.digest, token_issued_at=timezone.now(),
     )
@@ -85,7 +89,7 @@ def create_host(team, name: str, trust_level: str = TrustLevel.NONE, actor=None)
 def rotate_token(host: Host, actor=None) -> str:
     """Issue a new token; the old one stops working at once. A revoked host is re-enabled."""
     new = credentials.new_secret(TOKEN_KIND)
-    Host.dangerously_unscoped.filter(pk=host.pk).update(
+    ALL_HOSTS.filter(pk=host.pk).update(
         token_prefix=new.prefix, token_hmac=new.digest, token_issued_at=timezone.now(),
         revoked_at=None,
     )
@@ -98,7 +102,7 @@ def revoke_token(host: Host, actor=None) -> None:
     """The token stops working at once; the host's leased and running jobs go back to the queue."""
     with transaction.atomic():
         now = timezone.now()
-        Host.dangerously_unscoped.filter(pk=host.pk).update(
+        ALL_HOSTS.filter(pk=host.pk).update(
             token_prefix=None, token_hmac="", revoked_at=now
         )
         audit.record(actor, host, "revoke token", {"token_prefix": [host.token_prefix, None]})
@@ -109,9 +113,10 @@ def revoke_token(host: Host, actor=None) -> None:
 @transaction.atomic
 def set_trust(host: Host, level: str, actor=None) -> None:
     _check_trust(level)
-    old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).trust_level
+    mine = ALL_HOSTS.filter(pk=host.pk)
+    old = mine.select_for_update().get().trust_level
     if old != level:
-        Host.dangerously_unscoped.filter(pk=host.pk).update(trust_level=level)
+        mine.update(trust_level=level)
         audit.record(actor, host, "set trust", {"trust_level": [old, level]})
     host.trust_level = level
 
@@ -119,9 +124,10 @@ def set_trust(host: Host, level: str, actor=None) -> None:
 def set_suspended(host: Host, suspended: bool, actor=None) -> None:
     """A suspended host is not online and gets no jobs; its unstarted jobs are requeued."""
     with transaction.atomic():
-        old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).suspended
+        mine = ALL_HOSTS.filter(pk=host.pk)
+        old = mine.select_for_update().get().suspended
         if old != suspended:
-            Host.dangerously_unscoped.filter(pk=host.pk).update(suspended=suspended)
+            mine.update(suspended=suspended)
             audit.record(actor, host, "suspend" if suspended else "unsuspend",
                          {"suspended": [old, suspended]})
     host.suspended = suspended
@@ -131,9 +137,10 @@ def set_suspended(host: Host, suspended: bool, actor=None) -> None:
 
 @transaction.atomic
 def set_connect_ready(host: Host, ready: bool, actor=None) -> None:
-    old = Host.dangerously_unscoped.select_for_update().get(pk=host.pk).connect_ready
+    mine = ALL_HOSTS.filter(pk=host.pk)
+    old = mine.select_for_update().get().connect_ready
     if old != ready:
-        Host.dangerously_unscoped.filter(pk=host.pk).update(connect_ready=ready)
+        mine.update(connect_ready=ready)
         audit.record(actor, host, "set connect readiness", {"connect_ready": [old, ready]})
     host.connect_ready = ready
 
@@ -179,7 +186,7 @@ def forget_advertised(sender, instance, **_kwargs) -> None:
     """A catalog model is being deleted: its hosts' next heartbeat must rewrite their model
     links (record_heartbeat only rewrites a list that changed), or a model re-created with the
     same id would never see those hosts again."""
-    Host.dangerously_unscoped.filter(catalog_models=instance).update(advertised=[])
+    ALL_HOSTS.filter(catalog_models=instance).update(advertised=[])
 
 
 # --- heartbeats ------------------------------------------------------------------------------
@@ -259,9 +266,9 @@ def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
         with transaction.atomic():
             # Catalog ids are the primary keys; django-stubs assume integer ones.
             host.catalog_models.set(wanted)  # type: ignore[arg-type]
-            Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)
-    else:
-        Host.dangerously_unscoped.filter(pk=host.pk).update(**fields)  # one statement, autocommit
+            Host.objects.for_team(host.team_id).filter(pk=host.pk).update(**fields)
+    else:  # one statement, autocommit
+        Host.objects.for_team(host.team_id).filter(pk=host.pk).update(**fields)
     for name, value in fields.items():
         setattr(host, name, value)
     return host.is_online(now)

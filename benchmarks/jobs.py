@@ -33,6 +33,7 @@ from accounts.models import Team
 from benchmarks import ewma, policy
 from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
+from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 
 REASON_NO_HOST = "no_host"
 REASON_ATTEMPTS = "attempts_exhausted"
@@ -102,11 +103,11 @@ def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime |
     with transaction.atomic():
         # One submission per team at a time, so concurrent calls cannot both pass the count.
         # FOR NO KEY UPDATE: rows that merely reference the team are not blocked.
-        Team.dangerously_unscoped.select_for_update(no_key=True).filter(pk=team.pk).values_list("pk").get()
-        unsettled = Job.dangerously_unscoped.filter(team=team, settled_at__isnull=True).count()
+        Team.objects.for_team(team.pk).select_for_update(no_key=True).values_list("pk").get()
+        unsettled = Job.objects.for_team(team).filter(settled_at__isnull=True).count()
         if unsettled >= limit:
             raise TooManyUnsettledJobs(limit)
-        job = Job.dangerously_unscoped.create(
+        job = Job.objects.for_team(team).create(
             team=team, model=catalog, max_tokens=max_tokens,
             request_json={"messages": messages, "max_tokens": max_tokens},
             created_at=now, queued_at=now,
@@ -129,10 +130,10 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
     now = now or timezone.now()
     if host.suspended:
         return None
-    # The host is authenticated by its token, before any team is known: its own jobs by host_id.
     # A job whose lease ran out is left to the expiry sweep, which hands it to another host.
-    mine = Job.dangerously_unscoped.filter(host_id=host.pk, status=JobStatus.LEASED,
-                                           delivered_at__isnull=True, lease_expires_at__gte=now)
+    # The jobs are buyers' (teams the host never learns): the host's own, found by host_id.
+    mine = ALL_JOBS.filter(host_id=host.pk, status=JobStatus.LEASED, delivered_at__isnull=True,
+                           lease_expires_at__gte=now)
     with transaction.atomic():
         job = (
             mine.order_by("leased_at", "created_at", "id")
@@ -154,8 +155,8 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
 
 def _locked(host: Host, job_id) -> Job:
     """Lock the host row, then the job row; the job must be this host's (else 404)."""
-    Host.dangerously_unscoped.select_for_update().filter(pk=host.pk).values_list("pk").first()
-    job = Job.dangerously_unscoped.select_for_update().filter(pk=job_id, host_id=host.pk).first()
+    Host.objects.for_team(host.team_id).select_for_update().filter(pk=host.pk).values_list("pk").first()
+    job = ALL_JOBS.select_for_update().filter(pk=job_id, host_id=host.pk).first()
     if job is None:
         raise NotYourJob("no such job leased to this host")
     return job
@@ -254,16 +255,16 @@ def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
     (or fail once they have used every attempt). Each expiry lowers the host's reputation."""
     now = now or timezone.now()
     overdue = list(
-        Job.dangerously_unscoped.filter(status__in=ACTIVE, lease_expires_at__lt=now)
+        ALL_JOBS.filter(status__in=ACTIVE, lease_expires_at__lt=now)
         .order_by("lease_expires_at")
         .values_list("pk", "host_id")[:limit]
     )
     expired = 0
     for job_id, host_id in overdue:
         with transaction.atomic():
-            host = Host.dangerously_unscoped.select_for_update().filter(pk=host_id).first()
+            host = ALL_HOSTS.select_for_update().filter(pk=host_id).first()
             job = (
-                Job.dangerously_unscoped.select_for_update(skip_locked=True)
+                ALL_JOBS.select_for_update(skip_locked=True)
                 .filter(pk=job_id, host_id=host_id, status__in=ACTIVE, lease_expires_at__lt=now)
                 .first()
             )
@@ -273,7 +274,7 @@ def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
             host.save(update_fields=["reputation"])
             if job.attempts >= policy.value("NETWORK_MAX_ATTEMPTS"):
                 # Its reputation sample was just applied, so there is nothing left to fold.
-                Job.dangerously_unscoped.filter(pk=job.pk).update(
+                ALL_JOBS.filter(pk=job.pk).update(
                     status=JobStatus.FAILED, settled_at=now, folded_at=now,
                     lease_expires_at=None, failure_reason=REASON_ATTEMPTS,
                 )
@@ -284,7 +285,7 @@ def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
 
 
 def _requeue(job_id, now: datetime) -> None:
-    Job.dangerously_unscoped.filter(pk=job_id).update(
+    ALL_JOBS.filter(pk=job_id).update(
         status=JobStatus.QUEUED, host=None, queued_at=now, leased_at=None, delivered_at=None,
         lease_expires_at=None, started_at=None,
     )
@@ -295,7 +296,7 @@ def fail_past_queue_deadline(now: datetime | None = None) -> int:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=policy.value("NETWORK_QUEUE_DEADLINE_S"))
     # One conditional UPDATE: a job a pass assigns meanwhile no longer matches status=queued.
-    return Job.dangerously_unscoped.filter(status=JobStatus.QUEUED, queued_at__lt=cutoff).update(
+    return ALL_JOBS.filter(status=JobStatus.QUEUED, queued_at__lt=cutoff).update(
         status=JobStatus.FAILED, settled_at=now, folded_at=now, failure_reason=REASON_NO_HOST
     )
 
@@ -306,15 +307,15 @@ def release_host_jobs(host_id: int, include_running: bool, now: datetime | None 
     now = now or timezone.now()
     statuses = list(ACTIVE) if include_running else [JobStatus.LEASED]
     with transaction.atomic():
-        Host.dangerously_unscoped.select_for_update().filter(pk=host_id).values_list("pk").first()
+        ALL_HOSTS.select_for_update().filter(pk=host_id).values_list("pk").first()
         ids = list(
-            Job.dangerously_unscoped.select_for_update()
+            ALL_JOBS.select_for_update()
             .filter(host_id=host_id, status__in=statuses)
             .values_list("pk", flat=True)
         )
         for job_id in ids:
             _requeue(job_id, now)
-        Job.dangerously_unscoped.filter(pk__in=ids, attempts__gt=0).update(attempts=F("attempts") - 1)
+        ALL_JOBS.filter(pk__in=ids, attempts__gt=0).update(attempts=F("attempts") - 1)
     return len(ids)
 
 

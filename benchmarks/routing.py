@@ -34,7 +34,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks import jobs, policy
-from benchmarks.models import ACTIVE, Host, Job, JobStatus, TrustLevel
+from benchmarks.models import ACTIVE, Host, JobStatus, TrustLevel
+from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 
 # --- the one scoring formula -----------------------------------------------------------------
 
@@ -161,7 +162,7 @@ def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
     now = now or timezone.now()
     if wait and jobs.housekeeping_due(now):
         jobs.housekeeping(now)
-    if not Job.dangerously_unscoped.filter(status=JobStatus.QUEUED).exists():
+    if not ALL_JOBS.filter(status=JobStatus.QUEUED).exists():
         return 0
     with transaction.atomic():
         if not _take_pass_lock(wait):
@@ -170,7 +171,7 @@ def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
 
 
 def _assign(now: datetime) -> int:
-    queued_jobs = Job.dangerously_unscoped.filter(status=JobStatus.QUEUED)
+    queued_jobs = ALL_JOBS.filter(status=JobStatus.QUEUED)
     model_ids = set(queued_jobs.order_by().values_list("model_id", flat=True).distinct())
     if not model_ids:
         return 0
@@ -178,11 +179,11 @@ def _assign(now: datetime) -> int:
     # reads or locks a single queued row. Only hosts with a free slot, counted in SQL, read as
     # tuples (no model instances: a pass may look at thousands of hosts).
     active = (
-        Job.dangerously_unscoped.filter(host=OuterRef("pk"), status__in=ACTIVE)
+        ALL_JOBS.filter(host=OuterRef("pk"), status__in=ACTIVE)
         .order_by().values("host").annotate(n=Count("id")).values("n")
     )
     rows = (
-        Host.dangerously_unscoped.online(now)
+        ALL_HOSTS.online(now)
         .filter(catalog_models__in=model_ids)
         .annotate(active=Coalesce(Subquery(active), 0))
         .filter(slots__gt=F("active"))
@@ -247,7 +248,7 @@ def _assign(now: datetime) -> int:
             heapq.heappush(heap, entry)
         if chosen is None:
             continue  # stays queued; later jobs (other models, other hosts) still go
-        won = Job.dangerously_unscoped.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        won = ALL_JOBS.filter(pk=job.pk, status=JobStatus.QUEUED).update(
             status=JobStatus.LEASED, host_id=chosen, leased_at=now, delivered_at=None,
             lease_expires_at=lease_until, attempts=job.attempts + 1,
             tried_hosts=[*job.tried_hosts, chosen],
@@ -261,5 +262,5 @@ def _assign(now: datetime) -> int:
         if free[chosen] > 0:
             heapq.heappush(heap, (rank_key(facts[chosen], job.model_id), chosen))
     if assigned_hosts:
-        Host.dangerously_unscoped.filter(pk__in=sorted(assigned_hosts)).update(last_assigned_at=now)
+        ALL_HOSTS.filter(pk__in=sorted(assigned_hosts)).update(last_assigned_at=now)
     return count
