@@ -31,9 +31,11 @@ class UnscopedQuery(RuntimeError):
 
 
 class TeamToken(Protocol):
-    """What scoping reads from an ApiToken (typed here: accounts.models imports this module)."""
+    """What is read from an ApiToken (typed here: accounts.models imports this module)."""
 
     team_id: int
+    prefix: str
+    scope: str
 
 
 @dataclass(frozen=True)

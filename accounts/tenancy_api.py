@@ -3,10 +3,9 @@ the role permission and the base viewset every team-owned API view derives from.
 
 from __future__ import annotations
 
-from django.db import models
 from rest_framework import exceptions, permissions, viewsets
 
-from accounts.tenancy import Access, team_id_of
+from accounts.tenancy import Access, TeamOwned, team_id_of
 
 
 class TeamRolePermission(permissions.BasePermission):
@@ -29,7 +28,7 @@ class TeamScopedViewSet(viewsets.GenericViewSet):
     """Base for every team-owned API view. Subclasses set `scoped_model`; they may narrow
     with `narrow_queryset()`, but cannot replace `get_queryset()`."""
 
-    scoped_model: type[models.Model]
+    scoped_model: type[TeamOwned]
     permission_classes = [permissions.IsAuthenticated, TeamRolePermission]
     lookup_field = "public_id"
     lookup_value_regex = "[0-9a-fA-F-]{36}"  # a malformed id is a 404, not a database error

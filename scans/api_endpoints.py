@@ -58,6 +58,11 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Where the site scans it from (SCAN_LOCATIONS); empty: the site's own location.
     locations = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
     latest_scan = serializers.SerializerMethodField()
+    # Money as JSON numbers, not strings (DRF's default for decimals).
+    price_input_per_mtok = serializers.DecimalField(
+        max_digits=12, decimal_places=4, coerce_to_string=False, required=False, allow_null=True)
+    price_output_per_mtok = serializers.DecimalField(
+        max_digits=12, decimal_places=4, coerce_to_string=False, required=False, allow_null=True)
 
     class Meta:
         model = Endpoint
@@ -172,6 +177,8 @@ class EndpointSerializer(serializers.ModelSerializer):
 class ScanSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     endpoint = serializers.UUIDField(source="endpoint.public_id", read_only=True)
+    # A number in JSON (100.0), not the string "100.0" a DecimalField gives.
+    points = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = Scan
@@ -278,7 +285,7 @@ class EndpointViewSet(
         if (until := _time_param(request, "until")) is not None:
             queryset = queryset.filter(queued_at__lt=until)
         paginator = ScanCursor()
-        page = paginator.paginate_queryset(queryset, request, view=self)
+        page: list[Scan] | None = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(ScanSerializer(page, many=True).data)
 
     @extend_schema(request=None, responses={202: ScanSerializer})

@@ -197,7 +197,8 @@ class EndpointForm(forms.ModelForm):
         return text
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean() returns, typed without None
         if cleaned.get("api_key") and cleaned.get("clear_api_key"):
             self.add_error("api_key", "Either give a new key or remove the stored one, not both.")
         if cleaned.get("webhook_secret") and cleaned.get("clear_webhook_secret"):

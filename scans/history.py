@@ -82,7 +82,8 @@ class _TimeBucket(Func):
     def __init__(self, expression, since_epoch: float, width_s: int):
         super().__init__(expression, Value(float(since_epoch)), Value(float(width_s)))
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler, connection, function=None, template=None, arg_joiner=None,
+               **extra_context):
         field_sql, field_params = compiler.compile(self.source_expressions[0])
         since_sql, since_params = compiler.compile(self.source_expressions[1])
         width_sql, width_params = compiler.compile(self.source_expressions[2])

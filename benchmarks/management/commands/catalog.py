@@ -45,5 +45,5 @@ class Command(BaseCommand):
             for r in rows
         ]
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        for line in table:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
