@@ -27,6 +27,7 @@ from accounts.views import team_for_request
 from scans import charts, history, scanning, slo, state
 from scans.compare import FLAG_RELATIVE_CHANGE, compare
 from scans.endpoint_forms import EndpointForm
+from scans.grader.report import render_html
 from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
 
@@ -317,8 +318,6 @@ def scan_detail(request, public_id):
     endpoint = scan.endpoint
     report_html = None
     if scan.report:
-        from scans.grader.report import render_html
-
         report_html = render_html(scan.report)
     return render(request, "scans/scan_detail.html", {
         "team": endpoint.team, "endpoint": endpoint, "scan": scan,
@@ -381,8 +380,6 @@ def scan_report_html(request, public_id):
     scan = _scan(request, public_id)
     if not scan.report:
         raise Http404("This scan has no report.")
-    from scans.grader.report import render_html
-
     response = HttpResponse(render_html(scan.report), content_type="text/html; charset=utf-8")
     # The report is self-contained: it needs no script and loads nothing from anywhere.
     response["Content-Security-Policy"] = (
