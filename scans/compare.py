@@ -170,7 +170,8 @@ class Comparison:
     @property
     def flagged(self) -> tuple[CheckChange | FigureChange, ...]:
         """Every figure and check value that moved by FLAG_RELATIVE_CHANGE or more."""
-        return tuple(c for c in (*self.figures, *self.checks) if c.flagged)
+        changes: tuple[CheckChange | FigureChange, ...] = (*self.figures, *self.checks)
+        return tuple(c for c in changes if c.flagged)
 
     @property
     def same_version(self) -> bool:

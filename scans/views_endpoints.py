@@ -397,6 +397,7 @@ def scan_compare(request, public_id):
     scan = _scan(request, public_id)
     endpoint = scan.endpoint
     other_id = request.GET.get("with", "")
+    other: Scan | None
     if other_id:
         other = _scan(request, _uuid_or_404(other_id))
         if other.endpoint_id != endpoint.pk:
@@ -406,7 +407,7 @@ def scan_compare(request, public_id):
     comparison = before = after = None
     if other is not None and other.report and scan.report and other.pk != scan.pk:
         before, after = sorted((other, scan), key=lambda s: (s.queued_at, s.pk))
-        comparison = compare(before.report, after.report)
+        comparison = compare(before.report or {}, after.report or {})  # both have one (checked above)
     choices = (Scan.objects.for_team(endpoint.team_id)
                .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED).exclude(pk=scan.pk)
                .order_by("-queued_at").only("public_id", "queued_at", "grade")[:COMPARE_CHOICES])
