@@ -211,7 +211,8 @@ def invite_accept(request, secret):
         if teams.user_by_email(invitation.email) is not None:
             messages.info(request, "Log in to accept the invitation.")
             return redirect(f"{reverse('login')}?next={request.path}")
-        # Only the new password is validated here; the account is created on accept.
+        # django-stubs require a user; here the form only validates the new password (the
+        # account is created on accept).
         form = SetPasswordForm(user=None, data=request.POST or None)  # type: ignore[type-var]
     if request.method == "POST":
         if form is not None and not form.is_valid():

@@ -84,6 +84,8 @@ class _Protocol(asyncio.Protocol):
         self.received_since_write = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A TCP connection's transport is an asyncio.Transport; typeshed types the callback's
+        # argument as the BaseTransport every protocol may get.
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
@@ -204,6 +206,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             self._transport.close()
             raise httpcore.ConnectError(str(exc)) from exc
+        # typeshed allows start_tls to return None; on a TCP transport it returns the TLS one.
         return _Stream(new_transport, self._protocol)  # type: ignore[arg-type]
 
     def get_extra_info(self, info: str) -> Any:
