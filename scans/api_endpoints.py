@@ -58,11 +58,6 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Where the site scans it from (SCAN_LOCATIONS); empty: the site's own location.
     locations = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
     latest_scan = serializers.SerializerMethodField()
-    # Money as JSON numbers, not strings (DRF's default for decimals).
-    price_input_per_mtok = serializers.DecimalField(
-        max_digits=12, decimal_places=4, coerce_to_string=False, required=False, allow_null=True)
-    price_output_per_mtok = serializers.DecimalField(
-        max_digits=12, decimal_places=4, coerce_to_string=False, required=False, allow_null=True)
 
     class Meta:
         model = Endpoint
@@ -75,7 +70,10 @@ class EndpointSerializer(serializers.ModelSerializer):
             "locations", "next_scan_at", "created_at", "latest_scan",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
-        extra_kwargs = {"name": {"validators": [validate_one_line]}}
+        # Prices as JSON numbers, not the strings DRF gives decimals by default.
+        extra_kwargs = {"name": {"validators": [validate_one_line]},
+                        "price_input_per_mtok": {"coerce_to_string": False},
+                        "price_output_per_mtok": {"coerce_to_string": False}}
 
     def get_has_webhook(self, endpoint) -> bool:
         return bool(endpoint.webhook_url)

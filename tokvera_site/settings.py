@@ -187,6 +187,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",  # pinned, served from the site (templates/api/redoc.html)
 }
 
 # Celery. One beat process only (the run command starts exactly one); the schedule lives in

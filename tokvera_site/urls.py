@@ -7,6 +7,7 @@ from django.views.defaults import page_not_found
 from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from tokvera_site.api_docs import OfflineRedocView
 from tokvera_site.health import healthz
 
 API_PREFIXES = ("/api/", "/v1/")
@@ -39,6 +40,8 @@ urlpatterns = [
     path("metrics", ExportToDjangoView, name="site-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Redoc from the sidecar, loading nothing from elsewhere: it works offline.
+    path("api/redoc/", OfflineRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/v1/", include("tokvera_site.api_urls")),
     path("", include("benchmarks.urls")),
     path("", include("accounts.urls")),
