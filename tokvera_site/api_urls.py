@@ -1,10 +1,16 @@
-"""The REST API under /api/v1/: team resources (accounts) and endpoints and scans (scans)."""
+"""The REST API under /api/v1/: its root (what is here), team resources (accounts), endpoints
+and scans (scans), and the team's Prometheus metrics."""
 
-from django.urls import path
+from django.urls import path, reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from accounts import api
 from scans import api_endpoints
+from scans.metrics import TeamMetricsView
 
 router = SimpleRouter(trailing_slash=True)
 # Accept both /report.json and /report.json/ (and …/reports), as the API is documented.
@@ -13,4 +19,33 @@ router.register("teams", api.TeamViewSet, basename="api-team")
 router.register("endpoints", api_endpoints.EndpointViewSet, basename="api-endpoint")
 router.register("scans", api_endpoints.ScanViewSet, basename="api-scan")
 
-urlpatterns = [path("me/", api.whoami, name="api-whoami"), *router.urls]
+# The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
+RESOURCES = {
+    "me": ("api-whoami", "who the caller is: user or team token, and its teams"),
+    "teams": ("api-team-list", "the caller's teams"),
+    "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history "
+                                       "and reports (a scan: /api/v1/scans/<id>/)"),
+    "metrics": ("api-metrics", "Prometheus text: per-endpoint gauges of the token's team"),
+    "schema": ("api-schema", "the OpenAPI 3 schema"),
+    "docs": ("api-docs", "Swagger UI"),
+    "redoc": ("api-redoc", "Redoc"),
+}
+
+
+@extend_schema(exclude=True)
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def api_root(request):
+    """What the API holds, with absolute URLs (like GitHub's API root)."""
+    return Response({
+        name: {"url": request.build_absolute_uri(reverse(url_name)), "description": text}
+        for name, (url_name, text) in RESOURCES.items()
+    })
+
+
+urlpatterns = [
+    path("", api_root, name="api-root"),
+    path("me/", api.whoami, name="api-whoami"),
+    path("metrics", TeamMetricsView.as_view(), name="api-metrics"),
+    *router.urls,
+]

@@ -16,7 +16,8 @@ from accounts.models import ApiToken, Invitation, Membership, Role, Team
 from scans.models import Endpoint, Scan
 from tests.factories import make_endpoint, make_scan, measured_report
 
-PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept"}
+PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept",
+          "api-root", "api-redoc"}
 ACCOUNT = {"home", "api-whoami"}
 HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete", "job-fail"}
 
@@ -196,6 +197,9 @@ TEAM: dict[str, list[Case]] = {
                 endpoint__team=w.team, pushed=True).exists(),
         ),
     ],
+    # Prometheus text: another team's caller gets 200 with none of this team's endpoints.
+    "api-metrics": [Case("api", "GET", "read", kwargs=lambda w: (_endpoint(w), {})[1],
+                         listing=True)],
     "api-scan-detail": [Case("api", "GET", "read", kwargs=_scan_id)],
     "api-scan-report": [Case("api", "GET", "read", kwargs=_scan_id)],
     "job-submit": [

@@ -26,3 +26,19 @@ def test_the_api_docs_render_with_the_network_disabled(browser, live_server):
     html = response.text()
     assert not re.search(r"cdn|jsdelivr|unpkg|@latest", html, re.IGNORECASE)
     assert "/static/drf_spectacular_sidecar/" in html
+
+
+def test_redoc_renders_with_the_network_disabled_and_loads_no_web_fonts(browser, live_server):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    refused = offline(page, live_server)
+
+    response = page.goto(f"{live_server.url}/api/redoc/")
+    page.wait_for_selector("h1:has-text('Tokvera API')", timeout=20_000)
+    page.get_by_text("Prometheus text exposition format").first.wait_for(timeout=20_000)
+    page.screenshot(path=str(ARTIFACTS / "api-redoc.png"))
+
+    assert response.status == 200
+    assert refused == []
+    html = response.text()
+    assert not re.search(r"cdn|jsdelivr|unpkg|@latest|fonts\.g", html, re.IGNORECASE)
+    assert "/static/drf_spectacular_sidecar/redoc/" in html

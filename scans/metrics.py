@@ -1,0 +1,115 @@
+"""Team metrics for Prometheus: `GET /api/v1/metrics` with a team API token (read-only is
+enough). One gauge per figure, one sample per endpoint of the caller's team(s), labelled by
+endpoint name and id (and team slug); docs/metrics.md has a scrape config and an alert rule.
+
+A fresh CollectorRegistry per request: nothing is kept between scrapes, so one team's samples
+can never leak into another's answer, and a deleted endpoint disappears at once. A figure the
+latest scan did not measure has no sample (absent, never a made-up 0).
+"""
+
+from __future__ import annotations
+
+from django.db.models import F
+from django.db.models.fields.json import KT
+from django.http import HttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.views import APIView
+
+from accounts.tenancy import Access
+from scans import state
+from scans.history import scoped_to_teams
+from scans.models import CheckResult, Endpoint, Scan, ScanStatus
+
+__all__ = ["GRADE_NUMBERS", "TeamMetricsView", "render"]
+
+# A grade as a number: higher is better; 0 is no letter (insufficient evidence).
+GRADE_NUMBERS = {"A": 5, "B": 4, "C": 3, "D": 2, "F": 1}
+TTFT_CHECK, ERROR_RATE_CHECK = "ttft_p95_at_concurrency_1", "error_rate"
+LABELS = ("endpoint", "endpoint_id", "team")
+# The classic text format generate_latest writes, which every Prometheus version reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def render(endpoints: list[Endpoint]) -> bytes:
+    """The Prometheus text exposition of these endpoints' gauges (endpoints the caller may see)."""
+    registry = CollectorRegistry(auto_describe=True)
+
+    def gauge(name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, LABELS, registry=registry)
+
+    points = gauge("tokvera_endpoint_points", "Points (0-100) of the latest graded scan")
+    grade = gauge("tokvera_endpoint_grade",
+                  "Grade of the latest graded scan: A=5 B=4 C=3 D=2 F=1, 0 no letter")
+    current_state = gauge("tokvera_endpoint_state",
+                          "State: 0 up, 1 degraded, 2 below floor, 3 down, 4 errored on our "
+                          "side, 5 not yet scanned")
+    ttft = gauge("tokvera_endpoint_ttft_p95_c1_seconds",
+                 "Time to first token p95 at concurrency 1 (latest graded scan)")
+    errors = gauge("tokvera_endpoint_error_rate",
+                   "Share of failed requests, all levels (latest graded scan)")
+    speed = gauge("tokvera_endpoint_tokens_per_second",
+                  "Median output speed per stream at concurrency 1 (latest graded scan)")
+    age = gauge("tokvera_endpoint_seconds_since_last_scan",
+                "Seconds since the latest finished scan ended")
+    if not endpoints:
+        return generate_latest(registry)
+
+    team_ids = {e.team_id for e in endpoints}
+    graded = {r["endpoint_id"]: r for r in (
+        scoped_to_teams(Scan, team_ids)
+        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
+        .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
+        .values("pk", "endpoint_id", "grade", "points",
+                rate=KT("report__levels__0__generation_rate__median")))}
+    checks: dict[tuple[int, str], float | None] = {
+        (r["scan_id"], r["check_id"]): r["value"] for r in (
+            scoped_to_teams(CheckResult, team_ids)
+            .filter(scan_id__in=[r["pk"] for r in graded.values()],
+                    check_id__in=[TTFT_CHECK, ERROR_RATE_CHECK])
+            .values("scan_id", "check_id", "value"))}
+    finished = dict(
+        scoped_to_teams(Scan, team_ids)
+        .filter(endpoint__in=[e.pk for e in endpoints],
+                status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED])
+        .exclude(finished_at=None)
+        .order_by("endpoint_id", "-finished_at").distinct("endpoint_id")
+        .values_list("endpoint_id", F("finished_at")))
+    states = state.states_for(endpoints)
+    now = timezone.now()
+
+    for endpoint in endpoints:
+        labels = (endpoint.name, str(endpoint.public_id), endpoint.team.slug)
+        current_state.labels(*labels).set(states[endpoint.pk].number)
+        if endpoint.pk in finished:
+            age.labels(*labels).set(round((now - finished[endpoint.pk]).total_seconds(), 3))
+        row = graded.get(endpoint.pk)
+        if row is None:
+            continue
+        grade.labels(*labels).set(GRADE_NUMBERS.get(row["grade"], 0))
+        if row["points"] is not None:
+            points.labels(*labels).set(float(row["points"]))
+        if (value := checks.get((row["pk"], TTFT_CHECK))) is not None:
+            ttft.labels(*labels).set(value / 1000.0)
+        if (value := checks.get((row["pk"], ERROR_RATE_CHECK))) is not None:
+            errors.labels(*labels).set(value)
+        if row["rate"] not in (None, ""):
+            speed.labels(*labels).set(float(row["rate"]))
+    return generate_latest(registry)
+
+
+class TeamMetricsView(APIView):
+    """Prometheus text for the caller's team: a team token sees its own team only."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR},
+                   description="Prometheus text exposition format 0.0.4 (docs/metrics.md).")
+    def get(self, request):
+        access = Access.for_request(request)
+        endpoints = list(Endpoint.objects.visible_to(access).select_related("team")
+                         .order_by("name", "pk"))
+        return HttpResponse(render(endpoints), content_type=CONTENT_TYPE)
