@@ -121,9 +121,9 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless.
 
     Only the longest-waiting scan of each free origin (and location) is sent, and none for an
-    origin with a scan on its way already: the others would find it busy again. Scans of an origin that is busy now are alive, not lost: their
-    start-by deadline moves on, and the worker that frees the origin hands it to the next
-    one (hand_off)."""
+    origin with a scan on its way already: the others would find it busy again. Scans of an
+    origin that is busy now are alive, not lost: their start-by deadline moves on, and the
+    worker that frees the origin hands it to the next one (hand_off)."""
     now = now or timezone.now()
     busy = OriginLock.objects.filter(expires_at__gt=now).values("origin")
     # System-wide beat task: every team's waiting scans.
@@ -172,7 +172,8 @@ def hand_off(origin: str, location: str) -> int | None:
                    .order_by("queued_at").values_list("pk", flat=True).first())
         if waiting is None:
             return None
-        Scan.dangerously_unscoped.filter(pk=waiting).update(redispatch_at=now + REDISPATCH_AFTER)
+        Scan.dangerously_unscoped.filter(pk=waiting).update(  # the row just locked above
+            redispatch_at=now + REDISPATCH_AFTER)
     send(waiting, location)
     return waiting
 
@@ -294,6 +295,7 @@ def keep_waiting(scan_id: int) -> bool:
     worker), the beat sends it again after SCAN_ORIGIN_BUSY_RETRY_S, and its start-by deadline
     moves on. False if it is no longer queued."""
     now = timezone.now()
+    # Worker step: a scan id from our own queue; no team is known here.
     return bool(Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
         deadline_at=now + QUEUED_GRACE,
         redispatch_at=now + timedelta(seconds=settings.SCAN_ORIGIN_BUSY_RETRY_S),
@@ -319,7 +321,7 @@ def claim(scan_id: int, now: datetime | None = None, *, location: str | None = N
         mine &= Q(location=location)  # a worker never runs another location's scan
     try:
         with transaction.atomic():
-            won = Scan.dangerously_unscoped.filter(mine).update(
+            won = Scan.objects.for_team(scan.endpoint.team_id).filter(mine).update(
                 status=ScanStatus.RUNNING, started_at=now, deadline_at=deadline, heartbeat_at=now
             )
             if not won:
@@ -364,6 +366,7 @@ def heartbeat(scan_id: int):
         try:
             while not stop.wait(settings.SCAN_HEARTBEAT_S):
                 try:
+                    # Heartbeat thread: a scan id only; no team is known here.
                     Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.RUNNING).update(
                         heartbeat_at=timezone.now())
                 except DatabaseError as exc:  # the database is away; try again next beat
@@ -397,15 +400,19 @@ def endpoint_secrets(endpoint: Endpoint) -> list[str]:
 
 def fail(scan_id: int, reason: str) -> bool:
     """Mark an unfinished scan errored (our side failed). False if it had already finished."""
+    # Worker and reaper step: a scan id only; its endpoint names the team for what follows.
     endpoint = Endpoint.dangerously_unscoped.filter(scans__pk=scan_id).first()
-    reason = redact_text(reason, endpoint_secrets(endpoint) if endpoint else ())
-    won = Scan.dangerously_unscoped.filter(
+    if endpoint is None:
+        return False
+    reason = redact_text(reason, endpoint_secrets(endpoint))
+    scans = Scan.objects.for_team(endpoint.team_id)
+    won = scans.filter(
         pk=scan_id, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
     ).update(status=ScanStatus.ERRORED, error_reason=reason[:2000], finished_at=timezone.now())
     if won:
         from scans import alerts
 
-        alerts.after_scan(Scan.dangerously_unscoped.get(pk=scan_id))
+        alerts.after_scan(scans.get(pk=scan_id))
     return bool(won)
 
 
@@ -434,8 +441,9 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     report = redact_report(report, endpoint_secrets(scan.endpoint))  # echoed keys stay out
     fields = score_fields(report)
     finished = timezone.now()
+    team = scan.endpoint.team_id
     with transaction.atomic():
-        updated = Scan.dangerously_unscoped.filter(
+        updated = Scan.objects.for_team(team).filter(
             pk=scan.pk, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
         ).update(
             status=ScanStatus.SUCCEEDED,
@@ -453,7 +461,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
         if not updated:
             scan.refresh_from_db()
             return scan  # the reaper got there first; keep its verdict
-        CheckResult.dangerously_unscoped.bulk_create(
+        CheckResult.objects.for_team(team).bulk_create(
             CheckResult(
                 scan_id=scan.pk,
                 endpoint_id=scan.endpoint_id,
@@ -485,6 +493,7 @@ def reap(now: datetime | None = None) -> int:
     """Error out scans whose worker died (silent heartbeat, or past the deadline) or that never
     started, and free every origin lock not held by a running scan."""
     now = now or timezone.now()
+    # System-wide reaper: every team's unfinished scans.
     running = Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING)
     silent_for = settings.SCAN_STALE_AFTER_S
     silent = list(running.filter(heartbeat_at__lt=now - timedelta(seconds=silent_for))
@@ -494,7 +503,7 @@ def reap(now: datetime | None = None) -> int:
     # A queued scan's deadline is when it must have started; a scan waiting for its busy
     # origin has it pushed back on every retry (keep_waiting), so only lost ones pass it.
     lost = list(
-        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)
+        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)  # system-wide, as above
         .filter(Q(deadline_at__lt=now) | Q(deadline_at__isnull=True, queued_at__lt=now - QUEUED_GRACE))
         .values_list("pk", flat=True)
     )
