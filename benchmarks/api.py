@@ -32,7 +32,7 @@ from accounts.tenancy_api import TeamScopedViewSet
 from benchmarks import flows, hosts, jobs, policy, ratelimit
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.models import Job, JobStatus
-from tokvera_site.parsers import MAX_JSON_DEPTH, TooDeep, unstorable_text
+from tokvera_site import parsers
 
 MAX_MESSAGES = 256
 MAX_RESULT_BYTES = 1_000_000
@@ -112,17 +112,7 @@ def _error(status_code: int, detail: str, **extra) -> JsonResponse:
 def _heartbeat_body(raw: bytes) -> dict:
     """The heartbeat's fields, checked as strictly as the API's serializers check numbers (a
     JSON number, never a string or a boolean); raises ValueError with a message for the caller."""
-    try:
-        data = json.loads(raw or b"null")
-    except RecursionError:
-        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError("the body is not JSON") from None
-    try:
-        if unstorable_text(data) is not None:
-            raise ValueError("JSON text contains NUL or an unpaired surrogate, which cannot be stored")
-    except TooDeep:
-        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted") from None
+    data = parsers.loads(raw or b"null")  # the API parser's rules; UnacceptableJSON is a ValueError
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
     models = data.get("models")

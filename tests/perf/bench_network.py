@@ -308,7 +308,7 @@ def _summary(statuses, latencies, elapsed) -> dict:
 
 
 async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: float,
-                    submitters: int = 8, max_unsettled: int = 400, poll_s: float = 0.2) -> dict:
+                    submitters: int = 8, max_unsettled: int = 400, poll_s: float = 1.0) -> dict:
     hb = json.dumps({"models": [JOB_MODEL], "slots": JOB_SLOTS}).encode()
     for token in host_tokens:
         await http.call("POST", "/v1/hosts/heartbeat", token, hb)
@@ -340,25 +340,39 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
     done = json.dumps({"ttft_ms": 20.0, "completion_tokens": 16, "elapsed_ms": 80.0,
                        "result": {"content": "x" * 64}, "lease_next": True}).encode()
 
-    async def slot(token):
-        """One slot of a host, like the agent: lease (started); complete asking for the next
-        job, which comes back already running; after a 204 or a null next, wait a poll."""
+    async def chain(token, job):
+        """Complete the job asking for the next, which comes back already running, and so on
+        while the coordinator has work for this slot."""
         nonlocal completed
+        while job is not None:
+            t0 = time.perf_counter()
+            status, raw = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token, done)
+            count("complete", status, t0)
+            if status != 200:
+                return
+            completed += 1
+            job = json.loads(raw).get("next") if time.perf_counter() < stop else None
+
+    async def host(token):
+        """Like the agent: while a slot is free, lease (started); a leased job runs as a chain
+        in its slot; after a 204, wait a poll interval."""
+        free = asyncio.Semaphore(JOB_SLOTS)
+        running = set()
         lease_body = json.dumps({"start": True}).encode()
         while time.perf_counter() < stop:
+            await free.acquire()
             t0 = time.perf_counter()
             status, raw = await http.call("POST", "/v1/hosts/lease", token, lease_body)
             count("lease", status, t0)
-            job = json.loads(raw) if status == 200 else None
-            while job is not None:
-                t0 = time.perf_counter()
-                status, raw = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token, done)
-                count("complete", status, t0)
-                if status != 200:
-                    break
-                completed += 1
-                job = json.loads(raw).get("next") if time.perf_counter() < stop else None
-            await asyncio.sleep(poll_s)
+            if status != 200:
+                free.release()
+                await asyncio.sleep(poll_s)
+                continue
+            task = asyncio.create_task(chain(token, json.loads(raw)))
+            running.add(task)
+            task.add_done_callback(lambda t: (running.discard(t), free.release()))
+        if running:
+            await asyncio.wait(running)
 
     async def keep_alive():
         while time.perf_counter() < stop:
@@ -367,7 +381,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
                 await http.call("POST", "/v1/hosts/heartbeat", token, hb)
 
     await asyncio.gather(*(submitter() for _ in range(submitters)),
-                         *(slot(t) for t in host_tokens for _ in range(JOB_SLOTS)), keep_alive())
+                         *(host(t) for t in host_tokens), keep_alive())
     elapsed = time.perf_counter() - began
     from scans.grader.stats import percentile
 

@@ -9,7 +9,7 @@ import pytest
 from benchmarks import hosts
 from tests.conftest import bearer
 from tests.factories import make_endpoint
-from tokvera_site.parsers import MAX_JSON_DEPTH
+from tokvera_site.parsers import MAX_JSON_DEPTH, TOO_DEEP
 
 pytestmark = pytest.mark.django_db
 
@@ -39,6 +39,6 @@ def test_a_deeply_nested_heartbeat_is_a_400(world, api, body):
     host, token = hosts.create_host(world.team, "box-1")
     response = post(api, "/v1/hosts/heartbeat", body, token)
     assert response.status_code == 400
-    assert f"nested deeper than {MAX_JSON_DEPTH} levels" in response.json()["detail"]
+    assert response.json()["detail"] == TOO_DEEP  # the API parser's message, naming the limit
     host.refresh_from_db()
     assert host.last_heartbeat_at is None
