@@ -164,3 +164,25 @@ def test_the_dashboard_sorts_by_name_on_request(world, owner_client):
 
     assert by_state.index("zzz bad") < by_state.index("aaa good")
     assert by_name.index("aaa good") < by_name.index("zzz bad")
+
+
+def test_the_endpoint_page_opens_with_the_headline_numbers_and_for_reasoning_models_thinking(
+        world, owner_client):
+    from tests.pages.conftest import report_for
+
+    endpoint = make_endpoint(world.team, name="thinker")
+    report = report_for(GRADE_A)
+    report["levels"][0]["time_to_first_answer_ms"] = {"p50": 850.0, "p95": 990.0}
+    report["levels"][0]["thinking_ms"] = {"p50": 640.0, "p95": 700.0}
+    scanning.store_report(
+        Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.SCHEDULE), report)
+
+    body = owner_client.get(f"/endpoints/{endpoint.public_id}/").content.decode()
+
+    assert 'data-state="up"' in body
+    assert '<dd data-figure="ttft_p50">201 ms</dd>' in body
+    assert '<dd data-figure="ttft_p95">210 ms</dd>' in body
+    assert '<dd data-figure="tokens_per_s">49.5</dd>' in body
+    assert '<dd data-figure="error_rate">0.0%</dd>' in body
+    assert '<dd data-figure="first_answer">850 ms</dd>' in body
+    assert '<dd data-figure="thinking">640 ms</dd>' in body
