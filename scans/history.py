@@ -198,15 +198,18 @@ def scoped_to_teams(model, team_ids: Iterable[int]):
 # --- grades ----------------------------------------------------------------------------------
 
 
-def _graded_scans(endpoint: Endpoint):
+def _graded_scans(endpoint: Endpoint, location: str | None = None):
     # The caller holds an endpoint it was allowed to see; its rows are read through the scoped
-    # manager, narrowed to that endpoint's team and then to the endpoint itself.
-    return Scan.objects.for_team(endpoint.team_id).filter(
+    # manager, narrowed to that endpoint's team and then to the endpoint itself (and to one
+    # scan location when asked: an endpoint scanned from two places has two histories).
+    scans = Scan.objects.for_team(endpoint.team_id).filter(
         endpoint=endpoint, status=ScanStatus.SUCCEEDED)
+    return scans.filter(location=location) if location else scans
 
 
 def grade_history(endpoint: Endpoint, since: datetime | None = None, until: datetime | None = None,
-                  max_points: int = DEFAULT_MAX_POINTS) -> list[GradePoint]:
+                  max_points: int = DEFAULT_MAX_POINTS,
+                  location: str | None = None) -> list[GradePoint]:
     """The endpoint's grades between `since` and `until` (inclusive), oldest first.
 
     `endpoint` must be one the caller was allowed to see (fetched through the scoping layer).
@@ -214,7 +217,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
     (see the module docstring). `since` None means from the first scan; `until` None, now.
     """
     _check_max_points(max_points)
-    scans = _graded_scans(endpoint)
+    scans = _graded_scans(endpoint, location)
     since, until = _window(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
     rows = scans.filter(queued_at__gte=since, queued_at__lte=until)
     if rows.count() <= max_points:
@@ -341,7 +344,8 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
 
 def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = None,
                   until: datetime | None = None,
-                  max_points: int = DEFAULT_MAX_POINTS) -> list[CheckPoint]:
+                  max_points: int = DEFAULT_MAX_POINTS,
+                  location: str | None = None) -> list[CheckPoint]:
     """One check's values for `endpoint` between `since` and `until` (inclusive), oldest first.
 
     `endpoint` must be one the caller was allowed to see (fetched through the scoping layer);
@@ -358,6 +362,8 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         raise ValueError(f"unknown check {check_id!r}: expected one of {known}")
     results = CheckResult.objects.for_team(endpoint.team_id).filter(endpoint=endpoint,
                                                                      check_id=check_id)
+    if location:
+        results = results.filter(scan__location=location)
     since, until = _window(since, until,
                            lambda: results.aggregate(t=Min("measured_at"))["t"])
     rows = results.filter(measured_at__gte=since, measured_at__lte=until)
@@ -437,11 +443,12 @@ class HeadlinePoint:
 
 
 def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
-                     max_points: int = DEFAULT_MAX_POINTS) -> list[HeadlinePoint]:
+                     max_points: int = DEFAULT_MAX_POINTS,
+                     location: str | None = None) -> list[HeadlinePoint]:
     """The endpoint's headline figures between `since` and `until`, oldest first; each figure
     is extracted from report.json in SQL (the reports themselves are never loaded)."""
     _check_max_points(max_points)
-    rows = _graded_scans(endpoint).filter(queued_at__gte=since, queued_at__lte=until)
+    rows = _graded_scans(endpoint, location).filter(queued_at__gte=since, queued_at__lte=until)
     figures = {key: Cast(KT(path), FloatField()) for key, path in HEADLINE_FIGURES.items()}
     if rows.count() <= max_points:
         return [

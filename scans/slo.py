@@ -225,9 +225,10 @@ def _missed(span: _Span, keys: Iterable[str]) -> bool:
     return any(span.missed[key] for key in keys)
 
 
-def windows_for(endpoints: Iterable[Endpoint], days: int,
-                now: datetime | None = None) -> dict[int, SloWindow]:
-    """The `days`-day window of each endpoint (keyed by id), in one query.
+def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None = None,
+                location: str | None = None) -> dict[int, SloWindow]:
+    """The `days`-day window of each endpoint (keyed by id), in one query; only the scans
+    made from `location` when given (each location's scans stand for their own time).
 
     The endpoints must be ones the caller was allowed to see (fetched through the scoping
     layer); their scans are read through it too.
@@ -243,7 +244,10 @@ def windows_for(endpoints: Iterable[Endpoint], days: int,
         endpoint__in=[e.pk for e in endpoints],
         queued_at__gt=since - timedelta(minutes=longest), queued_at__lte=now,
         status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED],
-    ).annotate(
+    )
+    if location:
+        scans = scans.filter(location=location)
+    scans = scans.annotate(
         # Each scan's two check rows, joined once (LEFT JOIN on the unique (scan, check_id)).
         ttft=FilteredRelation("check_results", condition=Q(check_results__check_id=TTFT_CHECK)),
         errors=FilteredRelation("check_results",
@@ -298,6 +302,7 @@ def windows_for(endpoints: Iterable[Endpoint], days: int,
     return result
 
 
-def window(endpoint: Endpoint, days: int, now: datetime | None = None) -> SloWindow:
-    """One endpoint's `days`-day window."""
-    return windows_for([endpoint], days, now)[endpoint.pk]
+def window(endpoint: Endpoint, days: int, now: datetime | None = None,
+           location: str | None = None) -> SloWindow:
+    """One endpoint's `days`-day window (from one scan location when given)."""
+    return windows_for([endpoint], days, now, location)[endpoint.pk]

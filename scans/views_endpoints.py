@@ -236,19 +236,25 @@ def endpoint_detail(request, public_id):
         range_key = DEFAULT_RANGE
     until = timezone.now()
     since = until - timedelta(days=RANGES[range_key][1])
-    grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS)
+    # An endpoint scanned from several locations has one history per location: `?location=`.
+    locations = sorted(set(endpoint.scans.values_list("location", flat=True).distinct()))
+    location = request.GET.get("location") if len(locations) > 1 else None
+    if location not in locations:
+        location = None
+    grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS,
+                                   location=location)
     # Every chart's time axis spans the whole chosen range, so its title tells the truth.
     trends = []
     for check_id in TREND_CHECKS:
         points = history.check_history(endpoint, check_id, since, until,
-                                       max_points=CHECK_CHART_POINTS)
+                                       max_points=CHECK_CHART_POINTS, location=location)
         reasons = history.unmeasured_reasons(
             endpoint, check_id, [p.scan_id for p in points if p.value is None and p.scan_id])
         trends.append({"check_id": check_id, "label": charts.check_label(check_id),
                        "points": points,
                        "chart": charts.check_chart(points, check_id, since, until,
                                                    reasons=reasons)})
-    windows = [slo.window(endpoint, days, until) for days in slo.WINDOW_DAYS]
+    windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
     page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
         request.GET.get("page"))
     access = Access.for_request(request)
@@ -259,7 +265,8 @@ def endpoint_detail(request, public_id):
         "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
         "range_label": RANGES[range_key][0],
         "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
-        "headline_charts": _headline_charts(endpoint, since, until),
+        "headline_charts": _headline_charts(endpoint, since, until, location),
+        "locations": locations if len(locations) > 1 else [], "location": location,
         "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
         "trends": trends, "windows": windows, "page": page,
         "can_write": access.can_write(endpoint.team_id),
@@ -272,9 +279,10 @@ def endpoint_detail(request, public_id):
     })
 
 
-def _headline_charts(endpoint: Endpoint, since, until) -> list[dict]:
+def _headline_charts(endpoint: Endpoint, since, until, location=None) -> list[dict]:
     """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks."""
-    points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS)
+    points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+                                      location=location)
 
     def series(key: str, label: str, colour: str, dash: str = "") -> charts.Series:
         return charts.Series(key, label, colour, dash, [

@@ -165,3 +165,22 @@ def test_the_endpoint_page_shows_the_budget_in_time_and_the_burn_rates(world, ow
     assert "16 h 48 min of 7 d allowed, 1 h used" in body
     assert "scans cover 2 h of 7 d (1.2%)" in body.lower()
     assert 'data-burn-hours="1"' in body and "10.0×" in body
+
+
+def test_a_window_can_be_read_for_one_scan_location(world, owner_client):
+    from django.utils import timezone
+
+    from scans.models import Scan
+
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", interval_minutes=60)
+    now = timezone.now()
+    eu = scan_at(endpoint, now - 2 * HOUR, GRADE_A)
+    us = scan_at(endpoint, now - HOUR, CAPPED_D)
+    Scan.dangerously_unscoped.filter(pk=eu.pk).update(location="eu")
+    Scan.dangerously_unscoped.filter(pk=us.pk).update(location="us")
+
+    assert slo.window(endpoint, 7, location="eu").bad_s == 0
+    assert slo.window(endpoint, 7, location="us").bad_s == pytest.approx(3600, abs=5)
+    body = owner_client.get(f"/endpoints/{endpoint.public_id}/?location=eu").content.decode()
+    assert 'data-location="us"' in body and "2 h of 7 d allowed" not in body
+    assert "16 h 48 min of 7 d allowed, 0 min used" in body
