@@ -9,7 +9,12 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
@@ -21,6 +26,7 @@ from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from scans import pushes, scanning, scheduling
+from scans import state as endpoint_state
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
 from scans.history import check_history
@@ -58,6 +64,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Where the site scans it from (SCAN_LOCATIONS); empty: the site's own location.
     locations = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
     latest_scan = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
@@ -67,7 +74,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
-            "locations", "next_scan_at", "created_at", "latest_scan",
+            "locations", "next_scan_at", "created_at", "latest_scan", "state",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
         # Prices as JSON numbers, not the strings DRF gives decimals by default.
@@ -77,6 +84,18 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def get_has_webhook(self, endpoint) -> bool:
         return bool(endpoint.webhook_url)
+
+    @extend_schema_field({"type": "object", "properties": {
+        "state": {"type": "string", "enum": list(endpoint_state.LABELS)},
+        "label": {"type": "string"}, "cause": {"type": "string"},
+        "scan": {"type": "string", "format": "uuid", "nullable": True}}})
+    def get_state(self, endpoint) -> dict:
+        """The endpoint's state and its cause (README, "Endpoint states")."""
+        states = self.context.get("states")
+        current = (states[endpoint.pk] if states is not None and endpoint.pk in states
+                   else endpoint_state.states_for([endpoint])[endpoint.pk])
+        return {"state": current.state, "label": current.label, "cause": current.cause,
+                "scan": str(current.scan_id) if current.scan_id else None}
 
     def get_latest_scan(self, endpoint) -> dict | None:
         latest = self.context.get("latest_scans")
@@ -240,7 +259,8 @@ class EndpointViewSet(
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         serializer = self.get_serializer(page, many=True, context={
-            **self.get_serializer_context(), "latest_scans": self._latest_scans(page)})
+            **self.get_serializer_context(), "latest_scans": self._latest_scans(page),
+            "states": endpoint_state.states_for(page)})
         return self.get_paginated_response(serializer.data)
 
     def _latest_scans(self, endpoints) -> dict:

@@ -84,3 +84,17 @@ def test_another_teams_endpoints_show_in_no_ones_metrics(world, api):
         assert "their secret box" not in text and str(theirs.public_id) not in text
     assert str(mine.public_id) in ours
     assert api.get("/api/v1/metrics").status_code == 401
+
+
+def test_the_endpoints_api_gives_each_endpoint_its_state_and_cause(world, api):
+    failing = make_endpoint(world.team, name="failing box", slo_grade_floor="B")
+    scan = scan_at(failing, timezone.now(), CAPPED_D)
+
+    listed = api.get("/api/v1/endpoints/", **bearer(world.read_only_token)).json()["results"]
+    detail = api.get(f"/api/v1/endpoints/{failing.public_id}/",
+                     **bearer(world.read_only_token)).json()
+
+    for body in (listed[0], detail):
+        assert body["state"]["state"] == "below_floor"
+        assert body["state"]["cause"].startswith("grade D is below the floor B")
+        assert body["state"]["scan"] == str(scan.public_id)
