@@ -115,7 +115,8 @@ def _bad_checks(team_ids: Iterable[int], scan_pks: list[int]) -> dict[int, list[
 def _describe(check: dict) -> str:
     label = CHECK_LABELS.get(check["check_id"], check["check_id"])
     value = fmt.check_value(check["value"], UNITS.get(check["check_id"], ""))
-    return f"{label[0].lower()}{label[1:]} {value} ({check['status']})"
+    verdict = "over the warn bound" if check["status"] == "warn" else "failed"
+    return f"{label[0].lower()}{label[1:]}: {value} ({verdict})"
 
 
 def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
@@ -130,13 +131,14 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     if nothing_succeeded:
         return DOWN, row["summary"] or "no request succeeded"
     failing = [c for c in checks if c["status"] == "fail"
-               or (c["check_id"] == ERROR_RATE and c["status"] not in ("pass", None))]
+               or (c["check_id"] == ERROR_RATE and c["status"] == "warn")]
     detail = "; ".join(_describe(c) for c in failing)
     if row["summary"]:
         detail = f"{detail}; {row['summary']}" if detail else row["summary"]
     if is_below_floor(row["grade"], floor):
-        grade = "no letter" if not row["grade"] or len(row["grade"]) > 1 else f"grade {row['grade']}"
-        cause = f"{grade} is below the floor {floor}"
+        grade = (f"grade {row['grade']}" if row["grade"] and len(row["grade"]) == 1
+                 else "no grade (not enough evidence)")
+        cause = f"{grade}, below the floor {floor}"
         return BELOW_FLOOR, f"{cause}: {detail}" if detail else cause
     if failing:
         return DEGRADED, detail

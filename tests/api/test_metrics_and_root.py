@@ -96,5 +96,5 @@ def test_the_endpoints_api_gives_each_endpoint_its_state_and_cause(world, api):
 
     for body in (listed[0], detail):
         assert body["state"]["state"] == "below_floor"
-        assert body["state"]["cause"].startswith("grade D is below the floor B")
+        assert body["state"]["cause"].startswith("grade D, below the floor B")
         assert body["state"]["scan"] == str(scan.public_id)

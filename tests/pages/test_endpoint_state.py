@@ -136,8 +136,9 @@ def test_each_state_follows_its_rule(world):
     assert {e.name: states[e.pk].state for e in (up, below, degraded, errored, never)} == {
         "up": "up", "below": "below_floor", "degraded": "degraded", "errored": "errored",
         "never": "not_scanned"}
-    assert states[below.pk].cause.startswith("grade D is below the floor B")
-    assert "failed requests, all levels 2" in states[degraded.pk].cause
+    assert states[below.pk].cause.startswith(
+        "grade D, below the floor B: failed requests, all levels: 8.0 % (failed)")
+    assert states[degraded.pk].cause == "failed requests, all levels: 2.0 % (over the warn bound)"
     assert states[errored.pk].cause == "the worker died"
 
 
