@@ -1,7 +1,11 @@
-"""Alerts: an endpoint falling below its SLO grade floor, or scans erroring N times in a row.
+"""Alerts: an endpoint going down (or up again), falling below its SLO grade floor, or scans
+erroring N times in a row.
 
 Each is a state on the endpoint (below_floor, erroring) flipped by a conditional UPDATE, so a
-message goes out once per change of state, with a recovery message when it flips back.
+message goes out once per change of state, with a recovery message when it flips back. Down
+is read from the scans' states (scans/state.py): a message when a scan finds the endpoint down
+after one that did not (and back), sent once per scan (a cache key), replacing the floor
+message that would say the same.
 Messages go by email to the team's owners and admins and, optionally, to a webhook signed
 with HMAC-SHA256 and sent through the site's outbound guard. The two delivery tasks live here,
 beside what they deliver, under their scans.tasks.* names (so alerts and tasks import each
@@ -20,6 +24,7 @@ from functools import partial
 import httpx
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import cache
 from django.core.mail import send_mail
 from django.db import transaction
 
@@ -35,6 +40,8 @@ from scans.outbound import check_url, guard
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Tokvera-Signature"
+# How many recent finished scans _down_change looks through for this scan and the one before.
+DOWN_LOOKBACK = 20
 
 
 def _flip(endpoint: Endpoint, field: str, new: bool) -> bool:
@@ -61,6 +68,26 @@ def _errored_streak(endpoint: Endpoint, limit: int) -> int:
     return streak
 
 
+def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
+    """("down", cause) when this scan finds the endpoint down and the scan before it (errored
+    scans skipped: they say nothing about the endpoint) did not; ("down_recovered", …) the
+    other way round. At most once per scan, even if this runs again (a cache key)."""
+    states = state.state_history(endpoint, n=DOWN_LOOKBACK)
+    mine = next((i for i, s in enumerate(states) if s.scan_id == scan.public_id), None)
+    if mine is None:
+        return None
+    before = next((s for s in states[mine + 1:] if s.state != state.ERRORED), None)
+    now_down = states[mine].state == state.DOWN
+    was_down = before is not None and before.state == state.DOWN
+    if now_down == was_down or (before is None and not now_down):
+        return None
+    if not cache.add(f"tokvera:down-alert:{scan.public_id}", 1, timeout=7 * 86400):
+        return None  # already sent for this scan
+    if now_down:
+        return ("down", f"the endpoint is down: {states[mine].cause}")
+    return ("down_recovered", f"the endpoint answers again ({states[mine].label})")
+
+
 def after_scan(scan: Scan) -> None:
     endpoint = Endpoint.dangerously_unscoped.select_related("team").get(pk=scan.endpoint_id)
     events = []
@@ -80,6 +107,12 @@ def after_scan(scan: Scan) -> None:
             else:
                 events.append(("floor_recovered", f"grade {scan.grade} meets the floor "
                                                   f"{endpoint.slo_grade_floor} again"))
+        change = _down_change(endpoint, scan)
+        if change is not None:
+            # One message for one piece of news: "down" says more than "below floor" (a down
+            # endpoint grades F), and "up again" more than "floor recovered".
+            same_news = {"down": "below_floor", "down_recovered": "floor_recovered"}[change[0]]
+            events = [e for e in events if e[0] != same_news] + [change]
     for kind, detail in events:
         # A task, so a mail server hiccup is retried instead of losing the one message
         # this change of state gets.

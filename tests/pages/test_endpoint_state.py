@@ -187,3 +187,32 @@ def test_the_endpoint_page_opens_with_the_headline_numbers_and_for_reasoning_mod
     assert '<dd data-figure="error_rate">0.0%</dd>' in body
     assert '<dd data-figure="first_answer">850 ms</dd>' in body
     assert '<dd data-figure="thinking">640 ms</dd>' in body
+
+
+def test_an_endpoint_going_down_and_up_again_sends_one_message_each_way(
+        world, eager_tasks, django_capture_on_commit_callbacks):
+    from tests.pages.conftest import report_for
+
+    dead = make_endpoint(world.team, name="flaky box", alert_email=True,
+                         base_url=f"http://127.0.0.1:{_free_port()}/v1")
+    with django_capture_on_commit_callbacks(execute=True):
+        scanning.store_report(
+            Scan.dangerously_unscoped.create(endpoint=dead, trigger=ScanTrigger.SCHEDULE),
+            report_for(GRADE_A))
+        assert mail.outbox == []  # up from the start: nothing to say
+        down_scan = real_scan(dead)  # nothing listens there now
+
+    (down,) = mail.outbox  # one message, not "down" and "below floor"
+    assert down.subject == "[Tokvera] flaky box: down"
+    assert "the endpoint is down: could not connect to 127.0.0.1" in down.body
+    assert f"/scans/{down_scan.public_id}/" in down.body
+    mail.outbox.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        scanning.store_report(
+            Scan.dangerously_unscoped.create(endpoint=dead, trigger=ScanTrigger.SCHEDULE),
+            report_for(GRADE_A))
+
+    (up,) = mail.outbox
+    assert up.subject == "[Tokvera] flaky box: down recovered"
+    assert "State: up" in up.body
