@@ -260,7 +260,7 @@ class EndpointViewSet(
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         serializer = self.get_serializer(page, many=True, context={
             **self.get_serializer_context(), "latest_scans": self._latest_scans(page),
-            "states": endpoint_state.states_for(page)})
+            "states": endpoint_state.states_for(page or [])})
         return self.get_paginated_response(serializer.data)
 
     def _latest_scans(self, endpoints) -> dict:
