@@ -2,13 +2,14 @@
 
     submit     queue a job, then a pass (non-blocking) so an idle best host gets it at once
     heartbeat  record the host's state; nothing else (no assignment pass inside the request)
-    lease      the host's next assigned job (after a pass if it has none), optionally started
+    lease      the host's next assigned job (after the clocks and a pass if it has none),
+               optionally started
     start      leased -> running
     complete   record the figures, queue the EWMA fold; optionally lease the next job
     fail       record the failure, queue the fold (reputation)
 
-Imports go one way: flows -> tasks -> routing -> jobs -> models (hosts beside jobs); nothing in
-benchmarks imports this module except the API views.
+Imports go one way: flows -> tasks -> routing and jobs (and hosts -> jobs) -> models; routing
+and jobs do not import each other, and only the API views import this module.
 """
 
 from __future__ import annotations
@@ -34,14 +35,18 @@ def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> host
 
 def lease(host: Host, start: bool = False, now: datetime | None = None) -> Job | None:
     """A job the last pass already gave this host is handed out at once (no pass: a busy host
-    asking for its next job costs one statement); otherwise a pass runs first, waiting for a
-    running one, so the host sees what it assigned."""
+    asking for its next job costs one statement); otherwise the clocks are enforced (at most
+    once a second across the site) and a pass runs first. A pass already running is not
+    waited for: with sync web workers a wait holds a whole worker, and the host asks again
+    after its poll interval (or with its next completion)."""
     now = now or timezone.now()
     if host.suspended:
         return None
     job = jobs.lease(host, now, start=start)
     if job is None:
-        routing.assignment_pass(now, wait=True)
+        if jobs.housekeeping_due(now):
+            jobs.housekeeping(now)
+        routing.assignment_pass(now)
         job = jobs.lease(host, now, start=start)
     return job
 

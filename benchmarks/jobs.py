@@ -13,9 +13,9 @@ Every transition is a conditional UPDATE or happens under a row lock, so two cal
 both win. Locks are always taken host row first, then job row (never the other way round).
 Completion records the job first; the host's EWMAs are folded later (benchmarks/ewma.py).
 
-This module knows jobs and hosts' rows only: it never runs an assignment pass (benchmarks/routing.py
-imports it, not the other way round) and never queues a task (benchmarks/flows.py strings the
-steps of each HTTP call together).
+This module knows jobs and hosts' rows only: it never runs an assignment pass
+(benchmarks/routing.py) and never queues a task (benchmarks/tasks.py); benchmarks/flows.py
+strings the steps of each HTTP call together.
 """
 
 from __future__ import annotations

@@ -13,11 +13,10 @@ best-ranked eligible host:
 `score()` sees only the host's own facts and the job's catalog id: never the buyer's team,
 account, User-Agent or IP. Nothing in this module receives them.
 
-A pass runs when a job is submitted, when a host heartbeats or calls lease, and every few
-seconds from Celery beat. Passes do not overlap: on PostgreSQL a pass takes a transaction-level
-advisory lock. A pass started by a submission or a heartbeat that finds the lock taken leaves
-the work to the pass holding it; one started by a lease call waits for it (up to 200 ms), so
-the host then sees whatever that pass gave it. The queued rows are read with
+A pass runs when a job is submitted, when a host with no assigned job asks for work, and every
+few seconds from Celery beat (never inside a heartbeat). Passes do not overlap: on PostgreSQL a
+pass takes a transaction-level advisory lock, and a pass that finds it taken leaves the work to
+the pass holding it. The queued rows are read with
 SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE (status still
 queued), so no job is ever given to two hosts.
 """
@@ -28,12 +27,12 @@ import heapq
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Count, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from benchmarks import jobs, policy
+from benchmarks import policy
 from benchmarks.models import ACTIVE, Host, JobStatus, TrustLevel
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 
@@ -132,40 +131,27 @@ def rank(hosts: list[HostFacts], model_id: str) -> list[HostFacts]:
 # --- the assignment pass ---------------------------------------------------------------------
 
 _PASS_LOCK_KEY = 0x746B76_7061_7373  # "tkv" "pass": one advisory lock id for the whole site
-PASS_LOCK_WAIT_MS = 200  # a lease call waits at most this long for a running pass
 
 
-def _take_pass_lock(wait: bool) -> bool:
+def _take_pass_lock() -> bool:
+    """The site-wide pass lock, or False at once when another pass holds it."""
     with connection.cursor() as cursor:
-        if not wait:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
-            return bool(cursor.fetchone()[0])
-        cursor.execute(f"SET LOCAL lock_timeout = {int(PASS_LOCK_WAIT_MS)}")
-        try:
-            with transaction.atomic():  # a savepoint: a timeout must not poison the transaction
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
-        except OperationalError:
-            return False
-        finally:
-            cursor.execute("SET LOCAL lock_timeout = DEFAULT")
-        return True
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
 
 
-def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
+def assignment_pass(now: datetime | None = None) -> int:
     """Assign queued jobs to hosts. Returns how many jobs were assigned.
 
-    With `wait` (a host asking for work), a pass already running is waited for, so that the
-    caller then sees what it assigned, and lease expiry and the queue deadline are enforced
-    first (at most once a second across the site; the periodic tick does it too). Otherwise
-    (submissions, heartbeats) a running pass is left to do the work and this returns at once.
+    A pass already running is never waited for: it (or the next one) takes these jobs, and a
+    host that found nothing asks again (benchmarks/flows.py). Lease expiry and the queue
+    deadline are enforced by the caller first (jobs.housekeeping).
     """
     now = now or timezone.now()
-    if wait and jobs.housekeeping_due(now):
-        jobs.housekeeping(now)
     if not ALL_JOBS.filter(status=JobStatus.QUEUED).exists():
         return 0
     with transaction.atomic():
-        if not _take_pass_lock(wait):
+        if not _take_pass_lock():
             return 0  # another pass is running; it (or the next one) takes these jobs
         return _assign(now)
 
