@@ -24,14 +24,14 @@ No scan count is ever divided: every share is a ratio of times. Each window carr
 versions of the scans it counted (grades of different versions are not comparable).
 
 One query per call, for any number of endpoints: the scans' pass/miss flags are computed in
-SQL; the time arithmetic runs over (endpoint, time, status, flags) tuples.
+SQL; the time arithmetic is one pass over (time, status, flags) rows in whole microseconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from django.db.models import BooleanField, ExpressionWrapper, F, FilteredRelation, Q
@@ -193,36 +193,32 @@ def _flag(q: Q) -> ExpressionWrapper:
     return ExpressionWrapper(q, output_field=BooleanField())
 
 
-@dataclass
-class _Span:
-    start: datetime
-    end: datetime
-    missed: dict[str, bool]  # target key → missed during this span
-    version: str
-
-    def inside(self, since: datetime, until: datetime) -> float:
-        return max(0.0, (min(self.end, until) - max(self.start, since)).total_seconds())
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 
 
-def _spans(endpoint: Endpoint, rows: list[dict], now: datetime) -> list[_Span]:
-    """What each succeeded scan stands for: until the next finished scan, at most the
-    endpoint's interval, never past now. Errored scans stand for nothing."""
-    interval = timedelta(minutes=endpoint.interval_minutes)
+def _us(at: datetime) -> int:
+    """A time as whole microseconds since the epoch: sums of spans stay exact integers."""
+    return (at - _EPOCH) // _US
+
+
+def _spans(endpoint: Endpoint, rows: list[dict], now_us: int) -> list[tuple]:
+    """What each succeeded scan stands for, as (start, end, missed per target key, version),
+    times in microseconds: until the next finished scan, at most the endpoint's interval,
+    never past now. Errored scans stand for nothing (they only end the previous span)."""
+    interval_us = endpoint.interval_minutes * 60 * 1_000_000
+    starts = [_us(row["queued_at"]) for row in rows]
     spans = []
     for i, row in enumerate(rows):
         if row["status"] != ScanStatus.SUCCEEDED:
             continue
-        end = row["queued_at"] + interval
+        end = starts[i] + interval_us
         if i + 1 < len(rows):
-            end = min(end, rows[i + 1]["queued_at"])
-        spans.append(_Span(row["queued_at"], min(end, now),
-                           {key: not row[f"{key}_ok"] for key in TARGET_KEYS},
-                           row["scoring_version"]))
+            end = min(end, starts[i + 1])
+        spans.append((starts[i], min(end, now_us),
+                      {key: not row[f"{key}_ok"] for key in TARGET_KEYS},
+                      row["scoring_version"]))
     return spans
-
-
-def _missed(span: _Span, keys: Iterable[str]) -> bool:
-    return any(span.missed[key] for key in keys)
 
 
 def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None = None,
@@ -262,10 +258,11 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
             "error_rate_ok"):
         rows[row["endpoint_id"]].append(row)
 
+    now_us, since_us = _us(now), _us(since)
+    burn_starts = [(hours, now_us - hours * 3_600_000_000) for hours in BURN_SPANS_H]
     result = {}
     for endpoint in endpoints:
         endpoint_rows = rows[endpoint.pk]
-        spans = [s for s in _spans(endpoint, endpoint_rows, now) if s.inside(since, now) > 0]
         keys = ["grade"]
         labels = {"grade": f"grade {endpoint.slo_grade_floor} or better"}
         if endpoint.slo_ttft_p95_ms is not None:
@@ -275,29 +272,48 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
         if endpoint.slo_error_rate is not None:
             keys.append("error_rate")
             labels["error_rate"] = f"error rate at most {endpoint.slo_error_rate:.2%}"
-        covered = sum(s.inside(since, now) for s in spans)
-        targets = tuple(
-            TargetResult(key, labels[key],
-                         sum(s.inside(since, now) for s in spans if s.missed[key]), covered)
-            for key in keys)
-        burn = []
+        # One pass over the spans: each one's part inside the window and the burn spans.
+        covered = bad = counted = 0
+        missed = dict.fromkeys(keys, 0)
+        burn_covered = dict.fromkeys(BURN_SPANS_H, 0)
+        burn_bad = dict.fromkeys(BURN_SPANS_H, 0)
+        versions = set()
+        for start, end, span_missed, version in _spans(endpoint, endpoint_rows, now_us):
+            inside = min(end, now_us) - max(start, since_us)
+            if inside <= 0:
+                continue
+            counted += 1
+            versions.add(version)
+            covered += inside
+            missed_any = False
+            for key in keys:
+                if span_missed[key]:
+                    missed[key] += inside
+                    missed_any = True
+            if missed_any:
+                bad += inside
+            for hours, burn_start in burn_starts:
+                recent = min(end, now_us) - max(start, burn_start)
+                if recent > 0:
+                    burn_covered[hours] += recent
+                    if missed_any:
+                        burn_bad[hours] += recent
         budget_share = 1 - _exact(endpoint.slo_objective)
-        for hours in BURN_SPANS_H:
-            start = now - timedelta(hours=hours)
-            span_covered = sum(s.inside(start, now) for s in spans)
-            span_bad = sum(s.inside(start, now) for s in spans if _missed(s, keys))
-            rate = (float(Fraction(span_bad) / Fraction(span_covered) / budget_share)
-                    if span_covered and budget_share else None)
-            burn.append((hours, rate, span_covered))
+        burn = tuple(
+            (hours,
+             float(Fraction(burn_bad[hours], burn_covered[hours]) / budget_share)
+             if burn_covered[hours] and budget_share else None,
+             burn_covered[hours] / 1e6)
+            for hours in BURN_SPANS_H)
         result[endpoint.pk] = SloWindow(
-            days=days, window_s=float(days * 86400), covered_s=covered,
-            bad_s=sum(s.inside(since, now) for s in spans if _missed(s, keys)),
-            scans=len(spans),
+            days=days, window_s=float(days * 86400), covered_s=covered / 1e6, bad_s=bad / 1e6,
+            scans=counted,
             errored=sum(1 for r in endpoint_rows
                         if r["status"] == ScanStatus.ERRORED and r["queued_at"] > since),
-            targets=targets, objective=endpoint.slo_objective,
-            versions=tuple(sorted({s.version for s in spans})),
-            burn_rates=tuple(burn),
+            targets=tuple(TargetResult(key, labels[key], missed[key] / 1e6, covered / 1e6)
+                          for key in keys),
+            objective=endpoint.slo_objective, versions=tuple(sorted(versions)),
+            burn_rates=burn,
         )
     return result
 
