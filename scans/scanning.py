@@ -157,7 +157,9 @@ def send(scan_id: int, location: str | None = None) -> None:
             "location", flat=True).first()
         if location is None:
             return  # deleted meanwhile
-    run_scan.apply_async((scan_id,), queue=scheduling.queue_for(location))
+    queue = scheduling.queue_for(location)
+    # The routing key names the queue in the task's delivery info, also when tasks run eagerly.
+    run_scan.apply_async((scan_id,), queue=queue, routing_key=queue)
 
 
 def hand_off(origin: str, location: str) -> int | None:
