@@ -27,8 +27,6 @@ What a report cannot prove (see DECISIONS.md, "Pushed reports are proven from th
 from __future__ import annotations
 
 import copy
-import dataclasses
-import functools
 import math
 import types
 import typing
@@ -37,7 +35,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from scans.grader import scoring
+from scans.grader import headline, scoring
 from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.measurement import (
     FAILURE_CLASSES,
@@ -47,9 +45,13 @@ from scans.grader.measurement import (
     Measurement,
     MetricsProbe,
     RequestRecord,
+    budget_hint,
 )
+from scans.grader.report import level_entry
 from scans.grader.runner import LOOP_LAG_THRESHOLD_MS
 from scans.grader.scoring import CheckValue
+from scans.grader.timeline import is_time, is_time_array, record_fields
+from scans.grader.timeline import key as timeline_key
 
 __all__ = [
     "NOT_PUBLISHED",
@@ -57,7 +59,6 @@ __all__ = [
     "ReportDisagrees",
     "measurement_from_report",
     "prove",
-    "sample_times_ms",
 ]
 
 #: RequestRecord fields that report.json does not carry and no check reads.
@@ -85,39 +86,6 @@ class ReportDisagrees(ValueError):
     """A claimed check value is not what the report's own samples give."""
 
 
-# -- the RequestRecord <-> timeline mapping ------------------------------------------------------
-
-
-def _is_time(name: str) -> bool:
-    return name.endswith("_at")
-
-
-def _is_time_array(name: str, hint: Any) -> bool:
-    return hint is array
-
-
-def _timeline_key(name: str, hint: Any) -> str:
-    if name == "failure":
-        return "outcome"
-    if _is_time(name) or _is_time_array(name, hint):
-        return f"{name}_ms"
-    return name
-
-
-@functools.cache
-def _record_fields() -> tuple[tuple[str, Any], ...]:
-    hints = typing.get_type_hints(RequestRecord)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(RequestRecord)
-                 if f.name != "level")
-
-
-def sample_times_ms(record: RequestRecord, origin: float) -> dict[str, list[float]]:
-    """Every per-chunk time array of `record` as ms from `origin` (1 µs), for its timeline:
-    what the site needs to recompute chunk gaps and chunk rates."""
-    return {f"{name}_ms": [round((t - origin) * 1000.0, 3) for t in getattr(record, name)]
-            for name, hint in _record_fields() if _is_time_array(name, hint)}
-
-
 def _allowed_types(hint: Any) -> tuple[type, ...]:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return tuple(typing.get_args(hint))
@@ -141,8 +109,8 @@ def _record(where: str, concurrency: int, timeline: Any, limit_ms: float) -> Req
     if not isinstance(timeline, Mapping):
         raise ImpossibleReport(f"{where}: expected an object")
     values: dict[str, Any] = {"level": concurrency}
-    for name, hint in _record_fields():
-        key = _timeline_key(name, hint)
+    for name, hint in record_fields():
+        key = timeline_key(name, hint)
         here = f"{where}.{key}"
         if key not in timeline:
             if name in NOT_PUBLISHED:
@@ -157,9 +125,9 @@ def _record(where: str, concurrency: int, timeline: Any, limit_ms: float) -> Req
                     value in FAILURE_CLASSES or (value.startswith("http_status_")
                                                  and value[12:].isdigit())):
                 raise ImpossibleReport(f"{here}: {value!r} is not an outcome the scanner gives")
-        elif _is_time(name):
+        elif is_time(name):
             value = None if value is None else _time_ms(here, value, limit_ms) / 1000.0
-        elif _is_time_array(name, hint):
+        elif is_time_array(name, hint):
             if not isinstance(value, list):
                 raise ImpossibleReport(f"{here}: expected a list of times")
             times = [_time_ms(f"{here}[{i}]", t, limit_ms) / 1000.0 for i, t in enumerate(value)]
@@ -369,10 +337,6 @@ def prove(report: Mapping[str, Any]) -> dict:
     Raises ImpossibleReport for impossible samples and ReportDisagrees for the first claimed
     check value its samples do not give. `report` must already be schema-valid."""
     # The scanner's own level summary, so stored levels read exactly like a measured scan's.
-    from scans.grader import headline
-    from scans.grader.measurement import budget_hint
-    from scans.grader.report import level_entry  # report.py imports this module
-
     measurement = measurement_from_report(report)
     values = _recomputed_values(measurement)
     mismatch = _first_disagreement(report["checks"], values)

@@ -29,9 +29,9 @@ from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
 from scans.grader.plan import ScanPlan
 from scans.grader.prompts import PromptSample
-from scans.grader.proof import sample_times_ms
 from scans.grader.redaction import redact_report
 from scans.grader.stats import percentile
+from scans.grader.timeline import sample_times_ms
 
 __all__ = [
     "REPEAT_PROMPT_NOTE",

@@ -117,7 +117,7 @@ def test_the_schema_describes_every_field_of_a_request_timeline_the_scanner_writ
     """A new RequestRecord field that reaches report.json fails here until the schema says what
     it means (the timelines are what a site re-grades a pushed report from)."""
     from scans.grader.measurement import RequestRecord
-    from scans.grader.proof import sample_times_ms
+    from scans.grader.timeline import sample_times_ms
 
     record = RequestRecord(level=1, index=0)
     written = {**record.timeline_ms(0.0), **sample_times_ms(record, 0.0)}
