@@ -42,15 +42,20 @@ def _one_line(label: str, value: str) -> None:
 @transaction.atomic
 def create_team(slug: str, name: str, owner) -> Team:
     _one_line("Team name", name)
-    team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)
-    Membership.dangerously_unscoped.create(team=team, user=owner, role=Role.OWNER)
+    team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)  # no team yet: this makes it
+    Membership.objects.for_team(team).create(team=team, user=owner, role=Role.OWNER)
     return team
+
+
+def team_by_slug(slug: str) -> Team | None:
+    """The team with this slug, or None: for commands given a slug before any team is known."""
+    return Team.dangerously_unscoped.filter(slug=slug).first()  # the slug is the only key here
 
 
 def _lock_owners(team: Team) -> list[Membership]:
     # Locking the owner rows serialises two owners demoting each other at the same moment.
     return list(
-        Membership.dangerously_unscoped.select_for_update().filter(team=team, role=Role.OWNER)
+        Membership.objects.for_team(team).select_for_update().filter(role=Role.OWNER)
     )
 
 
@@ -85,7 +90,7 @@ def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, s
     if role not in Role.values:
         raise TeamRuleError(f"Unknown role {role!r}.")
     secret = secrets.token_urlsafe(32)
-    invitation = Invitation.dangerously_unscoped.create(
+    invitation = Invitation.objects.for_team(team).create(
         team=team,
         email=email.strip().lower(),
         role=role,
@@ -110,6 +115,7 @@ def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, s
 def find_invitation(secret: str) -> Invitation | None:
     """The open invitation for this link, or None if it is unknown, used or expired."""
     return (
+        # Found by the link's secret hash: whose team it is, is what this lookup learns.
         Invitation.dangerously_unscoped.select_related("team")
         .filter(
             secret_hash=_invite_hash(secret), accepted_at__isnull=True, expires_at__gt=timezone.now()
@@ -126,12 +132,12 @@ def accept_invitation(secret: str, user) -> Membership | None:
         return None
     if not is_invitee(invitation, user):
         raise NotTheInvitee(f"This invitation is for {invitation.email}, not {user.email or 'you'}.")
-    claimed = Invitation.dangerously_unscoped.filter(
+    claimed = Invitation.objects.for_team(invitation.team).filter(
         pk=invitation.pk, accepted_at__isnull=True
     ).update(accepted_at=timezone.now(), accepted_by=user)
     if not claimed:
         return None
-    membership, created = Membership.dangerously_unscoped.get_or_create(
+    membership, created = Membership.objects.for_team(invitation.team).get_or_create(
         team=invitation.team, user=user, defaults={"role": invitation.role}
     )
     return membership
@@ -143,7 +149,7 @@ def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tupl
         raise TeamRuleError(f"Unknown scope {scope!r}: expected read-only or read-write.")
     _one_line("Token name", name)
     new = credentials.new_secret("tkv")
-    token = ApiToken.dangerously_unscoped.create(
+    token = ApiToken.objects.for_team(team).create(
         team=team,
         name=name or f"{scope} token",
         prefix=new.prefix,
@@ -155,7 +161,7 @@ def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tupl
 
 
 def revoke_token(token: ApiToken) -> None:
-    ApiToken.dangerously_unscoped.filter(pk=token.pk, revoked_at__isnull=True).update(
+    ApiToken.objects.for_team(token.team_id).filter(pk=token.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
 

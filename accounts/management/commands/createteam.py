@@ -3,7 +3,6 @@ from django.core.validators import validate_email, validate_slug
 from django.forms import ValidationError
 
 from accounts import teams
-from accounts.models import Team
 
 
 class Command(BaseCommand):
@@ -20,7 +19,7 @@ class Command(BaseCommand):
             validate_email(owner)
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
-        if Team.dangerously_unscoped.filter(slug=slug).exists():
+        if teams.team_by_slug(slug) is not None:
             raise CommandError(f"A team with slug {slug!r} already exists.")
         user = teams.user_by_email(owner, create=True)
         try:

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts import teams
-from accounts.models import Team, TokenScope
+from accounts.models import TokenScope
 
 
 class Command(BaseCommand):
@@ -13,7 +13,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="")
 
     def handle(self, team, scope, name, **options):
-        row = Team.dangerously_unscoped.filter(slug=team).first()
+        row = teams.team_by_slug(team)
         if row is None:
             raise CommandError(f"No team with slug {team!r}.")
         _, secret = teams.issue_token(row, scope, name or f"{scope} (createtoken)")

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.models import Team
+from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import GRANTABLE_TRUST
 
@@ -15,7 +15,7 @@ class Command(BaseCommand):
                             help="trust level (hardware is reserved and cannot be granted)")
 
     def handle(self, name, team, trust, **options):
-        row = Team.dangerously_unscoped.filter(slug=team).first()
+        row = teams.team_by_slug(team)
         if row is None:
             raise CommandError(f"No team with slug {team!r}.")
         try:

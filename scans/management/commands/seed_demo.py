@@ -18,7 +18,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import teams
-from accounts.models import Team
 from scans.models import Endpoint
 from tokvera_site.config import VAR_DIR
 
@@ -82,16 +81,16 @@ class Command(BaseCommand):
             user = user or User(username=DEMO_USERNAME, email=DEMO_EMAIL)
             user.set_password(password)
             user.save()
-        team = Team.dangerously_unscoped.filter(slug=DEMO_TEAM).first()
+        team = teams.team_by_slug(DEMO_TEAM)
         if team is None:
             team = teams.create_team(DEMO_TEAM, "Demo team", owner=user)
         target_url = demo_target_url()
-        demo = Endpoint.dangerously_unscoped.filter(team=team)
+        demo = Endpoint.objects.for_team(team)
         if demo.filter(name=DEMO_ENDPOINT).exclude(base_url=target_url).exists():
             # PORT changed since the demo was made: the demo endpoint follows its target.
             demo.filter(name=DEMO_ENDPOINT).update(base_url=target_url)
         if not demo.exists():
-            Endpoint.dangerously_unscoped.create(
+            demo.create(
                 team=team, name=DEMO_ENDPOINT, base_url=target_url, model="demo-model",
                 levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
                 interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
