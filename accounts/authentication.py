@@ -26,6 +26,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
         if token is None:
             raise exceptions.AuthenticationFailed("Malformed API token.")
         row = (
+            # Found by its prefix: the token is what says which team the request is for.
             ApiToken.dangerously_unscoped.select_related("team", "created_by")
             .filter(prefix=token[: credentials.PREFIX_CHARS])
             .first()
@@ -37,7 +38,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
         now = timezone.now()
         # Record use at most once a minute per token, without a write on every request.
         if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
-            ApiToken.dangerously_unscoped.filter(pk=row.pk).update(last_used_at=now)
+            ApiToken.objects.for_team(row.team_id).filter(pk=row.pk).update(last_used_at=now)
         return (TokenUser(row), row)
 
     def authenticate_header(self, request):

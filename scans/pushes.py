@@ -145,8 +145,8 @@ def receive_report(endpoint: Endpoint, body: bytes) -> Received:
         raise ReportRefused([str(exc)]) from None
     try:
         with transaction.atomic():
-            scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.PUSH,
-                                                    report_digest=digest)
+            scan = Scan.objects.for_team(endpoint.team_id).create(
+                endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest)
             scan = scanning.store_report(scan, proven, pushed=True)
     except IntegrityError:  # the same upload, racing this one, won
         return Received(endpoint.scans.get(report_digest=digest), created=False)
