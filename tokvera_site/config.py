@@ -6,17 +6,14 @@ one line that names the variable and says what it expects (ConfigError).
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import environ
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-# Local state (generated keys, the embedded database, the embedded broker, collected static files).
-VAR_DIR = Path(os.environ.get("TOKVERA_VAR_DIR") or BASE_DIR / "var").resolve()
+from tokvera_site.devservices import DATABASE_NAME, DEFAULT_DATA_DIR, EmbeddedPostgres, ServiceError
+from tokvera_site.paths import VAR_DIR  # noqa: F401 - settings read it from here
 
 
 class ConfigError(Exception):
@@ -62,8 +59,6 @@ def _parse(name: str, parser, expects: str, **kwargs):
 
 def _embedded_database_url() -> str:
     """The embedded PostgreSQL under var/ that `make run` starts (tokvera_site.devservices)."""
-    from tokvera_site.devservices import DATABASE_NAME, DEFAULT_DATA_DIR, EmbeddedPostgres, ServiceError
-
     try:
         return EmbeddedPostgres(DEFAULT_DATA_DIR).url(DATABASE_NAME)
     except ServiceError:
