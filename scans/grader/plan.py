@@ -118,6 +118,12 @@ class ScanPlan:
     # -- validation ----------------------------------------------------------------------------
     def validate(self) -> ScanPlan:
         """Raise PlanError (one line) when the plan cannot run; return self otherwise."""
+        self._validate_target()
+        self._validate_levels()
+        self._validate_limits()
+        return self
+
+    def _validate_target(self) -> None:
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PlanError(f"bad URL {self.base_url!r}: expected http(s)://host[:port]/path")
@@ -132,6 +138,8 @@ class ScanPlan:
             raise PlanError(f"bad URL {self.base_url!r}: {exc}") from exc
         if not self.model or not self.model.strip():
             raise PlanError("a model name is required")
+
+    def _validate_levels(self) -> None:
         levels = self.levels
         if not levels:
             raise PlanError("at least one concurrency level is required")
@@ -150,6 +158,8 @@ class ScanPlan:
                 raise PlanError(f"concurrency {level} needs at least {level} requests per "
                                 f"level (got {count}): with fewer it never reaches {level} "
                                 "requests in flight")
+
+    def _validate_limits(self) -> None:
         if not 1 <= self.max_tokens <= 1_000_000:
             raise PlanError("max tokens must be between 1 and 1000000")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
@@ -162,7 +172,6 @@ class ScanPlan:
             dcgm = urlsplit(self.dcgm_url)
             if dcgm.scheme not in ("http", "https") or not dcgm.hostname:
                 raise PlanError(f"bad --dcgm-url {self.dcgm_url!r}: expected http(s)://host...")
-        return self
 
     def public_dict(self) -> dict:
         """The plan as report.json records it (never the key)."""
