@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from accounts import credentials
 from accounts.models import ApiToken, Invitation, Membership, Role, Team, TokenScope
+from accounts.tenancy import Access
 from accounts.validators import validate_one_line
 
 
@@ -175,3 +176,39 @@ def user_by_email(email: str, create: bool = False):
         user.set_unusable_password()
         user.save()
     return user
+
+
+# --- which team a new object goes into (the page and the API ask the same way) -------------
+
+
+class TeamChoiceError(Exception):
+    """Why a new endpoint (or other team object) cannot be created in the team asked for."""
+
+
+class TeamNotChosen(TeamChoiceError):
+    """The caller belongs to several teams and named none."""
+
+
+class NoSuchTeam(TeamChoiceError):
+    """No team of the caller's has that slug (the same answer as for a team that does not exist)."""
+
+
+class ReadOnlyInTeam(TeamChoiceError):
+    """The caller may read the team but not write to it."""
+
+
+def team_for_new_object(access: Access, slug: str | None) -> Team:
+    """The team named by `slug` among the caller's teams or, with no slug, the caller's only
+    team (a team token, or a user in one team); the caller must be able to write there."""
+    visible = Team.objects.visible_to(access)
+    if slug is not None:
+        team = visible.filter(slug=slug).first()
+    elif len(access.team_ids) == 1:
+        team = visible.first()
+    else:
+        raise TeamNotChosen("say which team (its slug)")
+    if team is None:
+        raise NoSuchTeam("No such team.")
+    if not access.can_write(team.pk):
+        raise ReadOnlyInTeam("Your role in this team is read-only.")
+    return team

@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.validators import validate_email
 from django.db import transaction
 from django.forms import ValidationError
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -32,6 +33,19 @@ def team_for_request(request, slug: str) -> Team:
     """The team in the URL, if the caller belongs to it (404 otherwise); it becomes the
     team the navigation shows as current."""
     team = get_visible_or_404(request, Team, slug=slug)
+    request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
+    return team
+
+
+def team_to_create_in(request, slug: str) -> Team:
+    """The team in the URL of a create page, chosen as the API chooses it
+    (teams.team_for_new_object): 404 outside it, 403 for a read-only role."""
+    try:
+        team = teams.team_for_new_object(Access.for_request(request), slug)
+    except teams.NoSuchTeam:
+        raise Http404("No such team.") from None
+    except teams.ReadOnlyInTeam as exc:
+        raise PermissionDenied(str(exc)) from None
     request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
     return team
 

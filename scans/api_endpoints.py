@@ -20,8 +20,7 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from accounts import encryption
-from accounts.models import Team
+from accounts import encryption, teams
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
@@ -277,19 +276,15 @@ class EndpointViewSet(
         return {endpoint_id: scans[scan_id] for endpoint_id, scan_id in pairs}
 
     def perform_create(self, serializer):
-        access = Access.for_request(self.request)
         slug = serializer.validated_data.pop("team", {}).get("slug")
-        visible = Team.objects.visible_to(access)
-        if slug is not None:
-            team = visible.filter(slug=slug).first()
-        elif len(access.team_ids) == 1:  # a token, or a user in one team: no need to say
-            team = visible.first()
-        else:
-            raise exceptions.ValidationError({"team": ["say which team (its slug)"]})
-        if team is None:
-            raise exceptions.NotFound("No such team.")
-        if not access.can_write(team.pk):
-            raise exceptions.PermissionDenied("Your role in this team is read-only.")
+        try:
+            team = teams.team_for_new_object(Access.for_request(self.request), slug)
+        except teams.TeamNotChosen as exc:
+            raise exceptions.ValidationError({"team": [str(exc)]}) from None
+        except teams.NoSuchTeam as exc:
+            raise exceptions.NotFound(str(exc)) from None
+        except teams.ReadOnlyInTeam as exc:
+            raise exceptions.PermissionDenied(str(exc)) from None
         serializer.save(team=team)
 
     @extend_schema(parameters=TIME_PARAMS, responses=ScanSerializer(many=True))

@@ -23,7 +23,7 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.tenancy import Access, get_visible_or_404, require_manage, require_write
-from accounts.views import team_for_request
+from accounts.views import team_for_request, team_to_create_in
 from scans import charts, history, scanning, slo, state
 from scans.compare import FLAG_RELATIVE_CHANGE, compare
 from scans.endpoint_forms import EndpointForm
@@ -128,8 +128,7 @@ def _dashboard_key(sort: str, states: dict):
 
 @login_required
 def endpoint_create(request, slug):
-    team = team_for_request(request, slug)
-    require_write(request, team)
+    team = team_to_create_in(request, slug)
     form = EndpointForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
