@@ -32,6 +32,7 @@ from scans.models import (
     ScanStatus,
     ScanTrigger,
 )
+from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,9 @@ next_slot = scheduling.next_slot  # the schedule's rules live in scans/schedulin
 
 def due_endpoints(now: datetime):
     # System-wide beat task: every team's due endpoints (no team is known here).
-    return Endpoint.dangerously_unscoped.filter(
+    return ALL_ENDPOINTS.filter(
         enabled=True, mode=EndpointMode.SCHEDULED, next_scan_at__lte=now
-    ).only("pk", "next_scan_at", "interval_minutes", "locations", "base_url")
+    ).only("pk", "team", "next_scan_at", "interval_minutes", "locations", "base_url")
 
 
 def enqueue_due(now: datetime | None = None) -> list[int]:
@@ -94,17 +95,16 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
     for endpoint in due_endpoints(now).iterator(chunk_size=500):
         slot = endpoint.next_scan_at
         following = scheduling.next_slot(max(slot, now), endpoint.interval_minutes)
-        # System-wide beat task: the conditional UPDATE says which beat won this slot.
-        won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, next_scan_at=slot).update(
-            next_scan_at=following
-        )
+        # The conditional UPDATE says which beat won this slot.
+        won = Endpoint.objects.for_team(endpoint.team_id).filter(
+            pk=endpoint.pk, next_scan_at=slot).update(next_scan_at=following)
         if not won:
             continue  # another beat advanced it first
         for location in scheduling.locations_of(endpoint):
             try:
                 with transaction.atomic():
-                    # System-wide beat task: the scan belongs to the endpoint's team.
-                    scan = Scan.dangerously_unscoped.create(
+                    # The scan belongs to the endpoint's team.
+                    scan = Scan.objects.for_team(endpoint.team_id).create(
                         endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
                         location=location, origin=origin_of(endpoint.base_url),
                         # due to be sent at once (redispatch_due: one per free origin)
@@ -127,7 +127,7 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     busy = OriginLock.objects.filter(expires_at__gt=now).values("origin")
     # System-wide beat task: every team's waiting scans.
-    queued = Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)
+    queued = ALL_SCANS.filter(status=ScanStatus.QUEUED)
     queued.filter(origin__in=busy).update(deadline_at=now + QUEUED_GRACE)
     # A scan sent and not yet taken (or told to wait) is on its way for that origin already.
     sent = queued.filter(redispatch_at__gt=now).exclude(origin="").values("origin")
@@ -149,16 +149,17 @@ def redispatch_due(now: datetime | None = None) -> list[int]:
 def send(scan_id: int, location: str | None = None) -> None:
     """Hand a queued scan to its location's workers, queue scans.<location> (raises
     BrokerUnreachable when the broker is down)."""
-    from scans.tasks import run_scan
-
     if location is None:
         # Called by the beat and by tests with an id only; the row says where it runs.
-        location = Scan.dangerously_unscoped.filter(pk=scan_id).values_list(
-            "location", flat=True).first()
+        location = ALL_SCANS.filter(pk=scan_id).values_list("location", flat=True).first()
         if location is None:
             return  # deleted meanwhile
     queue = scheduling.queue_for(location)
     # The routing key names the queue in the task's delivery info, also when tasks run eagerly.
+    # Imported here: the task module is where Celery registers run_scan, and it imports this
+    # module (the services it runs), so a module-level import would be a cycle.
+    from scans.tasks import run_scan
+
     run_scan.apply_async((scan_id,), queue=queue, routing_key=queue)
 
 
@@ -169,12 +170,12 @@ def hand_off(origin: str, location: str) -> int | None:
     now = timezone.now()
     with transaction.atomic():
         # System-wide worker step: the next scan of this origin, whatever its team.
-        waiting = (Scan.dangerously_unscoped.select_for_update(skip_locked=True)
+        waiting = (ALL_SCANS.select_for_update(skip_locked=True)
                    .filter(status=ScanStatus.QUEUED, origin=origin, location=location)
                    .order_by("queued_at").values_list("pk", flat=True).first())
         if waiting is None:
             return None
-        Scan.dangerously_unscoped.filter(pk=waiting).update(  # the row just locked above
+        ALL_SCANS.filter(pk=waiting).update(  # the row just locked above
             redispatch_at=now + REDISPATCH_AFTER)
     send(waiting, location)
     return waiting
@@ -298,7 +299,7 @@ def keep_waiting(scan_id: int) -> bool:
     moves on. False if it is no longer queued."""
     now = timezone.now()
     # Worker step: a scan id from our own queue; no team is known here.
-    return bool(Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
+    return bool(ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED).update(
         deadline_at=now + QUEUED_GRACE,
         redispatch_at=now + timedelta(seconds=settings.SCAN_ORIGIN_BUSY_RETRY_S),
     ))
@@ -314,7 +315,7 @@ def claim(scan_id: int, now: datetime | None = None, *, location: str | None = N
     belongs to another location than `location`, or its origin is busy (it stays queued)."""
     now = now or timezone.now()
     # Worker step: the scan's id came from our own queue; no team is known here.
-    scan = Scan.dangerously_unscoped.select_related("endpoint").filter(pk=scan_id).first()
+    scan = ALL_SCANS.select_related("endpoint").filter(pk=scan_id).first()
     if scan is None:
         return None
     deadline = now + worst_case_duration(scan.endpoint) + RUNNING_GRACE
@@ -345,7 +346,7 @@ def run_queued(scan_id: int, location: str | None = None) -> str:
     is refused (it stays queued; the beat sends it to its own queue)."""
     if location is not None:
         # Worker step, no team known: only the scan's location is read.
-        belongs = Scan.dangerously_unscoped.filter(pk=scan_id).values_list("location", flat=True).first()
+        belongs = ALL_SCANS.filter(pk=scan_id).values_list("location", flat=True).first()
         if belongs is not None and belongs != location:
             log.warning("scan %s belongs to location %r; a worker of %r does not run it",
                         scan_id, belongs, location)
@@ -359,18 +360,18 @@ def run_queued(scan_id: int, location: str | None = None) -> str:
 
 
 @contextmanager
-def heartbeat(scan_id: int):
-    """Touch the running scan's row every SCAN_HEARTBEAT_S from a thread (with its own database
-    connection), so the reaper can tell a live scan from one whose worker died."""
+def heartbeat(scan_id: int, team_id: int):
+    """Touch the running scan's row (of team `team_id`) every SCAN_HEARTBEAT_S from a thread
+    (with its own database connection), so the reaper can tell a live scan from one whose worker
+    died."""
     stop = threading.Event()
 
     def beat():
         try:
             while not stop.wait(settings.SCAN_HEARTBEAT_S):
                 try:
-                    # Heartbeat thread: a scan id only; no team is known here.
-                    Scan.dangerously_unscoped.filter(pk=scan_id, status=ScanStatus.RUNNING).update(
-                        heartbeat_at=timezone.now())
+                    Scan.objects.for_team(team_id).filter(
+                        pk=scan_id, status=ScanStatus.RUNNING).update(heartbeat_at=timezone.now())
                 except DatabaseError as exc:  # the database is away; try again next beat
                     log.warning("scan %s: heartbeat not written: %s", scan_id, type(exc).__name__)
                     connection.close()
@@ -403,7 +404,7 @@ def endpoint_secrets(endpoint: Endpoint) -> list[str]:
 def fail(scan_id: int, reason: str) -> bool:
     """Mark an unfinished scan errored (our side failed). False if it had already finished."""
     # Worker and reaper step: a scan id only; its endpoint names the team for what follows.
-    endpoint = Endpoint.dangerously_unscoped.filter(scans__pk=scan_id).first()
+    endpoint = ALL_ENDPOINTS.filter(scans__pk=scan_id).first()
     if endpoint is None:
         return False
     reason = redact_text(reason, endpoint_secrets(endpoint))
@@ -496,7 +497,7 @@ def reap(now: datetime | None = None) -> int:
     started, and free every origin lock not held by a running scan."""
     now = now or timezone.now()
     # System-wide reaper: every team's unfinished scans.
-    running = Scan.dangerously_unscoped.filter(status=ScanStatus.RUNNING)
+    running = ALL_SCANS.filter(status=ScanStatus.RUNNING)
     silent_for = settings.SCAN_STALE_AFTER_S
     silent = list(running.filter(heartbeat_at__lt=now - timedelta(seconds=silent_for))
                   .values_list("pk", flat=True))
@@ -505,7 +506,7 @@ def reap(now: datetime | None = None) -> int:
     # A queued scan's deadline is when it must have started; a scan waiting for its busy
     # origin has it pushed back on every retry (keep_waiting), so only lost ones pass it.
     lost = list(
-        Scan.dangerously_unscoped.filter(status=ScanStatus.QUEUED)  # system-wide, as above
+        ALL_SCANS.filter(status=ScanStatus.QUEUED)  # system-wide, as above
         .filter(Q(deadline_at__lt=now) | Q(deadline_at__isnull=True, queued_at__lt=now - QUEUED_GRACE))
         .values_list("pk", flat=True)
     )
@@ -540,7 +541,7 @@ def execute(scan: Scan) -> str:
     refuses, or our own failure, is an errored scan with the reason."""
     origin = origin_of(scan.endpoint.base_url)
     try:
-        with heartbeat(scan.pk):
+        with heartbeat(scan.pk, scan.endpoint.team_id):
             return _measure_and_store(scan)
     finally:
         try:
