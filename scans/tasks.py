@@ -7,6 +7,9 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from accounts.models import Invitation
+from scans import scanning, scheduling
+
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
 from scans.alerts import send_alert, send_webhook
@@ -19,8 +22,6 @@ log = logging.getLogger(__name__)
 
 @shared_task(acks_late=True)  # idempotent: deleting what is expired twice deletes nothing more
 def delete_expired_invitations() -> int:
-    from accounts.models import Invitation
-
     # System-wide cleanup: every team's expired invitations.
     deleted, _ = Invitation.dangerously_unscoped.filter(
         accepted_at__isnull=True, expires_at__lt=timezone.now()
@@ -33,8 +34,6 @@ def enqueue_due_scans() -> int:
     """Every minute: one queued scan per due endpoint slot and location, then the queued scans
     due to be sent (new, waiting for a busy origin, or never taken): the first of each free
     origin, to its location's queue."""
-    from scans import scanning
-
     scanning.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
     scan_ids = scanning.redispatch_due()
     for scan_id in scan_ids:
@@ -44,8 +43,6 @@ def enqueue_due_scans() -> int:
 
 @shared_task(acks_late=True)  # idempotent: the conditional reaping UPDATE
 def reap_scans() -> int:
-    from scans import scanning
-
     return scanning.reap()
 
 
@@ -54,8 +51,6 @@ def run_scan(self, scan_id: int) -> str:
     """Run one queued scan. A second delivery finds it claimed and does nothing; a scan whose
     origin is busy stays queued for the beat to send again (scanning.run_queued). The queue
     that delivered it names this worker's location: another location's scan is not run."""
-    from scans import scanning, scheduling
-
     delivery = self.request.delivery_info or {}
     queue = delivery.get("routing_key") or delivery.get("queue")
     location = scheduling.location_of_queue(queue)
