@@ -36,6 +36,7 @@ from scans.grader.scoring import is_below_floor
 from scans.grader.transport import ScanTransport
 from scans.models import Endpoint, Scan, ScanStatus
 from scans.outbound import check_url, guard
+from scans.system_wide import ALL_ENDPOINTS
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ DOWN_LOOKBACK = 20
 
 def _flip(endpoint: Endpoint, field: str, new: bool) -> bool:
     """Set the alert state; True only for the one caller that changed it."""
-    won = Endpoint.dangerously_unscoped.filter(pk=endpoint.pk, **{field: not new}).update(
+    won = Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk, **{field: not new}).update(
         **{field: new}
     )
     return bool(won)
@@ -54,7 +55,7 @@ def _flip(endpoint: Endpoint, field: str, new: bool) -> bool:
 
 def _errored_streak(endpoint: Endpoint, limit: int) -> int:
     recent = (
-        Scan.dangerously_unscoped.filter(
+        Scan.objects.for_team(endpoint.team_id).filter(
             endpoint=endpoint, status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED]
         )
         .order_by("-finished_at")
@@ -89,7 +90,9 @@ def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
 
 
 def after_scan(scan: Scan) -> None:
-    endpoint = Endpoint.dangerously_unscoped.select_related("team").get(pk=scan.endpoint_id)
+    # Read again (its alert states may have just changed), within the scan's own team.
+    endpoint = (Endpoint.objects.for_team(scan.endpoint.team_id).select_related("team")
+                .get(pk=scan.endpoint_id))
     events = []
     if scan.status == ScanStatus.ERRORED:
         if _errored_streak(endpoint, endpoint.alert_after_errors) >= endpoint.alert_after_errors:
@@ -139,15 +142,16 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
-    endpoint = Endpoint.dangerously_unscoped.select_related("team").filter(pk=endpoint_id).first()
-    scan = Scan.dangerously_unscoped.filter(pk=scan_id).first()
+    # Task step: the ids came from our own alert code; the endpoint names the team.
+    endpoint = ALL_ENDPOINTS.select_related("team").filter(pk=endpoint_id).first()
+    scan = None if endpoint is None else Scan.objects.for_team(endpoint.team_id).filter(pk=scan_id).first()
     if endpoint is None or scan is None:
         return  # deleted since: nobody is left to tell
     message = payload(endpoint, scan, kind, detail)
     if endpoint.alert_email:
         recipients = list(
-            Membership.dangerously_unscoped.filter(
-                team_id=endpoint.team_id, role__in=[Role.OWNER, Role.ADMIN]
+            Membership.objects.for_team(endpoint.team_id).filter(
+                role__in=[Role.OWNER, Role.ADMIN]
             ).exclude(user__email="").values_list("user__email", flat=True)
         )
         if recipients:
@@ -199,7 +203,7 @@ def send_alert(self, endpoint_id: int, scan_id: int, kind: str, detail: str) -> 
 @shared_task(name="scans.tasks.send_webhook", bind=True, max_retries=5, default_retry_delay=60)
 def send_webhook(self, endpoint_id: int, message: dict) -> int | None:
     # Task step: the id came from our own alert code; no team is known here.
-    endpoint = Endpoint.dangerously_unscoped.filter(pk=endpoint_id).first()
+    endpoint = ALL_ENDPOINTS.filter(pk=endpoint_id).first()
     if endpoint is None or not endpoint.webhook_url:
         return None
     try:
