@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from accounts.validators import validate_one_line
 from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
+from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 
 RECENT_DAYS = 7
 RECENT_JOBS_SHOWN = 20
@@ -126,7 +127,7 @@ class HostAdmin(admin.ModelAdmin):
     @admin.display(description="recent jobs")
     def recent_jobs(self, host):
         rows = (
-            Job.dangerously_unscoped.filter(host=host)
+            ALL_JOBS.filter(host=host)  # admin: the host's jobs, whichever team submitted them
             .order_by("-created_at")
             .only("id", "model_id", "status", "created_at", "settled_at", "ttft_ms",
                   "completion_tokens", "elapsed_ms", "failure_reason")[:RECENT_JOBS_SHOWN]
@@ -157,14 +158,14 @@ class HostAdmin(admin.ModelAdmin):
             obj.pk = host.pk
             obj._new_token = token
             return
-        current = Host.dangerously_unscoped.get(pk=obj.pk)
+        current = ALL_HOSTS.get(pk=obj.pk)  # admin: any operator's host, as stored before this edit
         edits = {}
         for field in ("name", "team"):
             if field in form.changed_data:
                 old, new = getattr(current, field), getattr(obj, field)
                 edits[field] = [getattr(old, "slug", old), getattr(new, "slug", new)]
         if edits:
-            Host.dangerously_unscoped.filter(pk=obj.pk).update(name=obj.name, team=obj.team)
+            Host.objects.for_team(current.team_id).filter(pk=obj.pk).update(name=obj.name, team=obj.team)
             audit.record(request.user, obj, "edit", edits)
         if "trust_level" in form.changed_data:
             hosts.set_trust(current, form.cleaned_data["trust_level"], actor=request.user)
@@ -177,7 +178,7 @@ class HostAdmin(admin.ModelAdmin):
         pass  # the only relation (catalog models) is the host's own, from heartbeats
 
     def response_add(self, request, obj, post_url_continue=None):
-        host = Host.dangerously_unscoped.get(pk=obj.pk)
+        host = Host.objects.for_team(obj.team_id).get(pk=obj.pk)
         return _show_tokens(request, self, [(host, obj._new_token)])
 
     # --- actions ---
@@ -240,7 +241,7 @@ class CatalogModelAdmin(admin.ModelAdmin):
 
     @admin.display(description="online hosts")
     def online_hosts(self, model):
-        return Host.dangerously_unscoped.online_for(model.pk).count()
+        return ALL_HOSTS.online_for(model.pk).count()  # admin: every operator's hosts
 
     def save_model(self, request, obj, form, change):
         changes = {

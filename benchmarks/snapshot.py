@@ -40,6 +40,7 @@ from django.db import connection, transaction
 
 from benchmarks import policy
 from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
+from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from scans.grader.stats import ewma
 
 __all__ = [
@@ -194,7 +195,7 @@ class OnlineHost(TypedDict):
 
 def _online_hosts(now: datetime) -> list[OnlineHost]:
     return list(
-        Host.dangerously_unscoped.filter(Host.online_q(now))
+        ALL_HOSTS.filter(Host.online_q(now))  # the public page aggregates every operator's hosts
         .order_by()
         .values("id", "team_id", "gpu_model")
     )
@@ -205,7 +206,7 @@ def _adverts(now: datetime, model_ids: list[str]) -> dict[str, set[int]]:
     through = Host.catalog_models.through
     pairs = (
         through.objects.filter(catalogmodel_id__in=model_ids,
-                               host__in=Host.dangerously_unscoped.filter(Host.online_q(now)))
+                               host__in=ALL_HOSTS.filter(Host.online_q(now)))
         .order_by()
         .values_list("catalogmodel_id", "host_id")
     )
@@ -239,7 +240,7 @@ def _tiers_sql(model_ids: list[str], now: datetime) -> dict[str, list[dict]]:
     through = Host.catalog_models.through._meta.db_table
     hosts = Host._meta.db_table
     online_sql, online_params = (
-        Host.dangerously_unscoped.filter(Host.online_q(now)).order_by().values("id")
+        ALL_HOSTS.filter(Host.online_q(now)).order_by().values("id")
         .query.sql_with_params())
     sql = (
         f"SELECT a.catalogmodel_id, h.trust_level, count(*), "  # noqa: S608 - names from code
@@ -304,7 +305,7 @@ def _any_settled(now: datetime) -> bool:
     """Whether any job, of any model (retired ones too), settled in the sparse window. Asked
     only when the active models had none, so it rarely runs."""
     since = now - WINDOWS[SPARSE_WINDOW]
-    return Job.dangerously_unscoped.filter(settled_at__gt=since, settled_at__lte=now).exists()
+    return ALL_JOBS.filter(settled_at__gt=since, settled_at__lte=now).exists()
 
 
 def build_snapshot(now: datetime) -> dict:

@@ -2,7 +2,8 @@
 
 Routing, leases, the lease and queue clocks and the EWMA folds serve every team at once: a pass
 matches any team's queued job to any operator's host, and a host acts on jobs of buyers it
-never learns. No team is known there, so these modules read through the two managers below;
+never learns. No team is known there, so these modules read through the two managers below,
+as do the admin (every operator's hosts) and the public snapshot (figures over all of them);
 code that knows a team (a buyer's submission, an operator's change to a host) uses
 `.for_team()` / `.visible_to()` instead.
 """

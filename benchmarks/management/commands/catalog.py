@@ -2,7 +2,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks import hosts
-from benchmarks.models import CatalogModel, Host
+from benchmarks.models import CatalogModel
+from benchmarks.system_wide import ALL_HOSTS
 
 
 class Command(BaseCommand):
@@ -41,7 +42,7 @@ class Command(BaseCommand):
         header = ("ID", "NAME", "QUANT", "CONTEXT", "ACTIVE", "ONLINE HOSTS")
         table = [header] + [
             (r.id, r.display_name, r.quant, str(r.context_len), "yes" if r.active else "no",
-             str(Host.dangerously_unscoped.online_for(r.id).count()))
+             str(ALL_HOSTS.online_for(r.id).count()))  # every operator's hosts
             for r in rows
         ]
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
