@@ -2,7 +2,7 @@
 
 Every team-owned model uses TeamScopedManager as `objects` (see accounts/tenancy.py): reading it
 without saying whose rows you want raises, so a view cannot leak another team's data by
-accident. Admin code and system-wide tasks use the greppable `dangerously_unscoped` manager.
+accident. Only code where no team is known goes around it (see accounts/tenancy.py).
 """
 
 from __future__ import annotations

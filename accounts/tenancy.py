@@ -3,8 +3,9 @@
 - `Access` says which teams a request may see and with which role: from a logged-in user's
   memberships, or from a team API token (read-write acts as a member, read-only as a viewer).
 - `TeamScopedManager` is every team-owned model's `objects`. Reading it unscoped raises
-  `UnscopedQuery`; `Model.objects.visible_to(access)` is the way in. Admin code and tasks
-  say `Model.dangerously_unscoped` (greppable on purpose).
+  `UnscopedQuery`; `Model.objects.visible_to(access)` is the way in. Only code where no team
+  is known (admin, system-wide tasks, a lookup by secret) uses the unscoped manager that
+  `TeamOwned` declares below, each use with its reason (the name is greppable on purpose).
 - Pages use `get_visible_or_404()` and `require_write()`; the API uses
   `accounts.tenancy_api.TeamScopedViewSet`, which does not let a subclass replace `get_queryset`.
 
@@ -100,7 +101,7 @@ class TeamScopedManager(_TeamScopedManagerBase):
     def get_queryset(self):
         raise UnscopedQuery(
             f"{self.model.__name__}.objects must be scoped: use .visible_to(access) or "
-            f".for_team(team), or {self.model.__name__}.dangerously_unscoped in admin code"
+            f".for_team(team) (only code where no team is known uses the unscoped manager)"
         )
 
     def _scoped(self):
@@ -114,13 +115,13 @@ class TeamScopedManager(_TeamScopedManagerBase):
 
 
 class TeamOwned(models.Model):
-    """The base of every team-owned model: `objects` is fail-closed, `dangerously_unscoped`
-    is the greppable way around it. Subclasses set `team_lookup` (the path to their team) and
+    """The base of every team-owned model: `objects` is fail-closed; the second manager is
+    the greppable way around it. Subclasses set `team_lookup` (the path to their team) and
     extend `TeamOwned.Meta` in their own Meta so the manager settings carry over."""
 
     team_lookup = "team"
     objects = TeamScopedManager()
-    dangerously_unscoped = models.Manager()
+    dangerously_unscoped = models.Manager()  # only where no team is known, with the reason
 
     class Meta:
         abstract = True

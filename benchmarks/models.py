@@ -9,7 +9,7 @@
   catalog: who, what, when.
 
 Hosts and jobs derive from accounts.tenancy.TeamOwned (`objects` is fail-closed); the
-coordinator's own code (routing, leases, folding) reads them through `dangerously_unscoped`,
+coordinator's own code (routing, leases, folding) reads them through benchmarks/system_wide.py,
 because it acts for the network, not for a team.
 """
 

@@ -2,7 +2,8 @@
 
 Every team-owned model uses TeamScopedManager as `objects` (see accounts/tenancy.py): reading it
 without saying whose rows you want raises, so a view cannot leak another team's data by
-accident. Admin code and tasks use the greppable `dangerously_unscoped` manager.
+accident. Code that serves every team (the beat, the reaper, id-only worker steps) reads
+through scans/system_wide.py.
 """
 
 from __future__ import annotations
