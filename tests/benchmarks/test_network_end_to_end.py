@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from scans.grader.stats import ewma
 from tests.conftest import free_port, scratch_database
+from tests.processes import running, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "e2e-q4"
@@ -29,37 +29,15 @@ SPEEDS = {"fast": (40, 2), "medium": (150, 6), "slow": (400, 15)}
 TOKENS = 16
 
 
-def _wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-@contextmanager
-def _process(args, env, name, logs: Path):
-    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 def _manage(env, *args) -> str:
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _process(args, env, name: str, logs: Path):
+    return running(args, env, logs / f"{name}.log")
 
 
 def _port_open(port: int) -> bool:
@@ -79,7 +57,7 @@ class Site:
         args = [sys.executable, "-m", "gunicorn", "tests.benchmarks.site_for_e2e:application",
                 "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "60"]
         with _process(args, self.env, f"site-{self.runs}", self.logs) as proc:
-            _wait_for(lambda: _port_open(self.port) or proc.poll() is not None, 30, "the site")
+            wait_for(lambda: _port_open(self.port) or proc.poll() is not None, 30, "the site")
             assert proc.poll() is None, (self.logs / f"site-{self.runs}.log").read_text()[-2000:]
             yield
 
@@ -155,24 +133,24 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
                  "--upstream", f"http://127.0.0.1:{flaky_port}/v1", "--model", FLAKY_MODEL,
                  "--poll-s", "0.2"],
                 {**env, "E2E_HOST_TOKEN": host_tokens["flaky"]}, "agent-flaky", tmp_path))
-            _wait_for(lambda: _rows(db, "SELECT count(*) FROM benchmarks_host "
+            wait_for(lambda: _rows(db, "SELECT count(*) FROM benchmarks_host "
                                         "WHERE last_heartbeat_at IS NOT NULL")[0][0] == 4,
                       30, "four hosts online")
             doomed = submit(3, FLAKY_MODEL)
             first = submit(24)
-            states = _wait_for(lambda: all_settled(first), 60, "the first jobs to settle", 0.3)
+            states = wait_for(lambda: all_settled(first), 60, "the first jobs to settle", 0.3)
             assert {s["status"] for s in states} == {"completed"}
             assert all(s["result"]["content"] and s["completion_tokens"] == TOKENS for s in states)
-            failed = _wait_for(lambda: all_settled(doomed), 60, "the flaky jobs to settle", 0.3)
+            failed = wait_for(lambda: all_settled(doomed), 60, "the flaky jobs to settle", 0.3)
             assert [s["failure_reason"] for s in failed] == ["host: upstream answered HTTP 500"] * 3
             assert all(s["result"] is None for s in failed)
 
         # The coordinator goes away and comes back; the agents ride it out and serve again.
         with site.running():
             second = submit(6)
-            states = _wait_for(lambda: all_settled(second), 60, "the jobs after the restart", 0.3)
+            states = wait_for(lambda: all_settled(second), 60, "the jobs after the restart", 0.3)
             assert {s["status"] for s in states} == {"completed"}
-            _wait_for(lambda: not _rows(db, "SELECT count(*) FROM benchmarks_job "
+            wait_for(lambda: not _rows(db, "SELECT count(*) FROM benchmarks_job "
                                             "WHERE folded_at IS NULL")[0][0], 30, "the folds")
             assert flaky_agent.poll() is None  # upstream errors and a restart: still serving
 

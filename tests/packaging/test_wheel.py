@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +25,7 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
+from tests.processes import accepts
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("accounts", "scans", "benchmarks", "tokvera_site")
@@ -39,17 +39,9 @@ def _run(args, env, cwd, timeout=240) -> str:
     return done.stdout
 
 
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
 def _wait_until_listening(port: int, proc: subprocess.Popen, log: Path, what: str) -> None:
     deadline = time.monotonic() + 60
-    while not _accepts(port):
+    while not accepts(port):
         assert proc.poll() is None, f"{what} exited: {log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"{what} did not listen: {log.read_text()[-3000:]}"
         time.sleep(0.2)

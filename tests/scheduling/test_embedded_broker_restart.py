@@ -14,14 +14,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from scans import scanning
 from scans.models import OriginLock, Scan, ScanStatus
-from tests.conftest import database_url, free_port
+from tests.conftest import free_port
 from tests.factories import make_endpoint
-from tests.scheduling.test_worker_death import FAST_SETTINGS, _target, _wait_for
+from tests.processes import wait_for
+from tests.scheduling.test_worker_death import _target
+from tests.scheduling.workers import start_worker, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,26 +38,11 @@ def _fast_thresholds(settings):
 
 def _env(var_dir: Path) -> dict:
     """The run command's processes: the embedded broker under var_dir, the test database."""
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": FAST_SETTINGS,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": "filesystem://",
-        "TOKVERA_VAR_DIR": str(var_dir),
-        "SECRET_KEY": settings.SECRET_KEY,
-        "FIELD_ENCRYPTION_KEY": ",".join(settings.FIELD_ENCRYPTION_KEYS),
-        "OUTBOUND_ALLOW": "loopback",
-    }
+    return worker_env(CELERY_BROKER_URL="filesystem://", TOKVERA_VAR_DIR=str(var_dir))
 
 
 def _start_worker(env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
-         "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-l", "WARNING"],
-        cwd=ROOT, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    return start_worker("--pool", "prefork", "--concurrency", "2", env=env)
 
 
 def _ctrl_c(worker: subprocess.Popen) -> None:
@@ -94,7 +80,7 @@ def test_a_ctrl_c_mid_scan_and_a_restart_lose_no_scheduled_scan_and_leave_none_s
         worker = _start_worker(env)
         try:
             _beat(env, f"from scans import scanning; [scanning.send(i) for i in {scan_ids}]")
-            _wait_for(lambda: Scan.dangerously_unscoped.filter(
+            wait_for(lambda: Scan.dangerously_unscoped.filter(
                 pk__in=scan_ids, status=ScanStatus.RUNNING).exists(), 90, "a running scan")
         finally:
             _ctrl_c(worker)
@@ -110,7 +96,7 @@ def test_a_ctrl_c_mid_scan_and_a_restart_lose_no_scheduled_scan_and_leave_none_s
                 return not Scan.dangerously_unscoped.filter(
                     pk__in=scan_ids, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]).exists()
 
-            _wait_for(settled, 180, "every scan to finish after the restart")
+            wait_for(settled, 180, "every scan to finish after the restart")
         finally:
             _ctrl_c(worker)
 

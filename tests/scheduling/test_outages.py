@@ -10,30 +10,19 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import psycopg
 
 from tests.conftest import free_port, scratch_database
+from tests.processes import accepts, running, wait_for
 from tokvera_site.devservices import EmbeddedPostgres, EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER, PASSWORD = "ana@example.test", "correct horse battery staple"
-
-
-def _wait_for(predicate, seconds: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def _manage(env, *args) -> str:
@@ -41,29 +30,6 @@ def _manage(env, *args) -> str:
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
-
-
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-@contextmanager
-def _process(args, env, log: Path):
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _rows(database_url: str, sql: str, *params):
@@ -94,10 +60,10 @@ def test_scan_now_with_the_broker_down_answers_503_and_saves_nothing(tmp_path):
                 f"u.set_password('{PASSWORD}'); u.save()")
         port = free_port()
         site = f"http://127.0.0.1:{port}"
-        with _process([sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind",
+        with running([sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind",
                        f"127.0.0.1:{port}", "--workers", "1", "--timeout", "60"],
                       env, tmp_path / "site.log"):
-            _wait_for(lambda: _accepts(port), 60, "the site")
+            wait_for(lambda: accepts(port), 60, "the site")
             api = httpx.Client(base_url=site, headers={"Authorization": f"Bearer {token}"},
                                trust_env=False, timeout=30)
             created = api.post("/api/v1/endpoints/", json={
@@ -159,20 +125,20 @@ def test_a_scan_finished_while_postgres_is_down_is_stored_when_it_returns(tmp_pa
                 "s = Scan.dangerously_unscoped.create(endpoint=e, trigger='manual'); "
                 "scanning.send(s.pk); print(s.pk)")).split()[-1])
             worker_log = tmp_path / "worker.log"
-            with _process([sys.executable, "-m", "tokvera_site.cli", "target", "--port",
+            with running([sys.executable, "-m", "tokvera_site.cli", "target", "--port",
                            str(target_port), "--ttft-ms", "3000", "--itl-ms", "1", "--tokens", "4"],
                           env, tmp_path / "target.log"), \
-                 _process([sys.executable, "-m", "celery", "-A", "tokvera_site", "worker",
+                 running([sys.executable, "-m", "celery", "-A", "tokvera_site", "worker",
                            "--pool", "solo", "--without-gossip", "--without-mingle",
                            "--without-heartbeat", "-l", "WARNING"], env, worker_log):
                 status = "SELECT status FROM scans_scan WHERE id = %s"
-                _wait_for(lambda: _rows(database, status, scan_id) == [("running",)], 90,
+                wait_for(lambda: _rows(database, status, scan_id) == [("running",)], 90,
                           "the scan to run")
                 postgres.stop()  # while the target is still answering (3 s to the first token)
-                _wait_for(lambda: "the database is unreachable" in worker_log.read_text(), 90,
+                wait_for(lambda: "the database is unreachable" in worker_log.read_text(), 90,
                           "the finished scan to find the database gone")
                 postgres.start()
-                _wait_for(lambda: _rows(database, status, scan_id)[0][0] != "running", 120,
+                wait_for(lambda: _rows(database, status, scan_id)[0][0] != "running", 120,
                           "the scan to be stored")
             [(state, reason, grade)] = _rows(
                 database, "SELECT status, error_reason, grade FROM scans_scan WHERE id = %s", scan_id)

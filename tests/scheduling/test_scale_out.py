@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import socket
 import subprocess
 import sys
 from contextlib import ExitStack, contextmanager
@@ -24,6 +23,7 @@ from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, OriginLock, Scan, ScanStatus
 from scans.tasks import run_scan
 from tests.conftest import free_port
+from tests.processes import accepts
 from tests.scheduling.workers import ROOT, start_worker, stop, wait_for, worker_env
 from tokvera_site.celery import app
 
@@ -49,19 +49,11 @@ def _web(env: dict):
          "--workers", "1", "--timeout", "60"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: _accepts(port), 60, f"gunicorn on port {port}")
+        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def _requests_answered(host: str, port: int) -> float:

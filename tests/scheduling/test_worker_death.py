@@ -6,28 +6,25 @@ thresholds are sped up through settings (tests/scheduling/fast_scan_settings.py)
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from scans import scanning
 from scans.models import OriginLock, Scan, ScanStatus
-from tests.conftest import database_url, free_port
+from tests.conftest import free_port
 from tests.factories import make_endpoint
+from tests.processes import accepts, wait_for
+from tests.scheduling.workers import start_worker, stop
 from tokvera_site.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST_SETTINGS = "tests.scheduling.fast_scan_settings"
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
@@ -42,15 +39,6 @@ def _fast_thresholds(settings):
     app.control.purge()
 
 
-def _wait_for(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-
-
 @contextmanager
 def _target(port: int, ttft_ms: int):
     """`tokvera target` on 127.0.0.1:port."""
@@ -59,44 +47,11 @@ def _target(port: int, ttft_ms: int):
          "--ttft-ms", str(ttft_ms), "--itl-ms", "1", "--tokens", "4"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: _accepts(port), 30, f"the target on port {port}")
+        wait_for(lambda: accepts(port), 30, f"the target on port {port}")
         yield
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def _start_worker() -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": FAST_SETTINGS,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "OUTBOUND_ALLOW": "loopback",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
-         "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-l", "WARNING"],
-        cwd=ROOT, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-
-
-def _kill(worker: subprocess.Popen, sig=signal.SIGKILL) -> None:
-    try:
-        os.killpg(worker.pid, sig)  # the whole process group: the parent and its children
-    except ProcessLookupError:
-        return
-    worker.wait(timeout=60)
 
 
 def _scan(scan_id: int) -> Scan:
@@ -121,28 +76,28 @@ def test_a_killed_worker_loses_only_its_own_scan_and_frees_the_origin(world):
     assert len(waiting_ids) == len(endpoints) - 1
 
     with _target(port, ttft_ms=60_000):  # the first scan's answer never comes before the kill
-        worker = _start_worker()
+        worker = start_worker("--pool", "prefork", "--concurrency", "2")
         try:
             scanning.send(killed_id)
-            _wait_for(lambda: _scan(killed_id).status == ScanStatus.RUNNING, 90, "the first scan")
+            wait_for(lambda: _scan(killed_id).status == ScanStatus.RUNNING, 90, "the first scan")
             for scan_id in waiting_ids:
                 scanning.send(scan_id)
             # Each was taken by the worker and told to wait for the busy origin: it is a queued
             # row due to be sent again soon, not a retry message inside the worker.
-            _wait_for(lambda: all(_scan(i).redispatch_at < timezone.now() + timedelta(minutes=1)
+            wait_for(lambda: all(_scan(i).redispatch_at < timezone.now() + timedelta(minutes=1)
                                   for i in waiting_ids), 60, "the other two scans to wait")
             assert all(_scan(i).status == ScanStatus.QUEUED for i in waiting_ids)
         finally:
-            _kill(worker)
+            stop(worker, signal.SIGKILL)
 
     with _target(port, ttft_ms=5):  # the same origin, answering quickly now
-        worker = _start_worker()
+        worker = start_worker("--pool", "prefork", "--concurrency", "2")
         try:
-            _wait_for(lambda: (_beat_once() or True) and all(
+            wait_for(lambda: (_beat_once() or True) and all(
                 _scan(i).status in {ScanStatus.SUCCEEDED, ScanStatus.ERRORED}
                 for i in waiting_ids), 180, "the two waiting scans to run")
         finally:
-            _kill(worker, signal.SIGTERM)
+            stop(worker, signal.SIGTERM)
 
     killed = _scan(killed_id)
     assert killed.status == ScanStatus.ERRORED

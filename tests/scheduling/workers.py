@@ -7,24 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from django.conf import settings
 
 from tests.conftest import database_url
+from tests.processes import wait_for  # noqa: F401 - the scheduling tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_SETTINGS = "tests.scheduling.fast_scan_settings"
-
-
-def wait_for(predicate, seconds: float, what: str, every: float = 0.3):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def worker_env(**overrides: str) -> dict:
