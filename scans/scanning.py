@@ -22,6 +22,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
 from scans import scheduling
+from scans.grader.budget import StreamBudget
 from scans.grader.redaction import redact_report, redact_text
 from scans.models import (
     CheckResult,
@@ -565,9 +566,11 @@ def _measure_and_store(scan: Scan) -> str:
         outbound.check_url(plan.base_url)
         # Many scans share this worker process (one per pool thread, each on its own event
         # loop), so the process-wide GC tuning is done once at worker start
-        # (tokvera_site.celery), not per scan. Each scan's own loop-lag monitor still sees a
-        # neighbour's CPU and GIL use, and marks the level client-bound.
-        measurement = run_scan(plan, connect_guard=outbound.guard, tune_gc=False)
+        # (tokvera_site.celery), not per scan, and their levels share one stream budget. Each
+        # scan's own loop-lag monitor still sees a neighbour's CPU and GIL use, and marks the
+        # level client-bound.
+        measurement = run_scan(plan, connect_guard=outbound.guard, tune_gc=False,
+                               stream_budget=stream_budget())
         refused = outbound.refusal_in(measurement)
         if refused:
             return _errored(scan, refused)
@@ -588,6 +591,19 @@ def _measure_and_store(scan: Scan) -> str:
         except DatabaseError:  # still away: the reaper errors the silent scan later
             log.error("scan %s: %s; not even its error could be written", scan.pk, reason)
         raise
+
+
+_budgets: dict[int, StreamBudget] = {}
+_budgets_lock = threading.Lock()
+
+
+def stream_budget() -> StreamBudget:
+    """The stream budget every scan of this process shares (SCAN_STREAMS_PER_WORKER)."""
+    streams = settings.SCAN_STREAMS_PER_WORKER
+    with _budgets_lock:  # one per size: a test that changes the setting gets its own
+        if streams not in _budgets:
+            _budgets[streams] = StreamBudget(streams)
+        return _budgets[streams]
 
 
 def _errored(scan: Scan, reason: str) -> str:

@@ -159,6 +159,13 @@ def integer(name: str, default: int) -> int:
     return _parse(name, env.int, "a whole number", default=default)
 
 
+def positive_integer(name: str, default: int) -> int:
+    value = integer(name, default)
+    if value < 1:
+        raise ConfigError(f"{name}={value!r} is not valid: expected a whole number of at least 1")
+    return value
+
+
 def string_list(name: str, default: list[str]) -> list[str]:
     return _parse(name, env.list, "a comma-separated list", default=default)
 

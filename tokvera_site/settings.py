@@ -35,6 +35,9 @@ def _load():
         # Per-team limits on POST /v1/jobs, when the environment sets them (defaults and
         # meaning: benchmarks/policy.py and docs/routing.md).
         **{name: config.integer(name, 0) for name in NETWORK_LIMITS_FROM_ENV if name in os.environ},
+        # Scans per worker process and streams in flight across them (see "Scans" below).
+        "SCAN_CONCURRENCY_PER_WORKER": config.positive_integer("SCAN_CONCURRENCY_PER_WORKER", 32),
+        "SCAN_STREAMS_PER_WORKER": config.positive_integer("SCAN_STREAMS_PER_WORKER", 64),
     }
 
 
@@ -235,12 +238,16 @@ SCAN_HEARTBEAT_S = 15
 SCAN_STALE_AFTER_S = 60  # with the reaper every minute: a dead worker is noticed within 2 min
 SCAN_ORIGIN_BUSY_RETRY_S = 30
 SCAN_STORE_RETRY_S = 300
-# Scans are I/O-bound (about 0.5 CPU-s per 30-60 s scan), so a worker runs many at once: the
+# Scans are I/O-bound (about 1 CPU-s per 30-60 s scan), so a worker runs many at once: the
 # thread pool, one scan (with its own event loop) per thread, at most this many per worker
 # process. Each scan's own loop-lag monitor still judges client-bound levels (DECISIONS.md).
-SCAN_CONCURRENCY_PER_WORKER = config.integer("SCAN_CONCURRENCY_PER_WORKER", 32)  # noqa: F821
+SCAN_CONCURRENCY_PER_WORKER: int  # set by _load()
+# ...and at most SCAN_STREAMS_PER_WORKER streams in flight across them: each level waits for
+# its concurrency before it starts (scans/grader/budget.py), so the top levels of scans that
+# run in step take turns instead of overloading the process (measured in DECISIONS.md).
+SCAN_STREAMS_PER_WORKER: int
 CELERY_WORKER_POOL = "threads"
-CELERY_WORKER_CONCURRENCY = SCAN_CONCURRENCY_PER_WORKER
+CELERY_WORKER_CONCURRENCY = SCAN_CONCURRENCY_PER_WORKER  # noqa: F821 - set by _load()
 # Scan locations: each is a Celery queue scans.<location> served by
 # `celery -A tokvera_site worker -Q scans.<location>` on any machine (docs/operations.md).
 # An endpoint scanned from no chosen location is scanned from SCAN_DEFAULT_LOCATION.

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from .budget import StreamBudget
 from .measurement import LevelResult, Measurement, RequestRecord
 from .plan import ScanPlan
 from .preflight import run_preflight
@@ -354,6 +355,7 @@ async def run_scan_async(
     connect_guard: ConnectGuard | None = None,
     lag_threshold_ms: float = LOOP_LAG_THRESHOLD_MS,
     preflight_only: bool = False,
+    stream_budget: StreamBudget | None = None,
 ) -> Measurement:
     """Run the preflight (``preflight.run_preflight``), then every level of `plan` unless the
     preflight stopped the scan or `preflight_only`; return what was measured.
@@ -386,9 +388,11 @@ async def run_scan_async(
             sampler.start()
             try:
                 for concurrency in plan.levels:
-                    sampler.level = concurrency
-                    levels.append(await scan.run_level(concurrency,
-                                                       plan.requests_at(concurrency)))
+                    async with (stream_budget.level(concurrency) if stream_budget
+                                else contextlib.nullcontext()):
+                        sampler.level = concurrency
+                        levels.append(await scan.run_level(concurrency,
+                                                           plan.requests_at(concurrency)))
             finally:
                 gpu = await sampler.stop()
         if preflight.server_answered and not preflight_only:
@@ -470,6 +474,7 @@ def run_scan(
     use_uvloop: bool | None = None,
     tune_gc: bool = True,
     preflight_only: bool = False,
+    stream_budget: StreamBudget | None = None,
 ) -> Measurement:
     """Synchronous wrapper of `run_scan_async` on a fresh event loop (uvloop when installed,
     unless `use_uvloop` is False). Must not be called from a running event loop.
@@ -480,4 +485,5 @@ def run_scan(
         return runner.run(run_scan_async(plan, progress, transport=transport,
                                          connect_guard=connect_guard,
                                          lag_threshold_ms=lag_threshold_ms,
-                                         preflight_only=preflight_only))
+                                         preflight_only=preflight_only,
+                                         stream_budget=stream_budget))

@@ -37,6 +37,8 @@ def _start(**env_overrides) -> subprocess.CompletedProcess:
         ("DEBUG", "maybe", "true or false"),
         ("SECRET_KEY", "short", "at least 32 characters"),
         ("INVITE_MAX_AGE_HOURS", "three days", "a whole number"),
+        ("SCAN_STREAMS_PER_WORKER", "0", "a whole number of at least 1"),
+        ("SCAN_CONCURRENCY_PER_WORKER", "lots", "a whole number"),
     ],
 )
 def test_malformed_setting_stops_startup_with_one_line_naming_it(variable, value, expects):
