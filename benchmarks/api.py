@@ -105,10 +105,6 @@ class HostView(APIView):
         return self.request.auth
 
 
-def _error(status_code: int, detail: str, **extra) -> JsonResponse:
-    return JsonResponse({"detail": detail, **extra}, status=status_code)
-
-
 def _heartbeat_body(raw: bytes) -> dict:
     """The heartbeat's fields, checked as strictly as the API's serializers check numbers (a
     JSON number, never a string or a boolean); raises ValueError with a message for the caller."""
@@ -151,45 +147,55 @@ def _whole(value, low: int, high: int) -> bool:
 def heartbeat(request):
     """Record a heartbeat: the catalog ids the host serves, its hardware and free slots.
 
-    The most frequent call of the network: a plain view (no DRF request, negotiation or
-    serializer), one cache increment for the rate limit, and for a steady host one UPDATE.
+    Under gunicorn the heartbeat never reaches this view: tokvera_site/wsgi.py answers it
+    before Django's middleware (benchmarks/heartbeat_wsgi.py). Both call `answer_heartbeat`.
     """
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    token = credentials.split_bearer(header, hosts.TOKEN_KIND) if header else None
+    status_code, payload, headers = answer_heartbeat(request.META.get("HTTP_AUTHORIZATION", ""),
+                                                     request.body)
+    answer = JsonResponse(payload, status=status_code)
+    for name, value in headers.items():
+        answer[name] = value
+    return answer
+
+
+def answer_heartbeat(authorization: str, raw_body: bytes) -> tuple[int, dict, dict[str, str]]:
+    """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
+
+    The most frequent call of the network: one cache round trip for the rate limit and, for a
+    steady host, one UPDATE; no DRF request, negotiation or serializer.
+    """
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND) if authorization else None
     if token is None:
-        answer = _error(401, "Malformed host token." if header else
-                        "Authentication credentials were not provided.")
-        answer["WWW-Authenticate"] = HostTokenAuthentication.keyword
-        return answer
+        return 401, {"detail": "Malformed host token." if authorization else
+                     "Authentication credentials were not provided."}, _CHALLENGE
     # Counted per token prefix before any database work, so a flood costs the others nothing.
     limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
     window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
     allowed, retry_after = ratelimit.allow("heartbeat", token[: credentials.PREFIX_CHARS], limit, window)
     if not allowed:
-        answer = _error(429, f"Too many heartbeat calls from this host: at most {limit} per {window} s.",
-                        code="rate_limited")
-        answer["Retry-After"] = str(retry_after)
-        return answer
+        return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
+                     f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
     try:
-        body = _heartbeat_body(request.body)
+        body = _heartbeat_body(raw_body)
     except ValueError as exc:
-        return _error(400, str(exc))
+        return 400, {"detail": str(exc)}, {}
     try:
         recorded = flows.heartbeat(token, body["models"], body["hardware"], body["slots"])
     except hosts.UnknownModels as exc:
-        return _error(400, str(exc), unknown_models=exc.ids)
+        return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
     if recorded is None:
-        answer = _error(401, "Invalid or revoked host token.")
-        answer["WWW-Authenticate"] = HostTokenAuthentication.keyword
-        return answer
-    return JsonResponse({
+        return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
+    return 200, {
         "online": recorded.online,
         "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
         "models": recorded.models,
         "slots": recorded.slots,
         "trust_level": recorded.trust_level,
         "suspended": recorded.suspended,
-    })
+    }, {}
+
+
+_CHALLENGE = {"WWW-Authenticate": HostTokenAuthentication.keyword}
 
 
 def _job_for_host(job: Job) -> dict:

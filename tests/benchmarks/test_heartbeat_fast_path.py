@@ -1,0 +1,133 @@
+"""Heartbeats under gunicorn are answered in front of Django's middleware
+(benchmarks/heartbeat_wsgi.py): the same answers as the Django view for every case, the host
+recorded, a dropped database connection survived, everything else still served by Django."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import httpx
+import psycopg
+import pytest
+from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from accounts import teams
+from benchmarks import hosts
+from benchmarks.models import Host
+from tests.benchmarks.conftest import make_catalog
+from tests.conftest import database_url, free_port, make_user
+from tests.processes import accepts, wait_for
+from tests.scheduling.workers import ROOT, worker_env
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@contextmanager
+def _gunicorn():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", "1", "--timeout", "60"],
+        cwd=ROOT, env=worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def operator_host():
+    make_catalog("tiny-q4")
+    team = teams.create_team("ops", "Ops", owner=make_user("ops-owner"))
+    host, token = hosts.create_host(team, "rig-1", "software")
+    return host, token
+
+
+def _cases(token: str, revoked: str) -> list[tuple[str, dict, bytes]]:
+    good = b'{"models": ["tiny-q4"], "slots": 2, "hardware": {"gpu_model": "RTX 4090"}}'
+    return [
+        ("steady host", {"Authorization": f"Bearer {token}"}, good),
+        ("no credentials", {}, good),
+        ("not a host token", {"Authorization": "Bearer tkv_" + "x" * 30}, good),
+        ("revoked token", {"Authorization": f"Bearer {revoked}"}, good),
+        ("not JSON", {"Authorization": f"Bearer {token}"}, b"{nope"),
+        ("slots as a string", {"Authorization": f"Bearer {token}"},
+         b'{"models": ["tiny-q4"], "slots": "2"}'),
+        ("unknown model", {"Authorization": f"Bearer {token}"}, b'{"models": ["huge-fp16"]}'),
+        ("too deep", {"Authorization": f"Bearer {token}"}, b'{"models": ' + b"[" * 100 + b"]" * 100 + b"}"),
+    ]
+
+
+def test_gunicorn_answers_every_heartbeat_case_exactly_as_the_django_view(operator_host):
+    host, token = operator_host
+    gone, revoked = hosts.create_host(host.team, "rig-2")
+    hosts.revoke_token(gone)
+    view = APIClient()
+    with _gunicorn() as web:
+        for name, headers, body in _cases(token, revoked):
+            fast = web.post("/v1/hosts/heartbeat", content=body,
+                            headers={"Content-Type": "application/json", **headers})
+            django = view.generic("POST", "/v1/hosts/heartbeat", body, "application/json",
+                                  **({"HTTP_AUTHORIZATION": headers["Authorization"]}
+                                     if headers else {}))
+            assert fast.status_code == django.status_code, name
+            assert fast.json() == django.json(), name
+            assert fast.headers.get("WWW-Authenticate") == django.get("WWW-Authenticate"), name
+            assert fast.headers["Content-Type"] == "application/json", name
+            assert fast.headers["X-Content-Type-Options"] == "nosniff", name
+    host.refresh_from_db()
+    assert host.is_online() and host.slots == 2 and host.gpu_model == "RTX 4090"
+    assert host.advertised == ["tiny-q4"]
+
+
+def test_a_heartbeat_after_the_database_dropped_the_connection_is_still_recorded(operator_host):
+    host, token = operator_host
+    beat = b'{"models": ["tiny-q4"], "slots": 1}'
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with _gunicorn() as web:
+        assert web.post("/v1/hosts/heartbeat", content=beat, headers=auth).status_code == 200
+        first = Host.dangerously_unscoped.get(pk=host.pk).last_heartbeat_at
+        # The server ends every other session on this database (gunicorn's kept connection).
+        with psycopg.connect(database_url(), autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND pid <> %s", [connection.connection.info.backend_pid]).fetchone()[0]
+        assert ended >= 1
+        again = web.post("/v1/hosts/heartbeat", content=beat, headers=auth)
+        assert again.status_code == 200, again.text
+        assert Host.dangerously_unscoped.get(pk=host.pk).last_heartbeat_at > first
+
+
+def test_body_limits_and_everything_else_stay_with_django(operator_host):
+    _, token = operator_host
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with _gunicorn() as web:
+        # Over Django's 16 MB limit, declared: refused before reading, like Django's 400.
+        with socket.create_connection((web.base_url.host, web.base_url.port), timeout=30) as raw:
+            raw.sendall(f"POST /v1/hosts/heartbeat HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {17 * 2**20}\r\n\r\n{{}}".encode())
+            answer = raw.recv(65536).decode()
+        assert answer.startswith("HTTP/1.1 400") and "over 16 MB" in answer
+        assert web.get("/v1/hosts/heartbeat").status_code == 405  # Django's require_POST
+        assert web.get("/healthz").status_code == 200
+        for _ in range(3):
+            assert web.post("/v1/hosts/heartbeat", headers=auth,
+                            content=b'{"models": ["tiny-q4"]}').status_code == 200
+        counted = {
+            sample.labels["status"]: sample.value
+            for family in text_string_to_metric_families(web.get("/metrics").text)
+            if family.name == "tokvera_host_heartbeats" for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+        assert counted.get("200", 0) >= 3 and counted.get("400", 0) >= 1
