@@ -46,8 +46,10 @@ def lease(host: Host, start: bool = False, now: datetime | None = None) -> Job |
     if job is None:
         if jobs.housekeeping_due(now):
             jobs.housekeeping(now)
-        routing.assignment_pass(now)
-        job = jobs.lease(host, now, start=start)
+        # Asked again only when the pass assigned something (an idle poll is the commonest
+        # call of a quiet network: this keeps it to the lease query and one EXISTS).
+        if routing.assignment_pass(now):
+            job = jobs.lease(host, now, start=start)
     return job
 
 
