@@ -94,6 +94,9 @@ def main() -> None:
                         help="tokvera target processes (one scan per origin at a time)")
     parser.add_argument("--minutes", type=float, default=6.0, help="measured window")
     parser.add_argument("--warmup-s", type=float, default=60.0)
+    parser.add_argument("--streams", type=int, default=None,
+                        help="the worker's SCAN_STREAMS_PER_WORKER (default: the setting's "
+                             "default; a large number turns the stream budget off)")
     args = parser.parse_args()
 
     import django
@@ -135,6 +138,8 @@ def main() -> None:
             for i in range(args.endpoints))
 
         env = {**os.environ, "OUTBOUND_ALLOW": "loopback"}
+        if args.streams is not None:
+            env["SCAN_STREAMS_PER_WORKER"] = str(args.streams)
         worker = subprocess.Popen(worker_command(), cwd=ROOT, env=env, start_new_session=True,
                                   stdout=subprocess.DEVNULL, stderr=open("/tmp/bench_worker.log", "w"))
         procs.append(worker)
@@ -176,7 +181,8 @@ def main() -> None:
         succeeded = counts.get(ScanStatus.SUCCEEDED, 0)
         print(f"window: {(window_end - window_start).total_seconds():.0f} s after "
               f"{args.warmup_s:.0f} s warm-up; {args.endpoints} endpoints on {args.origins} origins")
-        print(f"worker: {' '.join(worker_command())}")
+        print(f"worker: {' '.join(worker_command())} (SCAN_STREAMS_PER_WORKER="
+              f"{env.get('SCAN_STREAMS_PER_WORKER', 'default')})")
         print(f"completed scans: {sum(counts.values())} ({counts}); "
               f"scans/hour (extrapolated): {succeeded / hours:.0f}")
         print(f"levels: {levels}, client-bound: {bound} ({100 * bound / max(levels, 1):.2f} %); "
