@@ -602,7 +602,9 @@ def stream_budget() -> StreamBudget:
     streams = settings.SCAN_STREAMS_PER_WORKER
     with _budgets_lock:  # one per size: a test that changes the setting gets its own
         if streams not in _budgets:
-            _budgets[streams] = StreamBudget(streams)
+            # Half the grace a running scan gets past its worst case: waiting for the budget
+            # can make a scan later, never overdue (reaped) or past its origin lock.
+            _budgets[streams] = StreamBudget(streams, scan_wait_s=RUNNING_GRACE.total_seconds() / 2)
         return _budgets[streams]
 
 

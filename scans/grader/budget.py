@@ -1,4 +1,4 @@
-"""A stream budget shared by the scans of one process: at most `streams` requests in flight.
+"""A stream budget shared by the scans of one process: about `streams` requests in flight.
 
 Why: the site's worker runs many scans at once, one per thread, each on its own event loop
 (DECISIONS.md). Scans that start together stay in step, so their top levels (16 streams each
@@ -9,7 +9,10 @@ of different scans take turns instead of colliding. A level waits *before* its m
 starts: the wait never shows in its latencies.
 
 Waiters are served first come, first served (a level of 16 is never starved by a stream of
-small levels); a level larger than the budget waits for the whole budget and runs alone.
+small levels); a level larger than the budget waits for the whole budget and runs alone (with
+its full concurrency). A scan's waits are bounded (`scan_wait_s`): a level that runs out of it starts
+without a share, so a neighbour's long level (say, 256 streams against a server that hangs)
+can delay a scan but never hold it past its deadline; the loop-lag rule then judges it.
 Thread-safe and loop-agnostic: each waiter is woken on its own event loop.
 """
 
@@ -31,10 +34,14 @@ class _Waiter:
 
 
 class StreamBudget:
-    def __init__(self, streams: int) -> None:
+    """`streams`: the budget. `scan_wait_s`: the most one scan waits for it, over all its
+    levels (the runner keeps count); None: no bound."""
+
+    def __init__(self, streams: int, scan_wait_s: float | None = None) -> None:
         if streams < 1:
             raise ValueError("a stream budget needs at least one stream")
         self.streams = streams
+        self.scan_wait_s = scan_wait_s
         self._free = streams
         self._lock = threading.Lock()
         self._waiting: deque[_Waiter] = deque()
@@ -45,36 +52,50 @@ class StreamBudget:
             return self.streams - self._free
 
     @contextlib.asynccontextmanager
-    async def level(self, concurrency: int) -> AsyncIterator[None]:
-        """Hold `concurrency` streams (at most the whole budget) for the body of the block."""
+    async def level(self, concurrency: int, max_wait_s: float | None = None) -> AsyncIterator[bool]:
+        """Hold `concurrency` streams (at most the whole budget) for the body of the block,
+        after waiting at most `max_wait_s`. Yields whether the streams were granted (False:
+        the wait ran out and the level runs without a share)."""
         loop = asyncio.get_running_loop()
         waiter = _Waiter(min(max(1, concurrency), self.streams), loop, loop.create_future())
         with self._lock:
             self._waiting.append(waiter)
             self._grant()
         try:
-            await waiter.granted
-        except asyncio.CancelledError:
+            await asyncio.wait_for(waiter.granted, max_wait_s)
+            granted = True
+        except (asyncio.CancelledError, TimeoutError) as exc:
             with self._lock:
                 if waiter in self._waiting:
                     self._waiting.remove(waiter)  # never granted
+                    granted = False
+                    self._grant()  # the next in line may fit now
                 else:
-                    self._free += waiter.streams  # granted as it was cancelled
-                self._grant()
-            raise
+                    granted = True  # granted as the wait ended: ours to give back
+            if isinstance(exc, asyncio.CancelledError):
+                if granted:
+                    self._give_back(waiter.streams)
+                raise
         try:
-            yield
+            yield granted
         finally:
-            with self._lock:
-                self._free += waiter.streams
-                self._grant()
+            if granted:
+                self._give_back(waiter.streams)
+
+    def _give_back(self, streams: int) -> None:
+        with self._lock:
+            self._free += streams
+            self._grant()
 
     def _grant(self) -> None:
         """Wake waiters in arrival order while the first one fits (called under the lock)."""
         while self._waiting and self._waiting[0].streams <= self._free:
             waiter = self._waiting.popleft()
+            try:
+                waiter.loop.call_soon_threadsafe(_resolve, waiter.granted)
+            except RuntimeError:  # its loop is closed: nobody will use or return these
+                continue
             self._free -= waiter.streams
-            waiter.loop.call_soon_threadsafe(_resolve, waiter.granted)
 
 
 def _resolve(granted: asyncio.Future) -> None:

@@ -387,9 +387,14 @@ async def run_scan_async(
                                  use_nvidia_smi=plan.use_nvidia_smi)
             sampler.start()
             try:
+                wait_left = stream_budget.scan_wait_s if stream_budget else None
                 for concurrency in plan.levels:
-                    async with (stream_budget.level(concurrency) if stream_budget
+                    sampler.level = None  # GPU samples taken while waiting belong to no level
+                    waiting_since = time.perf_counter()
+                    async with (stream_budget.level(concurrency, wait_left) if stream_budget
                                 else contextlib.nullcontext()):
+                        if wait_left is not None:
+                            wait_left = max(0.0, wait_left - (time.perf_counter() - waiting_since))
                         sampler.level = concurrency
                         levels.append(await scan.run_level(concurrency,
                                                            plan.requests_at(concurrency)))

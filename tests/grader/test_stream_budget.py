@@ -5,6 +5,7 @@ or a failed level."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 
@@ -119,3 +120,67 @@ def test_a_cancelled_wait_and_a_failed_level_give_their_streams_back():
 def test_a_budget_needs_at_least_one_stream():
     with pytest.raises(ValueError, match="at least one stream"):
         StreamBudget(0)
+
+
+def test_a_level_whose_wait_runs_out_starts_without_a_share():
+    async def scenario() -> None:
+        budget = StreamBudget(4)
+        entered, leave = asyncio.Event(), asyncio.Event()
+        holder = asyncio.create_task(_held(budget, 4, entered, leave))
+        await entered.wait()
+        async with budget.level(2, max_wait_s=0.05) as granted:
+            assert granted is False and budget.in_flight == 4
+        assert budget.in_flight == 4  # it took nothing, so it gives nothing back
+        leave.set()
+        await holder
+        assert budget.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_release_and_a_cancel_in_the_same_tick_lose_no_stream():
+    async def scenario() -> None:
+        budget = StreamBudget(2)
+        for _ in range(50):
+            entered, leave = asyncio.Event(), asyncio.Event()
+            holder = asyncio.create_task(_held(budget, 2, entered, leave))
+            await entered.wait()
+            waiting = asyncio.create_task(_held(budget, 2, asyncio.Event(), asyncio.Event()))
+            await asyncio.sleep(0)
+            leave.set()
+            waiting.cancel()
+            await holder
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            await asyncio.sleep(0)  # a grant scheduled for the cancelled waiter has run
+            assert budget.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_scan_waits_for_the_budget_at_most_its_scan_wait_then_runs_its_levels():
+    """A neighbour holds the whole budget and does not let go: the scan waits its
+    `scan_wait_s` (over all its levels), then measures every level anyway."""
+    budget = StreamBudget(4, scan_wait_s=0.3)
+    holding, release = threading.Event(), threading.Event()
+
+    async def neighbour() -> None:
+        async with budget.level(4):
+            holding.set()
+            await asyncio.to_thread(release.wait, 120)
+
+    other = threading.Thread(target=asyncio.run, args=(neighbour(),))
+    other.start()
+    try:
+        assert holding.wait(30)
+        with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=4)) as (host, port):
+            plan = ScanPlan(base_url=f"http://{host}:{port}/v1", model="m", levels=(1, 2),
+                            requests=(2, 2), max_tokens=4, timeout_s=30)
+            measurement = run_scan(plan, stream_budget=budget)
+        assert [level.concurrency for level in measurement.levels] == [1, 2]
+        assert all(r.failure is None for level in measurement.levels for r in level.requests)
+        assert budget.in_flight == 4  # still the neighbour's: the scan took none
+    finally:
+        release.set()
+        other.join(timeout=30)
+    assert budget.in_flight == 0
