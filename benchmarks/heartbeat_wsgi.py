@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 
 from django.db import InterfaceError, OperationalError, connection
 from prometheus_client import Counter
@@ -33,10 +34,6 @@ from benchmarks.api import answer_heartbeat
 PATH = "/v1/hosts/heartbeat"
 HEARTBEATS = Counter("tokvera_host_heartbeats", "Host heartbeats answered, by HTTP status", ["status"])
 log = logging.getLogger("django.request")
-
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests",
-            500: "Internal Server Error"}
-
 
 class HeartbeatFastPath:
     def __init__(self, django_app: Callable) -> None:
@@ -54,7 +51,7 @@ class HeartbeatFastPath:
             self._after_request()
         HEARTBEATS.labels(status=str(status)).inc()
         body = json.dumps(payload).encode()
-        start_response(f"{status} {_REASONS.get(status, '')}", [
+        start_response(f"{status} {HTTPStatus(status).phrase}", [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(body))),
             ("X-Content-Type-Options", "nosniff"),
