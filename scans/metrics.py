@@ -2,8 +2,9 @@
 enough). One gauge per figure, one sample per endpoint of the caller's team(s), labelled by
 endpoint name and id (and team slug); docs/metrics.md has a scrape config and an alert rule.
 
-A fresh CollectorRegistry per request: nothing is kept between scrapes, so one team's samples
-can never leak into another's answer, and a deleted endpoint disappears at once. A figure the
+Plain metric families, rendered per request and never put in a process registry or the
+multiprocess files: nothing is kept between scrapes, so one team's samples can never reach
+another team's answer or the site's public /metrics, and a deleted endpoint disappears at once. A figure the
 latest scan did not measure has no sample (absent, never a made-up 0).
 """
 
@@ -15,7 +16,9 @@ from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.views import APIView
 
@@ -34,27 +37,44 @@ LABELS = ("endpoint", "endpoint_id", "team")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+class _Families(Collector):
+    """The gauges of one answer as plain metric families.
+
+    Not prometheus_client's Gauge: with PROMETHEUS_MULTIPROC_DIR set, every Gauge, whatever
+    registry it is given, stores its samples in the shared multiprocess files, which the
+    public /metrics then serves to anyone. A GaugeMetricFamily is only data, rendered once.
+    """
+
+    def __init__(self):
+        self.families: dict[str, GaugeMetricFamily] = {}
+
+    def add(self, name: str, doc: str) -> GaugeMetricFamily:
+        self.families[name] = GaugeMetricFamily(name, doc, labels=LABELS)
+        return self.families[name]
+
+    def collect(self):
+        yield from self.families.values()
+
+
 def render(endpoints: list[Endpoint]) -> bytes:
     """The Prometheus text exposition of these endpoints' gauges (endpoints the caller may see)."""
-    registry = CollectorRegistry(auto_describe=True)
-
-    def gauge(name: str, doc: str) -> Gauge:
-        return Gauge(name, doc, LABELS, registry=registry)
-
-    points = gauge("tokvera_endpoint_points", "Points (0-100) of the latest graded scan")
-    grade = gauge("tokvera_endpoint_grade",
-                  "Grade of the latest graded scan: A=5 B=4 C=3 D=2 F=1, 0 no letter")
-    current_state = gauge("tokvera_endpoint_state",
-                          "State: 0 up, 1 degraded, 2 below floor, 3 down, 4 errored on our "
-                          "side, 5 not yet scanned")
-    ttft = gauge("tokvera_endpoint_ttft_p95_c1_seconds",
-                 "Time to first token p95 at concurrency 1 (latest graded scan)")
-    errors = gauge("tokvera_endpoint_error_rate",
-                   "Share of failed requests, all levels (latest graded scan)")
-    speed = gauge("tokvera_endpoint_tokens_per_second",
-                  "Median output speed per stream at concurrency 1 (latest graded scan)")
-    age = gauge("tokvera_endpoint_seconds_since_last_scan",
-                "Seconds since the latest finished scan ended")
+    answer = _Families()
+    points = answer.add("tokvera_endpoint_points", "Points (0-100) of the latest graded scan")
+    grade = answer.add("tokvera_endpoint_grade",
+                       "Grade of the latest graded scan: A=5 B=4 C=3 D=2 F=1, 0 no letter")
+    current_state = answer.add("tokvera_endpoint_state",
+                               "State: 0 up, 1 degraded, 2 below floor, 3 down, 4 errored on our "
+                               "side, 5 not yet scanned")
+    ttft = answer.add("tokvera_endpoint_ttft_p95_c1_seconds",
+                      "Time to first token p95 at concurrency 1 (latest graded scan)")
+    errors = answer.add("tokvera_endpoint_error_rate",
+                        "Share of failed requests, all levels (latest graded scan)")
+    speed = answer.add("tokvera_endpoint_tokens_per_second",
+                       "Median output speed per stream at concurrency 1 (latest graded scan)")
+    age = answer.add("tokvera_endpoint_seconds_since_last_scan",
+                     "Seconds since the latest finished scan ended")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(answer)
     if not endpoints:
         return generate_latest(registry)
 
@@ -83,21 +103,21 @@ def render(endpoints: list[Endpoint]) -> bytes:
 
     for endpoint in endpoints:
         labels = (endpoint.name, str(endpoint.public_id), endpoint.team.slug)
-        current_state.labels(*labels).set(states[endpoint.pk].number)
+        current_state.add_metric(labels, states[endpoint.pk].number)
         if endpoint.pk in finished:
-            age.labels(*labels).set(round((now - finished[endpoint.pk]).total_seconds(), 3))
+            age.add_metric(labels, round((now - finished[endpoint.pk]).total_seconds(), 3))
         row = graded.get(endpoint.pk)
         if row is None:
             continue
-        grade.labels(*labels).set(GRADE_NUMBERS.get(row["grade"], 0))
+        grade.add_metric(labels, GRADE_NUMBERS.get(row["grade"], 0))
         if row["points"] is not None:
-            points.labels(*labels).set(float(row["points"]))
+            points.add_metric(labels, float(row["points"]))
         if (value := checks.get((row["pk"], TTFT_CHECK))) is not None:
-            ttft.labels(*labels).set(value / 1000.0)
+            ttft.add_metric(labels, value / 1000.0)
         if (value := checks.get((row["pk"], ERROR_RATE_CHECK))) is not None:
-            errors.labels(*labels).set(value)
+            errors.add_metric(labels, value)
         if row["rate"] not in (None, ""):
-            speed.labels(*labels).set(float(row["rate"]))
+            speed.add_metric(labels, float(row["rate"]))
     return generate_latest(registry)
 
 

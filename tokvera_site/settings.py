@@ -32,6 +32,8 @@ def _load():
         # The console email backend masks invitation links unless this is on (development).
         "EMAIL_SHOW_SECRETS": config.flag("EMAIL_SHOW_SECRETS", default=False),
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
+        # When set, GET /metrics (process metrics only) asks for `Authorization: Bearer <it>`.
+        "SITE_METRICS_TOKEN": config.env.str("SITE_METRICS_TOKEN", default=""),
         # Per-team limits on POST /v1/jobs, when the environment sets them (defaults and
         # meaning: benchmarks/policy.py and docs/routing.md).
         **{name: config.integer(name, 0) for name in NETWORK_LIMITS_FROM_ENV if name in os.environ},
@@ -58,6 +60,7 @@ ALLOWED_HOSTS: list[str]
 INVITE_MAX_AGE_HOURS: int
 EMAIL_SHOW_SECRETS: bool
 SITE_URL: str
+SITE_METRICS_TOKEN: str
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [

@@ -4,11 +4,11 @@ from django.http import JsonResponse
 from django.urls import include, path
 from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
-from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from tokvera_site.api_docs import OfflineRedocView
 from tokvera_site.health import healthz
+from tokvera_site.metrics import site_metrics
 
 API_PREFIXES = ("/api/", "/v1/")
 
@@ -37,7 +37,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
-    path("metrics", ExportToDjangoView, name="site-metrics"),
+    path("metrics", site_metrics, name="site-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     # Redoc from the sidecar, loading nothing from elsewhere: it works offline.
