@@ -30,6 +30,7 @@ from django.db import InterfaceError, OperationalError, connection
 from prometheus_client import Counter
 
 from benchmarks.api import answer_heartbeat
+from tokvera_site import errors
 
 PATH = "/v1/hosts/heartbeat"
 HEARTBEATS = Counter("tokvera_host_heartbeats", "Host heartbeats answered, by HTTP status", ["status"])
@@ -44,9 +45,14 @@ class HeartbeatFastPath:
             return self.django_app(environ, start_response)
         try:
             status, payload, headers = self._answer(environ)
+        except (InterfaceError, OperationalError):  # still unreachable after the retry
+            log.warning("heartbeat: the database is unreachable")
+            status, payload = 503, errors.OUTAGE_BODY
+            headers = {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)}
         except Exception:
             log.exception("heartbeat failed")
-            status, payload, headers = 500, {"detail": "Internal server error."}, {}
+            status, payload, headers = 500, {"detail": "Internal server error.",
+                                             "code": "server_error"}, {}
         finally:
             self._after_request()
         HEARTBEATS.labels(status=str(status)).inc()

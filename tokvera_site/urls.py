@@ -1,36 +1,16 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import JsonResponse
 from django.urls import include, path
-from django.views.defaults import bad_request as django_bad_request
-from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from tokvera_site import errors
 from tokvera_site.api_docs import OfflineRedocView
 from tokvera_site.health import healthz
 from tokvera_site.metrics import site_metrics
 
-API_PREFIXES = ("/api/", "/v1/")
-
-
-def not_found(request, exception=None):
-    """JSON for API callers (e.g. a malformed id that no route matches), HTML for people."""
-    if request.path.startswith(API_PREFIXES):
-        return JsonResponse({"detail": "Not found."}, status=404)
-    return page_not_found(request, exception)
-
-
-def bad_request(request, exception=None):
-    """JSON for API callers: Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (16 MB)
-    or a malformed request before any view runs."""
-    if request.path.startswith(API_PREFIXES):
-        return JsonResponse({"detail": "Bad request: malformed, or a body over 16 MB."},
-                            status=400)
-    return django_bad_request(request, exception)
-
-
-handler404 = not_found
-handler400 = bad_request
+handler404 = errors.not_found
+handler400 = errors.bad_request
+handler500 = errors.server_error
 
 urlpatterns = [
     path("admin/", admin.site.urls),

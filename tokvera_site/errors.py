@@ -1,0 +1,69 @@
+"""The site's error answers: JSON for API callers (paths under /api/ and /v1/), HTML pages for
+people, and 503 with Retry-After whenever the database cannot be reached, so an agent, the
+CLI's --publish or a scraper can tell an outage (retry later) from a bug (report it).
+
+Django calls these handlers (tokvera_site/urls.py) for what no view answered itself; the
+heartbeat's WSGI fast path uses the same outage answer (benchmarks/heartbeat_wsgi.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse, JsonResponse
+from django.views.defaults import bad_request as django_bad_request
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as django_server_error
+
+API_PREFIXES = ("/api/", "/v1/")
+# Long enough for a failover or a restart; short enough that agents come back soon.
+OUTAGE_RETRY_AFTER_S = 30
+OUTAGE_BODY = {"detail": "The site's database is unreachable; try again shortly.",
+               "code": "database_unavailable"}
+
+
+def is_database_outage(exc: BaseException | None) -> bool:
+    """A connection that could not be made or was lost (psycopg's OperationalError and
+    InterfaceError, as Django wraps them)."""
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def is_api(request) -> bool:
+    return request.path.startswith(API_PREFIXES)
+
+
+def not_found(request, exception=None):
+    """JSON for API callers (e.g. a malformed id that no route matches), HTML for people."""
+    if is_api(request):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception)
+
+
+def bad_request(request, exception=None):
+    """JSON for API callers: Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (16 MB)
+    or a malformed request before any view runs."""
+    if is_api(request):
+        return JsonResponse({"detail": "Bad request: malformed, or a body over 16 MB."},
+                            status=400)
+    return django_bad_request(request, exception)
+
+
+def server_error(request):
+    """An exception no view handled. Django calls this inside its `except` block, so the
+    exception is the one being handled: a database outage answers 503 with Retry-After on
+    every path, anything else 500 (JSON for API callers)."""
+    if is_database_outage(sys.exc_info()[1]):
+        if is_api(request):
+            response: HttpResponse = JsonResponse(OUTAGE_BODY, status=503)
+        else:
+            response = HttpResponse(
+                "<!doctype html><title>Unavailable</title><h1>Temporarily unavailable</h1>"
+                "<p>The site cannot reach its database. Try again in a minute.</p>",
+                status=503)
+        response["Retry-After"] = str(OUTAGE_RETRY_AFTER_S)
+        return response
+    if is_api(request):
+        return JsonResponse({"detail": "Internal server error.", "code": "server_error"},
+                            status=500)
+    return django_server_error(request)
