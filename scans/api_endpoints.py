@@ -17,7 +17,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from accounts import encryption, teams
@@ -36,6 +35,7 @@ from scans.models import (
     Scan,
     ScanTrigger,
 )
+from tokvera_site.pagination import StrictCursorPagination
 
 DEFAULT_HISTORY_POINTS = 500
 MAX_HISTORY_POINTS = 5000
@@ -206,11 +206,10 @@ class ScanSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ScanCursor(CursorPagination):
+class ScanCursor(StrictCursorPagination):
     ordering = "-queued_at"
     page_size = 50
     max_page_size = 500
-    page_size_query_param = "page_size"
 
 
 def _time_param(request, name: str) -> datetime | None:
@@ -228,11 +227,10 @@ def _time_param(request, name: str) -> datetime | None:
     return value
 
 
-class EndpointPages(CursorPagination):
+class EndpointPages(StrictCursorPagination):
     ordering = "created_at"
     page_size = 100
     max_page_size = 500
-    page_size_query_param = "page_size"
 
 
 TIME_PARAMS = [

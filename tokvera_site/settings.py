@@ -183,7 +183,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # JSON only, and only text a database can store (see tokvera_site/parsers.py).
     "DEFAULT_PARSER_CLASSES": ["tokvera_site.parsers.StrictJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Every operation's error answers, documented in one place (tokvera_site/api_schema.py).
+    "DEFAULT_SCHEMA_CLASS": "tokvera_site.api_schema.ErrorDocumentingSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -194,6 +195,16 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",  # pinned, served from the site (templates/api/redoc.html)
+    # Request bodies get components of their own (EndpointRequest, …): what a client may send
+    # is stated apart from what it gets back.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # OpenAPI 3.1: schemas are full JSON Schema, so a limit such as "no NUL in any key of this
+    # object" (propertyNames) can be stated, not just described.
+    "OAS_VERSION": "3.1.0",
+    # Plain Django views of the API (the host heartbeat) and the parser's NUL rule (issue 19).
+    "PREPROCESSING_HOOKS": ["tokvera_site.api_schema.add_plain_views"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "tokvera_site.api_schema.refuse_nul_in_requests"],
 }
 
 # Celery. One beat process only (the run command starts exactly one); the schedule lives in

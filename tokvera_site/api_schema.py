@@ -1,0 +1,228 @@
+"""The API schema says what the API answers (issue 19, finding 8).
+
+One mechanism instead of a decorator on every view:
+
+- `ErrorDocumentingSchema` (REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS) adds to every operation
+  the error answers it can give, each with its JSON shape (`Error`, or `ValidationError` for
+  400): 400 where a request carries a body or query parameters, 401 and 403 where it needs
+  credentials (403 on writes), 404 where the path names an object (or the body names a team),
+  429 with Retry-After on POSTs (the API's rate limits and budgets all guard a POST), and
+  503 with Retry-After on every operation (the database or the task queue is unreachable, or
+  no host serves a model). A view that documents a code itself keeps its own description and
+  body; only what it left out (the body, the Retry-After header) is filled in.
+- `add_plain_views` (a preprocessing hook) documents plain Django views that the API serves
+  without DRF (the host heartbeat: benchmarks/heartbeat_wsgi.py answers it before Django).
+  Such a view names, in its `openapi_view` attribute, a DRF view that describes it.
+- `refuse_nul_in_requests` (a postprocessing hook) states what tokvera_site/parsers.py
+  enforces for every JSON body: no string, and no object key, holds U+0000.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.generators import EndpointEnumerator
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ResolvedComponent, force_instance
+from rest_framework import permissions, serializers
+
+UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+API_PREFIXES = ("/api/", "/v1/")
+# No U+0000 anywhere in a string (PostgreSQL cannot store it; the parser refuses it with 400).
+NO_NUL = "^[^\\u0000]*$"
+
+ERROR = {
+    "type": "object",
+    "description": "An error. `detail` says what went wrong; `code`, where given, is a "
+                   "machine-readable reason (e.g. `rate_limited`). Some answers add fields "
+                   "(e.g. `limit`, `window_s`, `unknown_models`).",
+    "properties": {
+        "detail": {"type": "string"},
+        "code": {"type": "string"},
+    },
+    "required": ["detail"],
+}
+VALIDATION_ERROR = {
+    "type": "object",
+    "description": "The request was refused. Each refused field names its messages: a list of "
+                   "strings, or for a nested field an object (or a list of objects) of the "
+                   "same form. `non_field_errors` concerns the body as a whole; `detail` "
+                   "alone means the request could not be read (not JSON, nested too deeply, "
+                   "NUL in a string) or a query parameter is refused.",
+    "properties": {
+        "detail": {"type": "string"},
+        "non_field_errors": {"type": "array", "items": {"type": "string"}},
+    },
+    "additionalProperties": {},
+    "minProperties": 1,
+}
+RETRY_AFTER = {
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "Seconds to wait before trying again.",
+    "required": True,
+}
+WWW_AUTHENTICATE = {
+    "schema": {"type": "string"},
+    "description": "The scheme to authenticate with (`Bearer`).",
+}
+
+DESCRIPTIONS = {
+    "400": "Refused: a field, the body or a query parameter is invalid (see the messages).",
+    "401": "No credentials, or malformed, unknown, revoked or expired ones.",
+    "403": "The credentials are valid but may not do this (a read-only token or role, a "
+           "secret that would move to another origin).",
+    "404": "Not found, or not one of the caller's (a foreign object is never revealed).",
+    "429": "Too many requests, or a budget is spent; nothing was done. Retry after "
+           "`Retry-After` seconds.",
+    "503": "Temporarily unavailable (the database or the task queue is unreachable, or no "
+           "host serves the model); nothing was done. Retry after `Retry-After` seconds.",
+}
+
+
+RESPONSE_NAMES = {"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidden",
+                  "404": "NotFound", "429": "TooManyRequests", "503": "Unavailable"}
+
+
+class ErrorDocumentingSchema(AutoSchema):
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        if direction != "response":
+            return responses
+        for code in self._error_codes():
+            if code not in responses:  # the shared answer (components/responses)
+                responses[code] = self._shared_response(code)
+                continue
+            # The view documented this code itself: keep its words, fill in what it left out.
+            documented = responses[code]
+            documented["description"] = documented.get("description") or DESCRIPTIONS[code]
+            if not documented.get("content"):
+                documented["content"] = {"application/json": {"schema": self._error_ref(code)}}
+            for name, header in self._headers(code).items():
+                documented.setdefault("headers", {}).setdefault(name, header)
+        return dict(sorted(responses.items()))
+
+    def _error_codes(self) -> list[str]:
+        codes = []
+        has_query = any(p.get("in") == "query" for p in self._get_parameters())
+        if self.method in BODY_METHODS or has_query:
+            codes.append("400")
+        if self._needs_credentials():
+            codes.append("401")
+            if self.method in UNSAFE:
+                codes.append("403")
+        if "{" in self.path or self._body_names_a_team():
+            codes.append("404")
+        if self.method == "POST":
+            codes.append("429")
+        if self.path.startswith(API_PREFIXES):
+            codes.append("503")
+        return codes
+
+    def _needs_credentials(self) -> bool:
+        perms = [p.__class__ for p in self.view.get_permissions()]
+        if not perms or permissions.AllowAny in perms:
+            return False
+        return not (permissions.IsAuthenticatedOrReadOnly in perms
+                    and self.method in permissions.SAFE_METHODS)
+
+    def _body_names_a_team(self) -> bool:
+        """A body's `team` slug is resolved through the scoping layer: an unknown or foreign
+        team is a 404, as a foreign object in the path is."""
+        if self.method not in BODY_METHODS:
+            return False
+        serializer = force_instance(self.get_request_serializer())
+        return isinstance(serializer, serializers.Serializer) and "team" in serializer.fields
+
+    @staticmethod
+    def _headers(code: str) -> dict:
+        if code in {"429", "503"}:
+            return {"Retry-After": RETRY_AFTER}
+        if code == "401":
+            return {"WWW-Authenticate": WWW_AUTHENTICATE}
+        return {}
+
+    def _shared_response(self, code: str) -> dict:
+        name = RESPONSE_NAMES[code]
+        answer = {"description": DESCRIPTIONS[code],
+                  "content": {"application/json": {"schema": self._error_ref(code)}}}
+        if headers := self._headers(code):
+            answer["headers"] = headers
+        component = ResolvedComponent(name=name, type=ResolvedComponent.RESPONSE,
+                                      object=f"tokvera_site.api_schema.{name}", schema=answer)
+        self.registry.register_on_missing(component)
+        return component.ref
+
+    def _error_ref(self, code: str) -> dict:
+        name, schema = ("ValidationError", VALIDATION_ERROR) if code == "400" else ("Error", ERROR)
+        component = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA,
+                                      object=f"tokvera_site.api_schema.{name}", schema=schema)
+        self.registry.register_on_missing(component)
+        return component.ref
+
+
+# --- plain Django views that are part of the API ----------------------------------------------
+
+
+def add_plain_views(endpoints):
+    """Preprocessing hook: (path, regex, method, callback) for every plain Django view with an
+    `openapi_view` (a DRF view's callback that documents it), next to DRF's own views."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    enumerator = EndpointEnumerator()
+    found = []
+
+    def walk(patterns, prefix: str) -> None:
+        for pattern in patterns:
+            regex = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, regex)
+            elif isinstance(pattern, URLPattern):
+                described_by = getattr(pattern.callback, "openapi_view", None)
+                if described_by is None:
+                    continue
+                path = enumerator.get_path_from_regex(regex)
+                for method in enumerator.get_allowed_methods(described_by):
+                    found.append((path, regex, method, described_by))
+
+    walk(get_resolver().url_patterns, "")
+    return [*endpoints, *found]
+
+
+# --- what the JSON parser refuses in every body ---------------------------------------------
+
+
+def refuse_nul_in_requests(result, generator, request, public):
+    """Postprocessing hook: every string a request body may carry, and every key of a
+    free-form object in one, refuses U+0000 (tokvera_site/parsers.py answers 400)."""
+    schemas = result.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+            return
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen and name in schemas:
+                seen.add(name)
+                visit(schemas[name])
+            return
+        if node.get("type") == "string" and "pattern" not in node and "enum" not in node \
+                and node.get("format") not in {"uuid", "date-time", "date", "uri", "email"}:
+            node["pattern"] = NO_NUL
+        if node.get("type") == "object" and node.get("additionalProperties") not in (None, False):
+            node.setdefault("propertyNames", {"pattern": NO_NUL})
+        for key, value in node.items():
+            if key not in {"example", "examples", "default", "enum"}:
+                visit(value)
+
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and "requestBody" in operation:
+                visit(operation["requestBody"])
+    return result
