@@ -18,7 +18,7 @@ from django.db import models
 
 from accounts import encryption
 from accounts.validators import validate_one_line
-from scans import scanning, scheduling
+from scans import endpoint_limits, scanning, scheduling
 from scans.endpoint_secrets import GuardedURL, url_changes
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
@@ -82,7 +82,7 @@ class EndpointForm(forms.ModelForm):
         formfield_callback = _formfield
         fields = [
             "name", "base_url", "model", "mode", "requests_per_level", "max_tokens",
-            "timeout_s", "interval_minutes", "enabled", "price_input_per_mtok",
+            "timeout_s", "interval_minutes", "enabled", "accepts_pushes", "price_input_per_mtok",
             "price_output_per_mtok", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
             "slo_objective", "alert_email", "alert_after_errors",
         ]
@@ -91,6 +91,7 @@ class EndpointForm(forms.ModelForm):
             "requests_per_level": "Requests per level",
             "timeout_s": "Timeout per request (s)",
             "interval_minutes": "Scan every (minutes)",
+            "accepts_pushes": "Also accept pushed reports",
             "price_input_per_mtok": "Price per million input tokens (USD)",
             "price_output_per_mtok": "Price per million output tokens (USD)",
             "slo_grade_floor": "SLO: grade at least",
@@ -110,8 +111,9 @@ class EndpointForm(forms.ModelForm):
             "slo_objective": "0.9 means 90% of scans in a window must meet every target.",
         }
 
-    def __init__(self, *args, can_manage: bool = False, **kwargs):
+    def __init__(self, *args, can_manage: bool = False, team=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.team = team  # a new endpoint's team: the endpoint cap is checked against it
         self.can_manage = can_manage  # owners and admins may move a URL with a stored secret
         self._dropped: list[GuardedURL] = []  # the URLs whose secret a new origin removes
         self.dropped_secrets: list[str] = []  # their labels, once saved
@@ -206,6 +208,12 @@ class EndpointForm(forms.ModelForm):
                            "Either give a new secret or remove the stored one, not both.")
         if cleaned.get("webhook_url") and cleaned.get("clear_webhook_url"):
             self.add_error("webhook_url", "Either give a new URL or remove the stored one, not both.")
+        if self.instance.pk is None and self.team is not None:
+            try:
+                endpoint_limits.check_room_for_endpoint(self.team.pk)
+            except endpoint_limits.TooManyEndpoints as exc:
+                message = str(exc)
+                raise forms.ValidationError(f"{message[0].upper()}{message[1:]}.") from None
         if self.errors:
             return cleaned
         self._check_url_changes(cleaned)

@@ -57,6 +57,12 @@ class Endpoint(TeamOwned):
     timeout_s = models.FloatField(default=60.0)
     interval_minutes = models.PositiveIntegerField(default=60)
     enabled = models.BooleanField(default=True)
+    # A scheduled endpoint takes pushed reports only when this is on (a report from inside the
+    # network then stands beside the site's own measurements); a pushed-only endpoint always
+    # takes them (scans/pushes.py).
+    accepts_pushes = models.BooleanField(
+        default=False, help_text="Scheduled endpoints only: also accept reports pushed with "
+                                 "tokvera scan --publish.")
     price_input_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True,
                                                blank=True)
     price_output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True,
@@ -125,6 +131,9 @@ class ScanStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"  # ran to the end, whatever the grade
     ERRORED = "errored", "Errored"  # our side failed: dead worker, refused address…
+    # A pushed report whose proof failed (scans/pushes.py): error_reason holds the reasons, one
+    # per line. Not a measurement: left out of SLO windows, states and alerts like a queued scan.
+    REFUSED = "refused", "Refused"
 
 
 class Scan(TeamOwned):
@@ -195,6 +204,24 @@ class Scan(TeamOwned):
     @property
     def has_letter(self) -> bool:
         return self.grade in {"A", "B", "C", "D", "F"}
+
+
+class PushedReportBody(TeamOwned):
+    """The bytes of a pushed report waiting for its proof: the upload stores them with a queued
+    pushed scan and answers 202; the proof worker (queue "proofs") reads, proves and deletes
+    them (scans/pushes.py)."""
+
+    scan = models.OneToOneField(Scan, on_delete=models.CASCADE, primary_key=True,
+                                related_name="pushed_body")
+    body = models.BinaryField()
+
+    team_lookup = "scan__endpoint__team"
+
+    class Meta(TeamOwned.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return f"pushed report of scan {self.scan_id}"
 
 
 class CheckResult(TeamOwned):

@@ -1,14 +1,28 @@
 """Pushed reports: `tokvera scan --publish` → ``POST /api/v1/endpoints/{id}/reports``.
 
-One function, ``receive_report``, in the order that keeps a hostile upload cheap:
+Proving a report costs seconds of CPU (a maximum-size one, 8 MiB and 2,000 request timelines,
+about 6 s), so the web request does only what is cheap and the rest runs on the proof workers
+(Celery queue ``proofs``, a worker of its own with bounded concurrency; docs/operations.md).
 
-1. size: a body over ``REPORT_MAX_BYTES`` is refused before it is read or parsed;
-2. digest: the SHA-256 of the body as uploaded; a replay returns the stored scan at once;
-3. rate: at most ``REPORT_PUSH_LIMIT`` new reports per endpoint per ``REPORT_PUSH_WINDOW_S``;
-4. parse (JSON, nesting bounded), schema, model;
-5. proof: every check recomputed from the report's own samples (scans/grader/proof.py); a claim its
-   samples do not give, or an impossible sample, refuses the report;
-6. store the recomputed report as a pushed scan.
+In the request, ``receive_report``, in the order that keeps a hostile upload cheap:
+
+1. size: a body over ``REPORT_MAX_BYTES`` is refused before it is read or parsed (413);
+2. the endpoint takes pushes: a pushed-only endpoint always does, a scheduled one only with
+   ``accepts_pushes`` on (409 otherwise: the site measures it itself);
+3. digest: the SHA-256 of the body as uploaded; a replay returns the stored scan, counted in
+   ``REPORT_REPLAY_LIMIT`` per endpoint per window (429 past it);
+4. rate: at most ``REPORT_PUSH_LIMIT`` new reports per endpoint per ``REPORT_PUSH_WINDOW_S``;
+5. budget: at most ``REPORT_TEAM_BYTES`` bytes of new reports per team per
+   ``REPORT_TEAM_BYTES_WINDOW_S`` (429 with Retry-After: a token can make many endpoints);
+6. the body is stored (``PushedReportBody``) with a queued pushed scan, and the proof task is
+   sent; the answer is 202 with the scan's URL.
+
+On a proof worker, ``prove_pending``: parse (JSON, nesting bounded), schema, model, origin (the
+report's ``target.base_url`` must be the endpoint's scheme://host:port), then the proof: every
+check recomputed from the report's own samples (scans/grader/proof.py). A claim its samples do
+not give, or an impossible sample, refuses the report: the scan becomes ``refused`` with the
+reasons in ``error_reason``, one per line. Otherwise the recomputed report is stored
+(``succeeded``). The body is deleted either way.
 
 Each limit can be overridden by a Django setting of the same name.
 """
@@ -17,32 +31,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
 import jsonschema
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from benchmarks import ratelimit
 from scans import scanning
 from scans.grader import proof
-from scans.models import Endpoint, Scan, ScanTrigger
+from scans.models import Endpoint, EndpointMode, PushedReportBody, Scan, ScanStatus, ScanTrigger
+from scans.system_wide import ALL_SCANS
 from tokvera_site import parsers
 
 __all__ = [
+    "PROOF_QUEUE",
+    "PushNotQueued",
     "PushRateLimited",
+    "PushesNotAccepted",
     "ReportRefused",
     "ReportTooLarge",
     "limit",
+    "prove_pending",
     "receive_report",
     "refuse_oversized",
     "report_schema",
 ]
 
+log = logging.getLogger(__name__)
+
 # Package data (a link to docs/report.schema.json in a checkout, the file itself in a wheel).
 SCHEMA_PATH = Path(proof.__file__).resolve().parent / "report.schema.json"
+# The Celery queue of the proof workers (`celery -A tokvera_site worker -Q proofs`).
+PROOF_QUEUE = "proofs"
 
 DEFAULTS = {
     # A default scan's report is about 100 KB; 2,000 requests of 128 tokens at each of four
@@ -51,7 +78,19 @@ DEFAULTS = {
     # New (not replayed) reports per endpoint: one every 5 minutes on average, with bursts.
     "REPORT_PUSH_LIMIT": 12,
     "REPORT_PUSH_WINDOW_S": 3600,
+    # Replays (the same bytes again: a retried upload) per endpoint per REPORT_PUSH_WINDOW_S.
+    # One costs a read and a digest, no proof; the limit keeps a loop of them from adding up.
+    "REPORT_REPLAY_LIMIT": 60,
+    # Bytes of new reports per team per window: 32 maximum-size reports an hour (about 3 CPU-
+    # minutes of proof), or a few thousand default-size ones.
+    "REPORT_TEAM_BYTES": 256 * 1024 * 1024,
+    "REPORT_TEAM_BYTES_WINDOW_S": 3600,
+    # A pushed report no proof worker took within this long is errored by the reaper.
+    "REPORT_PROOF_GRACE_S": 1800,
 }
+
+# How long a proof may run before the reaper calls its worker dead (with the heartbeat).
+PROOF_DEADLINE = timedelta(minutes=10)
 
 
 def limit(name: str) -> int:
@@ -70,11 +109,24 @@ class ReportTooLarge(Exception):
 
 
 class PushRateLimited(Exception):
-    def __init__(self, retry_after_s: int):
+    def __init__(self, message: str, retry_after_s: int):
         self.retry_after_s = retry_after_s
-        super().__init__(f"at most {limit('REPORT_PUSH_LIMIT')} reports per "
-                         f"{limit('REPORT_PUSH_WINDOW_S')} s for one endpoint; try again in "
-                         f"{retry_after_s} s")
+        super().__init__(f"{message}; try again in {retry_after_s} s")
+
+
+class PushesNotAccepted(Exception):
+    """A scheduled endpoint that does not take pushed reports."""
+
+    def __init__(self):
+        super().__init__("this endpoint is scanned by the site on a schedule and does not accept "
+                         "pushed reports; turn on accepts_pushes to take them as well, or make "
+                         "it a pushed endpoint")
+
+
+class PushNotQueued(Exception):
+    """The task queue could not take the proof: nothing was kept."""
+
+    retry_after_s = scanning.BROKER_RETRY_AFTER_S
 
 
 class ReportRefused(Exception):
@@ -88,7 +140,91 @@ class ReportRefused(Exception):
 @dataclass(frozen=True)
 class Received:
     scan: Scan
-    created: bool  # False: this exact report was already stored (a replay)
+    created: bool  # False: this exact report was already received (a replay)
+
+
+def takes_pushes(endpoint: Endpoint) -> bool:
+    return endpoint.mode == EndpointMode.PUSHED or endpoint.accepts_pushes
+
+
+def refuse_oversized(declared_length: str | int | None) -> None:
+    """Raise ReportTooLarge when a request's Content-Length is over the limit, so an oversized
+    upload is refused before its body is read."""
+    try:
+        size = int(declared_length or 0)
+    except ValueError:
+        return  # the body's own length is checked once read
+    if size > limit("REPORT_MAX_BYTES"):
+        raise ReportTooLarge(size)
+
+
+def refuse_unwanted(endpoint: Endpoint) -> None:
+    """Raise PushesNotAccepted for a scheduled endpoint without accepts_pushes (before the body
+    is read)."""
+    if not takes_pushes(endpoint):
+        raise PushesNotAccepted()
+
+
+def receive_report(endpoint: Endpoint, body: bytes) -> Received:
+    """The request's part: the cheap checks, then the body stored with a queued pushed scan and
+    its proof sent to the proof workers (see the module docstring for the order). Raises
+    ReportTooLarge, PushesNotAccepted, PushRateLimited or PushNotQueued; nothing is kept then.
+    Call it outside a transaction: the scan must be committed before a worker can see it."""
+    if len(body) > limit("REPORT_MAX_BYTES"):
+        raise ReportTooLarge(len(body))
+    refuse_unwanted(endpoint)
+    digest = hashlib.sha256(body).hexdigest()
+    window = limit("REPORT_PUSH_WINDOW_S")
+    already = endpoint.scans.filter(report_digest=digest).first()
+    if already is not None:  # a retried upload: the same answer, nothing stored twice
+        allowed, retry_after = ratelimit.allow("report-replay", str(endpoint.public_id),
+                                               limit("REPORT_REPLAY_LIMIT"), window)
+        if not allowed:
+            raise PushRateLimited(f"at most {limit('REPORT_REPLAY_LIMIT')} replays of stored "
+                                  f"reports per {window} s for one endpoint", retry_after)
+        return Received(already, created=False)
+    allowed, retry_after = ratelimit.allow("report-push", str(endpoint.public_id),
+                                           limit("REPORT_PUSH_LIMIT"), window)
+    if not allowed:
+        raise PushRateLimited(f"at most {limit('REPORT_PUSH_LIMIT')} reports per {window} s "
+                              "for one endpoint", retry_after)
+    budget, budget_window = limit("REPORT_TEAM_BYTES"), limit("REPORT_TEAM_BYTES_WINDOW_S")
+    allowed, retry_after = ratelimit.allow_weighted("report-bytes", str(endpoint.team_id),
+                                                    len(body), budget, budget_window)
+    if not allowed:
+        raise PushRateLimited(f"at most {budget} bytes of pushed reports per {budget_window} s "
+                              "for one team", retry_after)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            scan = Scan.objects.for_team(endpoint.team_id).create(
+                endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest,
+                location="pushed", pushed=True,
+                deadline_at=now + timedelta(seconds=limit("REPORT_PROOF_GRACE_S")))
+            PushedReportBody.objects.for_team(endpoint.team_id).create(scan=scan, body=body)
+    except IntegrityError:  # the same upload, racing this one, won
+        return Received(endpoint.scans.get(report_digest=digest), created=False)
+    try:
+        send_proof(scan.pk)
+    except BrokerUnreachable as exc:
+        log.warning("pushed report for endpoint %s not queued: the broker is unreachable (%s)",
+                    endpoint.pk, exc)
+        Scan.objects.for_team(endpoint.team_id).filter(
+            pk=scan.pk, status=ScanStatus.QUEUED).delete()
+        raise PushNotQueued("The task queue is unreachable, so the report was not taken "
+                            "(nothing was kept); try again in "
+                            f"{PushNotQueued.retry_after_s} s.") from None
+    return Received(scan, created=True)
+
+
+def send_proof(scan_id: int) -> None:
+    # Imported here: the task module imports this one (the service it runs).
+    from scans.tasks import prove_pushed_report
+
+    prove_pushed_report.apply_async((scan_id,), queue=PROOF_QUEUE, routing_key=PROOF_QUEUE)
+
+
+# --- on the proof worker ---------------------------------------------------------------------
 
 
 def _parse(body: bytes) -> dict:
@@ -110,44 +246,56 @@ def _validate(report: dict, endpoint: Endpoint) -> None:
     if report["target"]["model"] != endpoint.model:
         raise ReportRefused([f"target.model {report['target']['model']!r} is not this "
                              f"endpoint's model {endpoint.model!r}"])
+    theirs, ours = _origin(report["target"]["base_url"]), _origin(endpoint.base_url)
+    if theirs != ours:
+        raise ReportRefused([f"target.base_url is on {theirs}, not this endpoint's origin "
+                             f"{ours}: the report measured another server"])
 
 
-def refuse_oversized(declared_length: str | int | None) -> None:
-    """Raise ReportTooLarge when a request's Content-Length is over the limit, so an oversized
-    upload is refused before its body is read."""
+def _origin(url: str) -> str:
+    """scheme://host:port, normalised (lower case, the scheme's default port written out)."""
     try:
-        size = int(declared_length or 0)
-    except ValueError:
-        return  # the body's own length is checked once read
-    if size > limit("REPORT_MAX_BYTES"):
-        raise ReportTooLarge(size)
+        return scanning.origin_of(url.strip())
+    except ValueError:  # a port that is not a number
+        return repr(url)
 
 
-def receive_report(endpoint: Endpoint, body: bytes) -> Received:
-    """Check, prove and store one uploaded report (see the module docstring for the order).
-    Raises ReportTooLarge, PushRateLimited or ReportRefused; nothing is stored then."""
-    if len(body) > limit("REPORT_MAX_BYTES"):
-        raise ReportTooLarge(len(body))
-    digest = hashlib.sha256(body).hexdigest()
-    already = endpoint.scans.filter(report_digest=digest).first()
-    if already is not None:  # a retried upload: the same answer, nothing stored twice
-        return Received(already, created=False)
-    allowed, retry_after = ratelimit.allow("report-push", str(endpoint.public_id),
-                                           limit("REPORT_PUSH_LIMIT"),
-                                           limit("REPORT_PUSH_WINDOW_S"))
-    if not allowed:
-        raise PushRateLimited(retry_after)
+def prove(endpoint: Endpoint, body: bytes) -> dict:
+    """The recomputed report, or ReportRefused naming why."""
     report = _parse(body)
     _validate(report, endpoint)
     try:
-        proven = proof.prove(report)
+        return proof.prove(report)
     except (proof.ImpossibleReport, proof.ReportDisagrees) as exc:
         raise ReportRefused([str(exc)]) from None
-    try:
-        with transaction.atomic():
-            scan = Scan.objects.for_team(endpoint.team_id).create(
-                endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest)
-            scan = scanning.store_report(scan, proven, pushed=True)
-    except IntegrityError:  # the same upload, racing this one, won
-        return Received(endpoint.scans.get(report_digest=digest), created=False)
-    return Received(scan, created=True)
+
+
+def prove_pending(scan_id: int) -> str:
+    """Prove one queued pushed report and store it (succeeded) or refuse it (refused, the
+    reasons one per line). Safe to run twice: the scan is claimed by a conditional UPDATE."""
+    now = timezone.now()
+    # A proof worker's step: an id off our own queue names no team until the row is read.
+    claimed = ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED,
+                               trigger=ScanTrigger.PUSH).update(
+        status=ScanStatus.RUNNING, started_at=now, heartbeat_at=now,
+        deadline_at=now + PROOF_DEADLINE)
+    if not claimed:
+        return "not queued"
+    scan = ALL_SCANS.select_related("endpoint").get(pk=scan_id)
+    team = scan.endpoint.team_id
+    bodies = PushedReportBody.objects.for_team(team)
+    body = bodies.filter(scan_id=scan_id).values_list("body", flat=True).first()
+    with scanning.heartbeat(scan_id, team):
+        try:
+            if body is None:
+                raise ReportRefused(["the uploaded report was not kept; push it again"])
+            proven = prove(scan.endpoint, bytes(body))
+        except ReportRefused as exc:
+            Scan.objects.for_team(team).filter(pk=scan_id, status=ScanStatus.RUNNING).update(
+                status=ScanStatus.REFUSED, finished_at=timezone.now(),
+                error_reason="\n".join(exc.messages)[:4000])
+            bodies.filter(scan_id=scan_id).delete()
+            return "refused"
+        scan = scanning.store_report(scan, proven, pushed=True)
+    bodies.filter(scan_id=scan_id).delete()
+    return scan.status

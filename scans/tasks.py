@@ -8,14 +8,14 @@ from celery import shared_task
 from django.utils import timezone
 
 from accounts.models import Invitation
-from scans import scanning, scheduling
+from scans import pushes, scanning, scheduling
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
 from scans.alerts import send_alert, send_webhook
 
-__all__ = ["delete_expired_invitations", "enqueue_due_scans", "reap_scans", "run_scan",
-           "send_alert", "send_webhook"]
+__all__ = ["delete_expired_invitations", "enqueue_due_scans", "prove_pushed_report",
+           "reap_scans", "run_scan", "send_alert", "send_webhook"]
 
 log = logging.getLogger(__name__)
 
@@ -61,3 +61,10 @@ def run_scan(self, scan_id: int) -> str:
                     scan_id, queue)
         return "not a scan queue"
     return scanning.run_queued(scan_id, location)
+
+
+@shared_task(acks_late=True, queue=pushes.PROOF_QUEUE)  # idempotent: a conditional claim
+def prove_pushed_report(scan_id: int) -> str:
+    """Prove and store (or refuse) one uploaded report, on the proof workers (queue "proofs",
+    scans/pushes.py): the CPU-heavy part of a push, kept off the web's request threads."""
+    return pushes.prove_pending(scan_id)
