@@ -27,7 +27,23 @@ def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:
     return count <= limit, retry_after
 
 
-def _count(cache_key: str, window_s: int) -> int:
+def allow_weighted(scope: str, key: str, weight: int, limit: int,
+                   window_s: int) -> tuple[bool, int]:
+    """Count `weight` units (bytes, say) at once; allowed while the window's total, this call
+    included, is at most `limit`. Same window, failing open and return as allow()."""
+    now = time.time()
+    window = int(now // window_s)
+    cache_key = f"benchmarks:rate:{scope}:{key}:{window}"
+    retry_after = max(1, int((window + 1) * window_s - now))
+    try:
+        count = _count(cache_key, window_s, max(0, int(weight)))
+    except CACHE_ERRORS as exc:
+        warn(f"{scope} rate limit not applied", exc)
+        return True, retry_after
+    return count <= limit, retry_after
+
+
+def _count(cache_key: str, window_s: int, weight: int = 1) -> int:
     client = _redis_client()
     if client is not None:
         # One round trip: create the window's counter with its expiry unless it exists, then
@@ -36,14 +52,14 @@ def _count(cache_key: str, window_s: int) -> int:
         key = cache.make_and_validate_key(cache_key)
         pipe = client.pipeline(transaction=False)
         pipe.set(key, 0, ex=window_s + 1, nx=True)
-        pipe.incr(key)
+        pipe.incr(key, weight)
         return pipe.execute()[1]
     try:
-        return cache.incr(cache_key)  # one round trip in the common case
+        return cache.incr(cache_key, weight)  # one round trip in the common case
     except ValueError:  # first call of this window
-        if cache.add(cache_key, 1, timeout=window_s + 1):
-            return 1
-        return cache.incr(cache_key)  # another worker created it between our two calls
+        if cache.add(cache_key, weight, timeout=window_s + 1):
+            return weight
+        return cache.incr(cache_key, weight)  # another worker created it between our two calls
 
 
 def _redis_client():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.db.models import OuterRef, Subquery
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
@@ -23,7 +24,7 @@ from accounts import encryption, teams
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from scans import pushes, scanning, scheduling
+from scans import endpoint_limits, pushes, scanning, scheduling
 from scans import state as endpoint_state
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
@@ -73,7 +74,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
-            "locations", "next_scan_at", "created_at", "latest_scan", "state",
+            "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
+            "state",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
         # Prices as JSON numbers, not the strings DRF gives decimals by default.
@@ -283,6 +285,10 @@ class EndpointViewSet(
             raise exceptions.NotFound(str(exc)) from None
         except teams.ReadOnlyInTeam as exc:
             raise exceptions.PermissionDenied(str(exc)) from None
+        try:
+            endpoint_limits.check_room_for_endpoint(team.pk)
+        except endpoint_limits.TooManyEndpoints as exc:
+            raise exceptions.ValidationError({"team": [str(exc)]}) from None
         serializer.save(team=team)
 
     @extend_schema(parameters=TIME_PARAMS, responses=ScanSerializer(many=True))
@@ -357,28 +363,40 @@ class EndpointViewSet(
                          "points": [p.as_dict() for p in points]})
 
     @extend_schema(request=OpenApiTypes.OBJECT,
-                   responses={200: ScanSerializer, 201: ScanSerializer, 400: OpenApiTypes.OBJECT,
-                              413: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT})
+                   responses={200: ScanSerializer, 202: ScanSerializer, 409: OpenApiTypes.OBJECT,
+                              413: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT,
+                              503: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="reports")
     def reports(self, request, public_id=None):
-        """Upload a report made by `tokvera scan --publish` inside a private network. Every
-        check is recomputed here from the report's own samples; a report whose claims its
-        samples do not give is refused (400). 200: this exact report was already stored.
-        413: over the size limit. 429: too many reports for this endpoint (Retry-After)."""
+        """Upload a report made by `tokvera scan --publish` inside a private network. 202: taken;
+        the proof workers recompute every check from the report's own samples, and the scan at
+        `Location` (`GET /api/v1/scans/{id}`) becomes `succeeded` with the site's grade or
+        `refused` with the reasons in `error_reason`, one per line. 200: this exact report was
+        already received (its scan, whatever its status). 409: a scheduled endpoint without
+        `accepts_pushes`. 413: over the size limit. 429: too many reports for this endpoint,
+        too many replays, or the team's bytes per hour spent (Retry-After). 503: the task
+        queue is unreachable; nothing was kept (Retry-After)."""
         endpoint = self.get_object()
         try:
             pushes.refuse_oversized(request.META.get("CONTENT_LENGTH"))  # before reading it
+            pushes.refuse_unwanted(endpoint)  # before reading it
             received = pushes.receive_report(endpoint, request.body)
         except pushes.ReportTooLarge as exc:
             return Response({"report": [str(exc)]},
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        except pushes.PushesNotAccepted as exc:
+            return Response({"report": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         except pushes.PushRateLimited as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(exc.retry_after_s)})
-        except pushes.ReportRefused as exc:
-            raise exceptions.ValidationError({"report": exc.messages}) from None
-        return Response(ScanSerializer(received.scan).data,
-                        status=status.HTTP_201_CREATED if received.created else status.HTTP_200_OK)
+        except pushes.PushNotQueued as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            headers={"Retry-After": str(exc.retry_after_s)})
+        url = request.build_absolute_uri(
+            reverse("api-scan-detail", kwargs={"public_id": received.scan.public_id}))
+        return Response({**ScanSerializer(received.scan).data, "url": url},
+                        status=status.HTTP_202_ACCEPTED if received.created else status.HTTP_200_OK,
+                        headers={"Location": url})
 
 
 class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):

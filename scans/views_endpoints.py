@@ -129,7 +129,7 @@ def _dashboard_key(sort: str, states: dict):
 @login_required
 def endpoint_create(request, slug):
     team = team_to_create_in(request, slug)
-    form = EndpointForm(request.POST or None, request.FILES or None)
+    form = EndpointForm(request.POST or None, request.FILES or None, team=team)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             endpoint = form.save(commit=False)
