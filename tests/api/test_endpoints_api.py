@@ -135,9 +135,10 @@ def test_stored_report_is_served_back_whole(world, api):
     assert summary["scoring_version"] == "0.9.0" and summary["provisional"] is True
 
 
-def test_a_pushed_report_is_regraded_here_not_trusted(world, api):
+def test_a_pushed_report_is_regraded_here_not_trusted(world, api, eager_tasks):
     endpoint = make_endpoint(world.team, mode="pushed")
     forged = measured_report(error_rate=1.0)  # every request failed: the samples give F
+    forged["target"]["base_url"] = endpoint.base_url
     forged["score"]["grade"] = "A"
     forged["score"]["points"] = 99.0
     forged["score"]["caps_applied"] = []
@@ -146,32 +147,36 @@ def test_a_pushed_report_is_regraded_here_not_trusted(world, api):
             check["status"] = "pass"
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
     response = api.post(url, forged, format="json", **bearer(world.read_write_token))
-    assert response.status_code == 201, response.json()
-    assert response.json()["grade"] == "F"  # error_rate 1.0 caps at F
+    assert response.status_code == 202, response.json()  # proven by the proof task (eager)
     scan = Scan.dangerously_unscoped.get(public_id=response.json()["id"])
+    assert scan.grade == "F"  # error_rate 1.0 caps at F
     assert scan.pushed and scan.tool_version == forged["tool_version"]
     assert CheckResult.dangerously_unscoped.get(scan=scan, check_id="error_rate").status == "fail"
 
 
-def test_a_pushed_report_that_breaks_the_schema_is_refused_and_nothing_is_stored(world, api):
+def test_a_pushed_report_that_breaks_the_schema_is_refused_and_nothing_is_stored(
+        world, api, eager_tasks):
     endpoint = make_endpoint(world.team, mode="pushed")
     report = make_report()
     report["target"]["api_key"] = "sk-leak"
     del report["levels"]
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
     response = api.post(url, report, format="json", **bearer(world.read_write_token))
-    assert response.status_code == 400
-    messages = " ".join(response.json()["report"])
-    assert "levels" in messages and "api_key" in messages
-    assert not Scan.dangerously_unscoped.filter(endpoint=endpoint).exists()
+    assert response.status_code == 202  # refused by the proof task (eager here)
+    scan = Scan.dangerously_unscoped.get(endpoint=endpoint)
+    assert scan.status == "refused" and scan.report is None
+    assert "levels" in scan.error_reason and "api_key" in scan.error_reason
+    assert not CheckResult.dangerously_unscoped.filter(endpoint=endpoint).exists()
 
 
-def test_a_pushed_report_for_another_model_is_refused(world, api):
+def test_a_pushed_report_for_another_model_is_refused(world, api, eager_tasks):
     endpoint = make_endpoint(world.team, mode="pushed", model="big-model")
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
     response = api.post(url, make_report(model="tiny"), format="json",
                         **bearer(world.read_write_token))
-    assert response.status_code == 400 and "big-model" in response.json()["report"][0]
+    assert response.status_code == 202
+    scan = api.get(response["Location"], **bearer(world.read_write_token)).json()
+    assert scan["status"] == "refused" and "big-model" in scan["error_reason"]
 
 
 def test_a_malformed_id_is_404(world, api):
@@ -259,15 +264,17 @@ def test_the_webhook_url_is_write_only(world, api):
     assert response.json()["has_webhook"] is True
 
 
-def test_a_report_pushed_twice_is_stored_once(world, api):
+def test_a_report_pushed_twice_is_stored_once(world, api, eager_tasks):
     endpoint = make_endpoint(world.team, mode="pushed")
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
     report = measured_report()
+    report["target"]["base_url"] = endpoint.base_url
     first = api.post(url, report, format="json", **bearer(world.read_write_token))
     again = api.post(url, report, format="json", **bearer(world.read_write_token))
-    assert (first.status_code, again.status_code) == (201, 200)
+    assert (first.status_code, again.status_code) == (202, 200)
     assert first.json()["id"] == again.json()["id"]
+    assert again.json()["status"] == "succeeded"
     assert Scan.dangerously_unscoped.filter(endpoint=endpoint).count() == 1
     other = measured_report(variant=1)
     assert api.post(url, other, format="json",
-                    **bearer(world.read_write_token)).status_code == 201
+                    **bearer(world.read_write_token)).status_code == 202

@@ -18,7 +18,7 @@ from tests.conftest import bearer
 from tests.factories import measured_report
 from tests.pages.conftest import GRADE_B, scan_at
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
 
 def _badge(endpoint):
@@ -29,10 +29,18 @@ def _badge(endpoint):
 
 
 def _push_an_a(world, api, endpoint):
+    # A scheduled endpoint takes pushes only with accepts_pushes, and only reports measured at
+    # its own origin (issue 19); the proof runs in-process here (eager tasks).
+    type(endpoint).dangerously_unscoped.filter(pk=endpoint.pk).update(accepts_pushes=True)
+    report = measured_report()
+    report["target"]["base_url"] = endpoint.base_url
     url = reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id})
-    response = api.post(url, data=json.dumps(measured_report()), content_type="application/json",
+    response = api.post(url, data=json.dumps(report), content_type="application/json",
                         **bearer(world.read_write_token))
-    assert response.status_code == 201 and response.json()["grade"] == "A"
+    assert response.status_code == 202
+    scan = api.get(response["Location"], **bearer(world.read_write_token)).json()
+    assert (scan["status"], scan["grade"]) == ("succeeded", "A")
+
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """JSON nested too deep is a 400, never a RecursionError 500 (issue 10, finding 12): on the
-host heartbeat (and every API view) through tokvera_site/parsers.py, and on the report upload,
-which reads its body itself (scans/pushes.py) so that it can limit its size before parsing."""
+host heartbeat (and every API view) through tokvera_site/parsers.py; the report upload reads its
+body itself (scans/pushes.py) so that it can limit its size before parsing, and its proof task
+refuses it with the same rule."""
 
 from __future__ import annotations
 
@@ -25,13 +26,15 @@ def post(api, path, body, token):
 
 @pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT, JUST_OVER],
                          ids=["100000-deep-array", "100000-deep-object", "just-over-the-limit"])
-def test_a_deeply_nested_report_upload_is_a_400(world, api, body):
+def test_a_deeply_nested_report_upload_is_refused(world, api, body, eager_tasks):
+    """The upload is taken (202) and parsed by the proof task (issue 19): in-process here."""
     endpoint = make_endpoint(world.team, mode="pushed")
     response = post(api, f"/api/v1/endpoints/{endpoint.public_id}/reports", body,
                     world.read_write_token)
-    assert response.status_code == 400
-    assert response.json()["report"]
-    assert not endpoint.scans.exists()
+    assert response.status_code == 202
+    scan = endpoint.scans.get()
+    assert scan.status == "refused" and scan.report is None
+    assert scan.error_reason == TOO_DEEP
 
 
 @pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT, JUST_OVER],
