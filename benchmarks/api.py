@@ -81,6 +81,43 @@ class FailSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=190)
 
 
+# What the host calls answer (documentation: the views build these dicts themselves).
+
+
+class JobMessageSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    content = serializers.CharField()
+
+
+class JobForHostSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=JobStatus.choices)
+    model = serializers.CharField()
+    messages = JobMessageSerializer(many=True)
+    max_tokens = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class JobStateSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=JobStatus.choices)
+    started_at = serializers.DateTimeField(allow_null=True)
+    settled_at = serializers.DateTimeField(allow_null=True)
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    failure_reason = serializers.CharField(allow_null=True)
+
+
+class CompletedJobSerializer(JobStateSerializer):
+    next = JobForHostSerializer(allow_null=True, required=False, help_text=(
+        "Only when lease_next was asked for: the host's next job, already started, or null."))
+
+
+JOB_CONFLICT = OpenApiResponse(description="The job is not in a state this call can change "
+                                           "(e.g. already settled).")
+NOT_YOUR_JOB = OpenApiResponse(description="No such job, or it is not leased to this host.")
+
+
 def _too_many(detail: str, code: str, retry_after: int, **extra) -> Response:
     return Response({"detail": detail, "code": code, **extra},
                     status=status.HTTP_429_TOO_MANY_REQUESTS,
@@ -167,6 +204,58 @@ def heartbeat(request):
 HEARTBEAT_MAX_BYTES = 64 * 1024  # 64 catalog ids and the hardware fit many times over
 
 
+# The heartbeat in the API schema: what `_heartbeat_body` takes and `answer_heartbeat` gives.
+
+
+class HeartbeatHardwareSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(required=False, max_length=100, allow_blank=True)
+    vram_mb = StrictIntegerField(required=False, min_value=0, max_value=2**31 - 1)
+    cpu_model = serializers.CharField(required=False, max_length=100, allow_blank=True)
+    ram_mb = StrictIntegerField(required=False, min_value=0, max_value=2**31 - 1)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    models = serializers.ListField(
+        child=serializers.RegexField(r"^[^\u0000]*\S[^\u0000]*$", max_length=64),
+        max_length=64, help_text="The catalog ids this host serves (at most 64).")
+    hardware = HeartbeatHardwareSerializer(required=False)
+    slots = StrictIntegerField(required=False, default=1, min_value=1,
+                               max_value=policy.DEFAULTS["NETWORK_MAX_SLOTS"],
+                               help_text="Jobs it can run at once (at most NETWORK_MAX_SLOTS).")
+
+
+class HeartbeatAnswerSerializer(serializers.Serializer):
+    online = serializers.BooleanField()
+    heartbeat_interval_s = serializers.IntegerField(help_text="Send the next one within this.")
+    models = serializers.ListField(child=serializers.CharField())
+    slots = serializers.IntegerField()
+    trust_level = serializers.CharField()
+    suspended = serializers.BooleanField()
+
+
+class HeartbeatSchemaView(APIView):
+    """Describes POST /v1/hosts/heartbeat to the API schema only (tokvera_site/api_schema.py
+    add_plain_views): the call itself is the plain view `heartbeat` above, or under gunicorn
+    benchmarks/heartbeat_wsgi.py, never DRF."""
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsHost]
+
+    @extend_schema(
+        operation_id="hosts_heartbeat",
+        request=HeartbeatSerializer,
+        responses={200: HeartbeatAnswerSerializer, 400: OpenApiResponse(description=(
+            "Refused: `detail` says why (not JSON, over 64 KiB, a field out of range); "
+            "`unknown_models` lists ids the catalog does not have."))},
+        description="Record a heartbeat: the catalog ids the host serves, its hardware and "
+                    "free slots. Rate-limited per host token (429 with Retry-After).")
+    def post(self, request):
+        raise exceptions.MethodNotAllowed("POST")  # never routed: see `heartbeat`
+
+
+heartbeat.openapi_view = HeartbeatSchemaView.as_view()  # type: ignore[attr-defined]
+
+
 def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
                      ) -> tuple[int, dict, dict[str, str]]:
     """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
@@ -231,8 +320,9 @@ class LeaseSerializer(serializers.Serializer):
 
 
 class LeaseView(HostView):
-    @extend_schema(request=LeaseSerializer, responses={200: OpenApiResponse(description="a job"),
-                                                       204: OpenApiResponse(description="no job for you")})
+    @extend_schema(request=LeaseSerializer, responses={
+        200: OpenApiResponse(JobForHostSerializer, description="the next job for this host"),
+        204: OpenApiResponse(description="no job for you")})
     def post(self, request):
         """The next job assigned to this host (after an assignment pass), or 204."""
         limited = _rate_limited(self.host, "lease")
@@ -268,7 +358,9 @@ def _job_error(exc: jobs.JobError) -> Response:
 
 
 class JobStartView(HostView):
-    @extend_schema(request=None, responses={200: OpenApiResponse(description="running")})
+    @extend_schema(request=None, responses={
+        200: OpenApiResponse(JobStateSerializer, description="running"),
+        404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
         try:
             job = flows.start(self.host, job_id)
@@ -278,7 +370,9 @@ class JobStartView(HostView):
 
 
 class JobCompleteView(HostView):
-    @extend_schema(request=CompleteSerializer, responses={200: OpenApiResponse(description="completed")})
+    @extend_schema(request=CompleteSerializer, responses={
+        200: OpenApiResponse(CompletedJobSerializer, description="completed"),
+        404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
         body = CompleteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -299,7 +393,9 @@ class JobCompleteView(HostView):
 
 
 class JobFailView(HostView):
-    @extend_schema(request=FailSerializer, responses={200: OpenApiResponse(description="failed")})
+    @extend_schema(request=FailSerializer, responses={
+        200: OpenApiResponse(JobStateSerializer, description="failed"),
+        404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
         body = FailSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -66,6 +66,20 @@ class EndpointSerializer(serializers.ModelSerializer):
     latest_scan = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField()
 
+    # Limits enforced by validate_profile (answered as `scan_profile`) and the validate_<field>
+    # methods below, stated for the API schema only (tokvera_site/api_schema.py).
+    schema_limits = {
+        "levels": {"maxItems": scanning.SITE_MAX_LEVELS,
+                   "items": {"minimum": 1, "maximum": scanning.SITE_MAX_LEVEL}},
+        "requests_per_level": {"minimum": 1, "maximum": scanning.SITE_MAX_REQUESTS_PER_SCAN},
+        "max_tokens": {"minimum": 1, "maximum": scanning.SITE_MAX_TOKENS},
+        "timeout_s": {"exclusiveMinimum": 0, "maximum": scanning.SITE_MAX_TIMEOUT_S},
+        "price_input_per_mtok": {"minimum": 0},
+        "price_output_per_mtok": {"minimum": 0},
+        "slo_error_rate": {"minimum": 0, "maximum": 1},
+        "slo_objective": {"exclusiveMinimum": 0, "maximum": 1},
+    }
+
     class Meta:
         model = Endpoint
         fields = [
@@ -89,7 +103,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object", "properties": {
         "state": {"type": "string", "enum": list(endpoint_state.LABELS)},
         "label": {"type": "string"}, "cause": {"type": "string"},
-        "scan": {"type": "string", "format": "uuid", "nullable": True}}})
+        "scan": {"type": ["string", "null"], "format": "uuid"}},
+        "required": ["state", "label", "cause", "scan"]})
     def get_state(self, endpoint) -> dict:
         """The endpoint's state and its cause (README, "Endpoint states")."""
         states = self.context.get("states")

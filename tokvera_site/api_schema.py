@@ -26,11 +26,15 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent, force_instance
 from rest_framework import permissions, serializers
 
+from accounts.validators import validate_one_line
+
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 API_PREFIXES = ("/api/", "/v1/")
 # No U+0000 anywhere in a string (PostgreSQL cannot store it; the parser refuses it with 400).
 NO_NUL = "^[^\\u0000]*$"
+# accounts/validators.validate_one_line: no control character (Cc) or line/paragraph separator.
+ONE_LINE = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]*$"
 
 ERROR = {
     "type": "object",
@@ -102,6 +106,37 @@ class ErrorDocumentingSchema(AutoSchema):
                 documented.setdefault("headers", {}).setdefault(name, header)
         return dict(sorted(responses.items()))
 
+    def _map_basic_serializer(self, serializer, direction):
+        """A serializer's `schema_limits` ({field: {keyword: value}}) state limits that its
+        validate methods enforce (a number's bounds, a list's length) in the field's schema."""
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction != "request":  # what was stored before a limit came in is still shown
+            return schema
+        for name, limits in getattr(serializer, "schema_limits", {}).items():
+            if name in schema.get("properties", {}):
+                _merge_limits(schema["properties"][name], limits)
+        return schema
+
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        """Limits the serializers enforce that drf-spectacular leaves out of the schema."""
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if not isinstance(schema, dict):
+            return schema
+        if isinstance(field, serializers.ListSerializer):  # `many=True` of a nested serializer
+            if not field.allow_empty:
+                schema.setdefault("minItems", max(1, field.min_length or 0))
+            elif field.min_length is not None:
+                schema.setdefault("minItems", field.min_length)
+            if field.max_length is not None:
+                schema.setdefault("maxItems", field.max_length)
+        if (isinstance(field, serializers.DecimalField) and direction == "request"
+                and not field.coerce_to_string and field.decimal_places is not None):
+            # More decimal places than the column keeps are refused, not rounded.
+            schema.setdefault("multipleOf", float(f"1e-{field.decimal_places}"))
+        if validate_one_line in getattr(field, "validators", []) and schema.get("type") == "string":
+            schema.setdefault("pattern", ONE_LINE)
+        return schema
+
     def _error_codes(self) -> list[str]:
         codes = []
         has_query = any(p.get("in") == "query" for p in self._get_parameters())
@@ -161,6 +196,18 @@ class ErrorDocumentingSchema(AutoSchema):
         return component.ref
 
 
+def _merge_limits(schema: dict, limits: dict) -> None:
+    for given, replaced in (("exclusiveMinimum", "minimum"), ("minimum", "exclusiveMinimum"),
+                            ("exclusiveMaximum", "maximum"), ("maximum", "exclusiveMaximum")):
+        if given in limits:
+            schema.pop(replaced, None)
+    for keyword, value in limits.items():
+        if isinstance(value, dict) and isinstance(schema.get(keyword), dict):
+            _merge_limits(schema[keyword], value)
+        else:
+            schema[keyword] = value
+
+
 # --- plain Django views that are part of the API ----------------------------------------------
 
 
@@ -199,30 +246,41 @@ def refuse_nul_in_requests(result, generator, request, public):
     seen: set[str] = set()
 
     def visit(node: Any) -> None:
-        if isinstance(node, list):
-            for item in node:
-                visit(item)
-            return
         if not isinstance(node, dict):
             return
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+        if isinstance(ref, str):
             name = ref.rsplit("/", 1)[1]
-            if name not in seen and name in schemas:
+            if ref.startswith("#/components/schemas/") and name not in seen and name in schemas:
                 seen.add(name)
                 visit(schemas[name])
             return
-        if node.get("type") == "string" and "pattern" not in node and "enum" not in node \
+        if node.get("oneOf") and {} in node["oneOf"]:  # "anything or null" is just anything
+            del node["oneOf"]
+        types = node.get("type")
+        types = set(types) if isinstance(types, list) else {types}
+        if "string" in types and not {"pattern", "enum"} & set(node) \
                 and node.get("format") not in {"uuid", "date-time", "date", "uri", "email"}:
             node["pattern"] = NO_NUL
-        if node.get("type") == "object" and node.get("additionalProperties") not in (None, False):
+        free_form = node.get("additionalProperties") not in (None, False)
+        if ("object" in types and free_form) or types == {None} and not node.keys() - {
+                "description", "default", "readOnly", "writeOnly", "title"}:
             node.setdefault("propertyNames", {"pattern": NO_NUL})
-        for key, value in node.items():
-            if key not in {"example", "examples", "default", "enum"}:
-                visit(value)
+        for child in (node.get("properties") or {}).values():
+            visit(child)
+        for keyword in ("items", "additionalProperties", "not"):
+            visit(node.get(keyword))
+        for keyword in ("oneOf", "anyOf", "allOf"):
+            for child in node.get(keyword) or []:
+                visit(child)
 
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
-            if isinstance(operation, dict) and "requestBody" in operation:
-                visit(operation["requestBody"])
+            if not isinstance(operation, dict):
+                continue
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                visit(media.get("schema"))
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "query":
+                    visit(parameter.get("schema"))  # a query string cannot carry NUL either
     return result

@@ -205,6 +205,8 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["tokvera_site.api_schema.add_plain_views"],
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "tokvera_site.api_schema.refuse_nul_in_requests"],
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "benchmarks.models.JobStatus",
+                            "ScanStatusEnum": "scans.models.ScanStatus"},
 }
 
 # Celery. One beat process only (the run command starts exactly one); the schedule lives in
