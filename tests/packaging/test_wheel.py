@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
-from tests.processes import accepts
+from tests.processes import accepts, running
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("accounts", "scans", "benchmarks", "tokvera_site")
@@ -134,7 +134,13 @@ def test_the_installed_cli_scans_the_installed_target_and_the_installed_site_tak
                    _clean_env(), tmp_path, target_port, "target"),
           _serving([str(installed / "python"), "-m", "gunicorn", "tokvera_site.wsgi", "--bind",
                     f"127.0.0.1:{site_port}", "--workers", "1", "--timeout", "60"],
-                   site_env, tmp_path, site_port, "site") as site_log):
+                   site_env, tmp_path, site_port, "site") as site_log,
+          # The proof worker: a pushed report is proven there, and the CLI waits for it
+          # (issue 19). The embedded broker's message files are shared through TOKVERA_VAR_DIR.
+          running([str(installed / "python"), "-m", "celery", "-A", "tokvera_site", "worker",
+                   "-Q", "proofs", "--pool", "solo", "--without-gossip", "--without-mingle",
+                   "--without-heartbeat", "-l", "WARNING"],
+                  site_env, tmp_path / "proofs.log", cwd=tmp_path)):
         api = httpx.Client(base_url=site, headers={"Authorization": f"Bearer {token}"},
                            trust_env=False, timeout=30)
         created = api.post("/api/v1/endpoints/", json={
