@@ -123,12 +123,15 @@ class ErrorDocumentingSchema(AutoSchema):
         if not isinstance(schema, dict):
             return schema
         if isinstance(field, serializers.ListSerializer):  # `many=True` of a nested serializer
+            # (DRF keeps min_length/max_length on it; its stubs do not know them.)
+            min_length = getattr(field, "min_length", None)
+            max_length = getattr(field, "max_length", None)
             if not field.allow_empty:
-                schema.setdefault("minItems", max(1, field.min_length or 0))
-            elif field.min_length is not None:
-                schema.setdefault("minItems", field.min_length)
-            if field.max_length is not None:
-                schema.setdefault("maxItems", field.max_length)
+                schema.setdefault("minItems", max(1, min_length or 0))
+            elif min_length is not None:
+                schema.setdefault("minItems", min_length)
+            if max_length is not None:
+                schema.setdefault("maxItems", max_length)
         if (isinstance(field, serializers.DecimalField) and direction == "request"
                 and not field.coerce_to_string and field.decimal_places is not None):
             # More decimal places than the column keeps are refused, not rounded.
@@ -240,47 +243,56 @@ def add_plain_views(endpoints):
 
 
 def refuse_nul_in_requests(result, generator, request, public):
-    """Postprocessing hook: every string a request body may carry, and every key of a
-    free-form object in one, refuses U+0000 (tokvera_site/parsers.py answers 400)."""
-    schemas = result.get("components", {}).get("schemas", {})
-    seen: set[str] = set()
-
-    def visit(node: Any) -> None:
-        if not isinstance(node, dict):
-            return
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            name = ref.rsplit("/", 1)[1]
-            if ref.startswith("#/components/schemas/") and name not in seen and name in schemas:
-                seen.add(name)
-                visit(schemas[name])
-            return
-        if node.get("oneOf") and {} in node["oneOf"]:  # "anything or null" is just anything
-            del node["oneOf"]
-        types = node.get("type")
-        types = set(types) if isinstance(types, list) else {types}
-        if "string" in types and not {"pattern", "enum"} & set(node) \
-                and node.get("format") not in {"uuid", "date-time", "date", "uri", "email"}:
-            node["pattern"] = NO_NUL
-        free_form = node.get("additionalProperties") not in (None, False)
-        if ("object" in types and free_form) or types == {None} and not node.keys() - {
-                "description", "default", "readOnly", "writeOnly", "title"}:
-            node.setdefault("propertyNames", {"pattern": NO_NUL})
-        for child in (node.get("properties") or {}).values():
-            visit(child)
-        for keyword in ("items", "additionalProperties", "not"):
-            visit(node.get(keyword))
-        for keyword in ("oneOf", "anyOf", "allOf"):
-            for child in node.get(keyword) or []:
-                visit(child)
-
+    """Postprocessing hook: every string a request body or query parameter may carry, and
+    every key of a free-form object in a body, refuses U+0000 (tokvera_site/parsers.py)."""
+    rule = _NoNul(result.get("components", {}).get("schemas", {}))
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             if not isinstance(operation, dict):
                 continue
             for media in operation.get("requestBody", {}).get("content", {}).values():
-                visit(media.get("schema"))
+                rule.visit(media.get("schema"))
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") == "query":
-                    visit(parameter.get("schema"))  # a query string cannot carry NUL either
+                    rule.visit(parameter.get("schema"))
     return result
+
+
+class _NoNul:
+    PLAIN_FORMATS = {"uuid", "date-time", "date", "uri", "email"}
+    ANNOTATIONS = {"description", "default", "readOnly", "writeOnly", "title"}
+
+    def __init__(self, schemas: dict):
+        self.schemas = schemas
+        self.seen: set[str] = set()
+
+    def visit(self, node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[1]
+            if ref.startswith("#/components/schemas/") and name not in self.seen \
+                    and name in self.schemas:
+                self.seen.add(name)
+                self.visit(self.schemas[name])
+            return
+        self.constrain(node)
+        children = [*(node.get("properties") or {}).values(),
+                    *(node.get(k) for k in ("items", "additionalProperties", "not")),
+                    *(c for k in ("oneOf", "anyOf", "allOf") for c in node.get(k) or [])]
+        for child in children:
+            self.visit(child)
+
+    def constrain(self, node: dict) -> None:
+        if node.get("oneOf") and {} in node["oneOf"]:  # "anything or null" is just anything
+            del node["oneOf"]
+        raw = node.get("type")
+        types = set(raw) if isinstance(raw, list) else {raw}
+        if "string" in types and not {"pattern", "enum"} & set(node) \
+                and node.get("format") not in self.PLAIN_FORMATS:
+            node["pattern"] = NO_NUL
+        free_form = "object" in types and node.get("additionalProperties") not in (None, False)
+        anything = types == {None} and not node.keys() - self.ANNOTATIONS
+        if free_form or anything:
+            node.setdefault("propertyNames", {"pattern": NO_NUL})

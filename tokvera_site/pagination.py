@@ -54,7 +54,7 @@ class StrictCursorPagination(CursorPagination):
                 model._meta.get_field(name).to_python(cursor.position)
             except (DjangoValidationError, FieldDoesNotExist, ValueError, TypeError):
                 raise refused from None
-            if "\x00" in cursor.position:
+            if "\x00" in str(cursor.position):
                 raise refused
         return cursor
 

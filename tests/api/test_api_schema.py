@@ -142,9 +142,17 @@ def test_the_cursors_the_api_gives_out_still_work(world, api):
     assert second.status_code == 200 and len(second.json()["results"]) == 1
 
 
-@pytest.mark.parametrize("query", [{"since": "yesterday"}, {"until": "2026-13-01T00:00:00Z"}])
+@pytest.mark.parametrize("query", [
+    {"since": "yesterday"}, {"until": "2026-13-01T00:00:00Z"},
+    # Parsed, but out of the database's reach: these were 500s (found by Schemathesis).
+    {"since": "0180-04-27T14:43:30.0+23:19"}, {"since": "0001-01-01T00:00:00+23:00"},
+    {"until": "9999-12-31T23:59:59-23:00"},
+])
 def test_bad_time_filters_are_refused(world, api, query):
     endpoint = make_endpoint(world.team)
-    response = api.get(f"/api/v1/endpoints/{endpoint.public_id}/scans/", query,
-                       **bearer(world.read_only_token))
-    assert response.status_code == 400 and set(query) <= set(response.json())
+    make_scan(endpoint)
+    for url, extra in ((f"/api/v1/endpoints/{endpoint.public_id}/scans/", {}),
+                       (f"/api/v1/endpoints/{endpoint.public_id}/history/", {"check": "error_rate"})):
+        response = api.get(url, {**query, **extra}, **bearer(world.read_only_token))
+        assert response.status_code == 400, (url, response.content)
+        assert set(query) <= set(response.json())
