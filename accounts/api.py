@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
+from accounts.validators import validate_one_line
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -19,6 +20,8 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["slug", "name", "role", "created_at", "badge_site_measured_only"]
         read_only_fields = ["slug", "role", "created_at"]
+        # A team name is one line, as at team creation (the schema states it: issue 19).
+        extra_kwargs = {"name": {"validators": [validate_one_line]}}
 
     def get_role(self, team) -> str | None:
         return Access.for_request(self.context["request"]).role_in(team.pk)

@@ -156,3 +156,12 @@ def test_bad_time_filters_are_refused(world, api, query):
         response = api.get(url, {**query, **extra}, **bearer(world.read_only_token))
         assert response.status_code == 400, (url, response.content)
         assert set(query) <= set(response.json())
+
+
+def test_a_team_rename_through_the_api_is_one_line_as_the_schema_says(world, api, schema):
+    rename = _request_schema(schema, "/api/v1/teams/{slug}/", "patch")
+    assert "\\u0000" in rename["properties"]["name"]["pattern"]
+    api.force_authenticate(world.owner)
+    response = api.patch(f"/api/v1/teams/{world.team.slug}/", {"name": "Acme\nBcc: x"},
+                         format="json")
+    assert response.status_code == 400 and "name" in response.json()
