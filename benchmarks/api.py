@@ -472,6 +472,9 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         429: OpenApiResponse(description="Over the team's submission rate or its cap on unsettled "
                                          "jobs (code rate_limited / too_many_unsettled_jobs); "
                                          "see Retry-After. No job is created."),
+        503: OpenApiResponse(description="No online host serves the model (code no_host_online), "
+                                         "or the database is unreachable (database_unavailable); "
+                                         "see Retry-After. No job is created."),
     })
     def create(self, request):
         raw_team = request.data.get("team") if isinstance(request.data, dict) else None
@@ -496,6 +499,10 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         except jobs.TooManyUnsettledJobs as exc:
             return _too_many(str(exc), "too_many_unsettled_jobs",
                              policy.value("NETWORK_UNSETTLED_RETRY_AFTER_S"), limit=exc.limit)
+        except jobs.NoHostOnline as exc:
+            return Response({"detail": str(exc), "code": "no_host_online", "model": exc.model_id},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            headers={"Retry-After": str(policy.value("NETWORK_NO_HOST_RETRY_AFTER_S"))})
         # The pass may have assigned it already: report the status it has now.
         job.status = Job.objects.for_team(team).filter(pk=job.pk).values_list("status", flat=True).get()
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)

@@ -68,6 +68,16 @@ class BadFigures(JobError):
     """Negative or absurd figures in a completion (400); nothing is recorded."""
 
 
+class NoHostOnline(JobError):
+    """No online host advertises the model (503): the job is not created, so a buyer cannot
+    fill the public figures with `no_host` failures of jobs nobody could ever have taken."""
+
+    def __init__(self, model_id: str):
+        self.model_id = model_id
+        super().__init__(f"No online host serves {model_id} right now; no job was created. "
+                         "Try again later.")
+
+
 class TooManyUnsettledJobs(JobError):
     """The team already has the most unsettled jobs it may have (429); no job is created."""
 
@@ -99,6 +109,10 @@ def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime |
             f"max_tokens {max_tokens} exceeds the context length of {model_id} ({catalog.context_len})"
         )
     now = now or timezone.now()
+    # Any team's host will do: routing matches jobs to hosts across teams.
+    if (policy.value("NETWORK_REQUIRE_ONLINE_HOST")
+            and not ALL_HOSTS.online_for(model_id, now).exists()):
+        raise NoHostOnline(model_id)
     limit = policy.value("NETWORK_MAX_UNSETTLED_PER_TEAM")
     with transaction.atomic():
         # One submission per team at a time, so concurrent calls cannot both pass the count.

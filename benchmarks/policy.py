@@ -40,6 +40,13 @@ DEFAULTS = {
     "NETWORK_MAX_UNSETTLED_PER_TEAM": 100,
     # Retry-After of a submission refused by the unsettled cap (jobs usually settle in seconds).
     "NETWORK_UNSETTLED_RETRY_AFTER_S": 10,
+    # A submission for a model that no online host advertises is refused (503) rather than
+    # queued to fail `no_host`. Off only for a network whose hosts start on demand: its jobs
+    # then wait for a host, and those that find none count as failures in /v1/slo.
+    "NETWORK_REQUIRE_ONLINE_HOST": True,
+    # Retry-After of a submission refused because no online host serves its model: about one
+    # heartbeat interval, the soonest a host can come online.
+    "NETWORK_NO_HOST_RETRY_AFTER_S": 15,
 }
 
 

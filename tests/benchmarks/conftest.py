@@ -40,6 +40,13 @@ def _eager_celery():
     app.conf.task_always_eager, app.conf.task_eager_propagates = before
 
 
+@pytest.fixture
+def queue_without_hosts(settings):
+    """Jobs are accepted while no online host serves their model (NETWORK_REQUIRE_ONLINE_HOST
+    off, as on a network whose hosts start on demand): for tests about the queue itself."""
+    settings.NETWORK_REQUIRE_ONLINE_HOST = False
+
+
 def make_catalog(model_id: str = "tiny-q4", context_len: int = 4096, active: bool = True) -> CatalogModel:
     return CatalogModel.objects.create(id=model_id, display_name=model_id.title(), quant="Q4_K_M",
                                        context_len=context_len, active=active)

@@ -17,7 +17,8 @@ from benchmarks.models import Host, Job, JobStatus
 from tests.benchmarks.conftest import build_net, make_catalog
 from tests.conftest import bearer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Jobs queue before the hosts that race for them exist.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("queue_without_hosts")]
 
 
 def _in_thread(fn):

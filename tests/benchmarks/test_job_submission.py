@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rest_framework.test import APIClient
 
 from accounts import teams
@@ -10,6 +11,7 @@ from tests.benchmarks.conftest import make_catalog
 from tests.conftest import bearer, make_user
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_submitting_a_job_answers_202_with_its_id_and_queues_it(net):
     response = net.submit(max_tokens=32, content="Say hi")
     assert response.status_code == 202
@@ -33,6 +35,7 @@ def test_a_buyer_reads_its_own_job_and_the_result_once_completed(net):
     assert "host" not in body  # which host served it is the operator's business
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_another_team_gets_404_for_a_job_it_did_not_submit(net):
     job_id = net.submit_id()
     response = net.client.get(f"/v1/jobs/{job_id}", **bearer(net.other_buyer_token))
@@ -46,6 +49,7 @@ def test_a_host_token_cannot_read_a_buyers_job(net):
     assert net.client.get(f"/v1/jobs/{job_id}", **bearer(token)).status_code == 401
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_unknown_or_inactive_models_and_too_many_tokens_are_refused(net):
     make_catalog("retired-q4", active=False)
     make_catalog("short-q4", context_len=128)
@@ -75,6 +79,7 @@ def test_a_read_only_token_cannot_submit(net):
     assert Job.dangerously_unscoped.count() == 0
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_a_user_in_several_teams_says_which_team_submits(net):
     user = make_user("two-teams")
     teams.create_team("first", "First", owner=user)

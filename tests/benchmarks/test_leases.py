@@ -13,6 +13,9 @@ from benchmarks import ewma, hosts, jobs, tasks
 from benchmarks.models import Job, JobStatus
 from tests.benchmarks.conftest import T0
 
+# These tests are about the queue: jobs wait for hosts the test brings later.
+pytestmark = pytest.mark.usefixtures("queue_without_hosts")
+
 
 def test_a_lease_not_started_in_30_seconds_goes_to_a_different_host(net):
     with time_machine.travel(T0, tick=False) as clock:

@@ -15,6 +15,9 @@ from benchmarks.models import Host, Job, JobStatus
 from benchmarks.routing import HostFacts
 from tests.benchmarks.conftest import T0, make_catalog
 
+# These tests are about the queue: jobs wait for hosts the test brings later.
+pytestmark = pytest.mark.usefixtures("queue_without_hosts")
+
 FAST = {"reputation": 0.9, "ttft_ewma_ms": 200.0, "tps_ewma": 80.0, "trust_level": "edr",
         "connect_ready": True}
 SLOW = {"reputation": 0.9, "ttft_ewma_ms": 800.0, "tps_ewma": 30.0, "trust_level": "software"}

@@ -1,7 +1,8 @@
-"""Abuse limits on POST /v1/jobs: a submission rate and a cap on unsettled jobs, per team.
+"""Abuse limits on POST /v1/jobs: a submission rate and a cap on unsettled jobs, per team, and
+no job at all for a model that no online host serves.
 
-A refused submission answers 429 with Retry-After and a JSON error, creates no job, and so can
-never count on the public /v1/slo (docs/routing.md, "Abuse limits")."""
+A refused submission answers 429 (or 503) with Retry-After and a JSON error, creates no job, and
+so can never count on the public /v1/slo (docs/routing.md, "Abuse limits")."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def _slo_week(at) -> dict:
     return body["models"][0]["windows"]["7d"]
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_a_buyer_over_the_unsettled_cap_gets_429s_and_cannot_sink_the_public_success_rate(
         net, small_limits):
     # No host serves the model: every accepted job fails `no_host` after the queue deadline.
@@ -55,6 +57,7 @@ def test_a_buyer_over_the_unsettled_cap_gets_429s_and_cannot_sink_the_public_suc
         assert net.submit().status_code == 202
 
 
+@pytest.mark.usefixtures("queue_without_hosts")
 def test_a_buyer_over_the_submission_rate_gets_429_until_the_window_passes(net, settings):
     settings.NETWORK_SUBMIT_LIMIT = 3
     settings.NETWORK_SUBMIT_WINDOW_S = 60
@@ -78,3 +81,29 @@ def test_malformed_submissions_count_against_the_rate_too(net, settings):
         assert net.submit(max_tokens=0).status_code == 400
         assert net.submit().status_code == 429
     assert Job.dangerously_unscoped.count() == 0
+
+
+def test_a_job_for_a_model_no_online_host_serves_is_refused_and_never_counts(net):
+    """Issue 19, finding 3: 100 accepted jobs that no host could take used to fail `no_host`
+    and drive the model's public success rate to 0 %."""
+    with time_machine.travel(T0, tick=False) as clock:
+        _, token = net.host("h1")
+        net.submit_id()
+        net.run(token)  # one completed job: the model's success rate is 100 %
+        clock.move_to(T0 + timedelta(minutes=5))  # h1's heartbeat is stale: no host is online
+        answers = [net.submit() for _ in range(30)]
+
+    assert {a.status_code for a in answers} == {503}
+    body = answers[0].json()
+    assert body["code"] == "no_host_online" and body["model"] == "tiny-q4"
+    assert "No online host serves tiny-q4" in body["detail"]
+    assert int(answers[0]["Retry-After"]) > 0
+    assert Job.dangerously_unscoped.count() == 1  # none of the 30 was created
+    week = _slo_week(T0 + timedelta(minutes=10))
+    assert (week["completed"], week["failed"]) == (1, 0)
+
+
+def test_a_model_some_online_host_serves_is_accepted_whoever_operates_the_host(net):
+    net.host("h1", models=["tiny-q4"])
+    assert net.submit().status_code == 202
+    assert net.submit(net.other_buyer_token).status_code == 202

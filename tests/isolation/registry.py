@@ -9,6 +9,7 @@ Admin URLs (namespace `admin`) are staff-only and checked in test_admin_is_staff
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -76,10 +77,15 @@ def _network_job(w):
 
 
 def _network_submission(w) -> dict:
+    from benchmarks import hosts
     from benchmarks.models import CatalogModel
 
     CatalogModel.objects.get_or_create(
         id="isolation-model", defaults={"display_name": "Isolation", "quant": "q4", "context_len": 4096})
+    # An online host serves it (another team's: routing matches across teams), or the
+    # submission is refused with 503 before any team rule is tried.
+    _, token = hosts.create_host(w.other_team, f"isolation-host-{uuid.uuid4().hex[:8]}")
+    hosts.heartbeat(token, ["isolation-model"], {}, 1)
     return {"team": w.team.slug, "model": "isolation-model", "max_tokens": 8,
             "messages": [{"role": "user", "content": "hello"}]}
 
