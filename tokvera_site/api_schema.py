@@ -33,8 +33,10 @@ BODY_METHODS = {"POST", "PUT", "PATCH"}
 API_PREFIXES = ("/api/", "/v1/")
 # No U+0000 anywhere in a string (PostgreSQL cannot store it; the parser refuses it with 400).
 NO_NUL = "^[^\\u0000]*$"
-# accounts/validators.validate_one_line: no control character (Cc) or line/paragraph separator.
-ONE_LINE = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]*$"
+# accounts/validators.validate_one_line: no control character (Cc), line or paragraph
+# separator, or bidirectional control (BIDI_CONTROLS).
+ONE_LINE = ("^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u061c\\u200e\\u200f"
+            "\\u202a-\\u202e\\u2066-\\u2069]*$")
 
 ERROR = {
     "type": "object",
