@@ -30,10 +30,10 @@ from accounts import credentials
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
-from benchmarks import flows, hosts, jobs, policy, ratelimit
+from benchmarks import flows, hosts, jobs, policy
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.models import Job, JobStatus
-from tokvera_site import parsers
+from tokvera_site import parsers, ratelimit
 
 MAX_MESSAGES = 256
 MAX_RESULT_BYTES = 1_000_000

@@ -21,9 +21,9 @@ from django.utils import timezone
 from accounts import credentials
 from accounts.validators import validate_one_line
 from benchmarks import audit, jobs
-from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
 from benchmarks.system_wide import ALL_HOSTS
+from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
 HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}

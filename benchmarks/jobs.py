@@ -31,9 +31,9 @@ from django.utils import timezone
 
 from accounts.models import Team
 from benchmarks import ewma, policy
-from benchmarks.cache_outage import CACHE_ERRORS, warn
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
+from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 REASON_NO_HOST = "no_host"
 REASON_ATTEMPTS = "attempts_exhausted"

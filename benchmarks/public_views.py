@@ -44,7 +44,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_safe
 
 from benchmarks import snapshot as snap
-from benchmarks.cache_outage import CACHE_ERRORS, warn
+from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 PAGE_CACHE_S = 300  # the page snapshot is kept this long in the site's cache
 PAGE_MAX_AGE_S = 300  # and browsers / shared caches may keep the page this long

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from benchmarks import ewma, jobs, routing
-from benchmarks.cache_outage import CACHE_ERRORS, warn
+from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 
 def fold_pending_key(host_id: int) -> str:

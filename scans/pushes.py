@@ -43,12 +43,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from benchmarks import ratelimit
 from scans import scanning
 from scans.grader import proof
 from scans.models import Endpoint, EndpointMode, PushedReportBody, Scan, ScanStatus, ScanTrigger
 from scans.system_wide import ALL_SCANS
-from tokvera_site import parsers
+from tokvera_site import parsers, ratelimit
 
 __all__ = [
     "PROOF_QUEUE",

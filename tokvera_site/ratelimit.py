@@ -10,7 +10,7 @@ import time
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 
-from benchmarks.cache_outage import CACHE_ERRORS, warn
+from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 
 def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:

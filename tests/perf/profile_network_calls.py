@@ -58,7 +58,8 @@ def main() -> None:
     from django.test import Client
 
     from accounts import teams
-    from benchmarks import hosts, ratelimit
+    from benchmarks import hosts
+    from tokvera_site import ratelimit
     from tests.conftest import make_user
     from tokvera_site.celery import app
 
