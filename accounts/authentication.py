@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions
+from rest_framework import authentication
 
 from accounts import credentials
 from accounts.models import ApiToken
+from tokvera_site import auth_failures
 
 
 class TeamTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401."""
+    """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401, counted
+    per address; an address over its failure limit: 429 (tokvera_site/auth_failures.py)."""
 
     keyword = "Bearer"
 
@@ -22,9 +24,10 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
             return None
         if not header.lower().startswith("bearer "):
             return None  # leave other schemes to other authenticators
+        auth_failures.refuse_if_blocked(request)  # before any database work
         token = credentials.split_bearer(header, "tkv")
         if token is None:
-            raise exceptions.AuthenticationFailed("Malformed API token.")
+            raise auth_failures.failed(request, "Malformed API token.")
         row = (
             # Found by its prefix: the token is what says which team the request is for.
             ApiToken.dangerously_unscoped.select_related("team", "created_by")
@@ -32,9 +35,9 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
             .first()
         )
         if row is None or not credentials.matches(token, row.secret_hmac):
-            raise exceptions.AuthenticationFailed("Invalid API token.")
+            raise auth_failures.failed(request, "Invalid API token.")
         if not row.is_active:
-            raise exceptions.AuthenticationFailed("This API token is revoked or expired.")
+            raise auth_failures.failed(request, "This API token is revoked or expired.")
         now = timezone.now()
         # Record use at most once a minute per token, without a write on every request.
         if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:

@@ -33,7 +33,7 @@ from accounts.tenancy_api import TeamScopedViewSet
 from benchmarks import flows, hosts, jobs, policy
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.models import Job, JobStatus
-from tokvera_site import parsers, ratelimit
+from tokvera_site import auth_failures, parsers, ratelimit
 
 MAX_MESSAGES = 256
 MAX_RESULT_BYTES = 1_000_000
@@ -194,7 +194,7 @@ def heartbeat(request):
         return request.body if len(request.body) <= limit else None
 
     status_code, payload, headers = answer_heartbeat(request.META.get("HTTP_AUTHORIZATION", ""),
-                                                     body)
+                                                     body, request.META.get("REMOTE_ADDR", ""))
     answer = JsonResponse(payload, status=status_code)
     for name, value in headers.items():
         answer[name] = value
@@ -257,22 +257,30 @@ heartbeat.openapi_view = HeartbeatSchemaView.as_view()  # type: ignore[attr-defi
 
 
 def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
-                     ) -> tuple[int, dict, dict[str, str]]:
+                     address: str) -> tuple[int, dict, dict[str, str]]:
     """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
 
     The most frequent call of the network: one cache round trip for the rate limit and, for a
     steady host, one UPDATE; no DRF request, negotiation or serializer. The body is read only
     after the token's form and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
-    (`read_body(limit)` gives None for a longer one).
+    (`read_body(limit)` gives None for a longer one). Failed authentications are counted per
+    `address` (the client's), and an address over that limit is refused first.
     """
-    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND) if authorization else None
+    if not authorization:
+        return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
+    if (blocked_for := auth_failures.blocked(address)) is not None:
+        return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
+            "Retry-After": str(blocked_for)}
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
     if token is None:
-        return 401, {"detail": "Malformed host token." if authorization else
-                     "Authentication credentials were not provided."}, _CHALLENGE
-    # Counted per token prefix before any database work, so a flood costs the others nothing.
+        auth_failures.record(address)
+        return 401, {"detail": "Malformed host token."}, _CHALLENGE
+    # Counted before any database work, per token digest: only the token's holder can spend
+    # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
+    # prefix kept the real host offline). Garbage tokens fail and count against their address.
     limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
     window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
-    allowed, retry_after = ratelimit.allow("heartbeat", token[: credentials.PREFIX_CHARS], limit, window)
+    allowed, retry_after = ratelimit.allow("heartbeat", credentials.digest(token), limit, window)
     if not allowed:
         return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
                      f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
@@ -288,6 +296,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     except hosts.UnknownModels as exc:
         return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
     if recorded is None:
+        auth_failures.record(address)
         return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
     return 200, {
         "online": recorded.online,

@@ -1,16 +1,18 @@
 """Host token authentication for the host API (`Authorization: Bearer tkh_…`).
 
 Host views use only this class, and buyer views never use it: a host token cannot act for a
-team, and a team token cannot act as a host. Malformed, unknown or revoked tokens get 401.
+team, and a team token cannot act as a host. Malformed, unknown or revoked tokens get 401, counted per
+address; an address over its failure limit gets 429 (tokvera_site/auth_failures.py).
 """
 
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, permissions
 
 from accounts import credentials
 from benchmarks import hosts
+from tokvera_site import auth_failures
 
 
 class HostPrincipal:
@@ -37,12 +39,13 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None  # IsHost then answers 401 with the Bearer challenge
+        auth_failures.refuse_if_blocked(request)  # before any database work
         token = credentials.split_bearer(header, hosts.TOKEN_KIND)
         if token is None:
-            raise exceptions.AuthenticationFailed("Malformed host token.")
+            raise auth_failures.failed(request, "Malformed host token.")
         host = hosts.authenticate(token)
         if host is None:
-            raise exceptions.AuthenticationFailed("Invalid or revoked host token.")
+            raise auth_failures.failed(request, "Invalid or revoked host token.")
         return (HostPrincipal(host), host)
 
     def authenticate_header(self, request):

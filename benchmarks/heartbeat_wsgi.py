@@ -69,13 +69,14 @@ class HeartbeatFastPath:
     def _answer(self, environ: dict) -> tuple[int, dict, dict[str, str]]:
         read = _BodyReader(environ)
         authorization = environ.get("HTTP_AUTHORIZATION", "")
+        address = environ.get("REMOTE_ADDR", "")
         try:
-            return answer_heartbeat(authorization, read)
+            return answer_heartbeat(authorization, read, address)
         except (InterfaceError, OperationalError):
             # Dropped by the server since the last call: once more on a fresh connection (the
             # rate limit counts this call twice; harmless at 20 a minute).
             connection.close()
-            return answer_heartbeat(authorization, read)
+            return answer_heartbeat(authorization, read, address)
 
     @staticmethod
     def _after_request() -> None:

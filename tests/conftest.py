@@ -23,6 +23,7 @@ from accounts import teams
 from accounts.models import Membership, Role, Team
 
 REQUIRE_SERVICES = os.environ.get("TOKVERA_REQUIRE_SERVICES") == "1"
+AUTH_FAILURE_LIMIT_FOR_TESTS = 10**9
 
 
 def _redis_url() -> str | None:
@@ -39,6 +40,12 @@ def _skip_or_fail(reason: str):
 def pytest_configure(config):
     # Fast hashing: tests create many users; production keeps Django's default hashers.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Every test calls from 127.0.0.1 into one shared cache: the suite's many deliberate 401s
+    # must not add up to a per-address block in an unrelated test. The tests of the limit
+    # itself (tests/accounts/test_auth_failures.py) set their own. The environment carries it
+    # to the site processes tests start (gunicorn, workers).
+    settings.AUTH_FAILURE_LIMIT = AUTH_FAILURE_LIMIT_FOR_TESTS
+    os.environ["AUTH_FAILURE_LIMIT"] = str(AUTH_FAILURE_LIMIT_FOR_TESTS)
     # Tests must never leave messages in the run command's embedded broker (var/broker/):
     # give them a broker folder of their own.
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):

@@ -6,7 +6,8 @@ One mechanism instead of a decorator on every view:
   the error answers it can give, each with its JSON shape (`Error`, or `ValidationError` for
   400): 400 where a request carries a body or query parameters, 401 and 403 where it needs
   credentials (403 on writes), 404 where the path names an object (or the body names a team),
-  429 with Retry-After on POSTs (the API's rate limits and budgets all guard a POST), and
+  429 with Retry-After on POSTs (the API's rate limits and budgets all guard a POST) and on
+  every call that takes credentials (an address over the failed-authentication limit), and
   503 with Retry-After on every operation (the database or the task queue is unreachable, or
   no host serves a model). A view that documents a code itself keeps its own description and
   body; only what it left out (the body, the Retry-After header) is filled in.
@@ -153,7 +154,9 @@ class ErrorDocumentingSchema(AutoSchema):
                 codes.append("403")
         if "{" in self.path or self._body_names_a_team():
             codes.append("404")
-        if self.method == "POST":
+        # POSTs carry the rate limits and budgets; any call with a token can be refused while
+        # its address is over the failed-authentication limit (tokvera_site/auth_failures.py).
+        if self.method == "POST" or self._needs_credentials():
             codes.append("429")
         if self.path.startswith(API_PREFIXES):
             codes.append("503")

@@ -13,12 +13,17 @@ from django.core.cache.backends.redis import RedisCache
 from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 
-def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:
-    """Count one call. Returns (allowed, seconds until the window resets)."""
+def _window(scope: str, key: str, window_s: int) -> tuple[str, int]:
+    """The cache key of the current window and the seconds until it resets."""
     now = time.time()
     window = int(now // window_s)
-    cache_key = f"benchmarks:rate:{scope}:{key}:{window}"
-    retry_after = max(1, int((window + 1) * window_s - now))
+    return (f"benchmarks:rate:{scope}:{key}:{window}",
+            max(1, int((window + 1) * window_s - now)))
+
+
+def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:
+    """Count one call. Returns (allowed, seconds until the window resets)."""
+    cache_key, retry_after = _window(scope, key, window_s)
     try:
         count = _count(cache_key, window_s)
     except CACHE_ERRORS as exc:
@@ -31,16 +36,26 @@ def allow_weighted(scope: str, key: str, weight: int, limit: int,
                    window_s: int) -> tuple[bool, int]:
     """Count `weight` units (bytes, say) at once; allowed while the window's total, this call
     included, is at most `limit`. Same window, failing open and return as allow()."""
-    now = time.time()
-    window = int(now // window_s)
-    cache_key = f"benchmarks:rate:{scope}:{key}:{window}"
-    retry_after = max(1, int((window + 1) * window_s - now))
+    cache_key, retry_after = _window(scope, key, window_s)
     try:
         count = _count(cache_key, window_s, max(0, int(weight)))
     except CACHE_ERRORS as exc:
         warn(f"{scope} rate limit not applied", exc)
         return True, retry_after
     return count <= limit, retry_after
+
+
+def over(scope: str, key: str, limit: int, window_s: int) -> int | None:
+    """Whether `limit` calls have already been counted (by allow()) for this key in the
+    current window, counting nothing: the seconds until it resets if so, else None (also
+    while the cache is unreachable: fail open, like allow())."""
+    cache_key, retry_after = _window(scope, key, window_s)
+    try:
+        count = cache.get(cache_key) or 0  # Django's Redis serializer reads an INCR's integer
+    except CACHE_ERRORS as exc:
+        warn(f"{scope} limit not checked", exc)
+        return None
+    return retry_after if int(count) >= limit else None
 
 
 def _count(cache_key: str, window_s: int, weight: int = 1) -> int:

@@ -40,6 +40,10 @@ def _load():
         # Scans per worker process and streams in flight across them (see "Scans" below).
         "SCAN_CONCURRENCY_PER_WORKER": config.positive_integer("SCAN_CONCURRENCY_PER_WORKER", 32),
         "SCAN_STREAMS_PER_WORKER": config.positive_integer("SCAN_STREAMS_PER_WORKER", 64),
+        # Failed token authentications per client address and window, before 429
+        # (tokvera_site/auth_failures.py).
+        "AUTH_FAILURE_LIMIT": config.positive_integer("AUTH_FAILURE_LIMIT", 30),
+        "AUTH_FAILURE_WINDOW_S": config.positive_integer("AUTH_FAILURE_WINDOW_S", 60),
     }
 
 
@@ -61,6 +65,8 @@ INVITE_MAX_AGE_HOURS: int
 EMAIL_SHOW_SECRETS: bool
 SITE_URL: str
 SITE_METRICS_TOKEN: str
+AUTH_FAILURE_LIMIT: int
+AUTH_FAILURE_WINDOW_S: int
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [

@@ -52,7 +52,7 @@ def test_anonymous_metrics_hold_no_team_data_after_both_teams_scrape(tmp_path):
     teams_and_endpoints = [_team_with_endpoint("tenant-alpha", "alpha secret box"),
                            _team_with_endpoint("tenant-bravo", "bravo secret box")]
     with _gunicorn(tmp_path) as web:
-        for team, endpoint, token in teams_and_endpoints:
+        for _team, endpoint, token in teams_and_endpoints:
             # Several scrapes, so that both gunicorn workers are likely to serve one.
             for _ in range(6):
                 own = web.get("/api/v1/metrics", headers={"Authorization": f"Bearer {token}"})

@@ -1,0 +1,142 @@
+"""Failed token authentications are limited per client address, and a host's own heartbeat
+allowance is spent only by the holder of its token (issue 19, finding 6).
+
+Before: a stranger who knew a host token's 12-character prefix kept that host offline (16
+garbage tokens with the prefix made the real host's heartbeat 429), and failed
+authentications were not limited at all (300 in 2.7 s, each a cache and a database round trip).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import uuid
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from rest_framework.test import APIClient
+
+from accounts import credentials, teams
+from benchmarks import hosts
+from tests.benchmarks.conftest import make_catalog
+from tests.conftest import bearer, free_port, make_user
+from tests.processes import accepts, running, wait_for
+from tests.scheduling.workers import worker_env
+
+LIMIT = 5
+BEAT = {"models": ["tiny-q4"], "slots": 1}
+
+
+@pytest.fixture
+def small_limit(settings):
+    settings.AUTH_FAILURE_LIMIT = LIMIT
+    settings.AUTH_FAILURE_WINDOW_S = 60
+    # A key prefix of its own: counters from other tests (same addresses) do not apply.
+    settings.CACHES = {"default": {**settings.CACHES["default"],
+                                   "KEY_PREFIX": f"t-{uuid.uuid4().hex[:12]}"}}
+
+
+def _garbage_like(token: str, n: int) -> str:
+    """The `n`th token with the same public prefix and a different secret."""
+    return (token[: credentials.PREFIX_CHARS]
+            + f"{n:04d}".ljust(len(token) - credentials.PREFIX_CHARS, "x"))
+
+
+@pytest.mark.django_db
+def test_an_address_that_keeps_failing_team_token_checks_gets_429_and_others_do_not(
+        world, small_limit):
+    api = APIClient()
+    stranger = {"REMOTE_ADDR": "203.0.113.7"}
+    answers = [api.get("/api/v1/endpoints/", **bearer("tkv_" + "z" * 40), **stranger)
+               for _ in range(LIMIT + 2)]
+
+    assert [a.status_code for a in answers] == [401] * LIMIT + [429, 429]
+    assert int(answers[-1]["Retry-After"]) > 0
+    assert "failed authentications from this address" in answers[-1].json()["detail"]
+    # Blocked before the token is looked at: even a good token from that address waits.
+    assert api.get("/api/v1/endpoints/", **bearer(world.read_only_token),
+                   **stranger).status_code == 429
+    # Every other address, and the token itself, are unaffected.
+    assert api.get("/api/v1/endpoints/", **bearer(world.read_only_token),
+                   REMOTE_ADDR="198.51.100.9").status_code == 200
+
+
+@pytest.mark.django_db
+def test_revoked_and_malformed_tokens_count_as_failures_too(world, small_limit):
+    api = APIClient()
+    token_row, revoked = teams.issue_token(world.team, "read-only")
+    teams.revoke_token(token_row)
+    calls = [bearer(revoked), {"HTTP_AUTHORIZATION": "Bearer tkv_short"}] * LIMIT
+    codes = [api.get("/api/v1/me/", **call, REMOTE_ADDR="203.0.113.8").status_code
+             for call in calls]
+    assert codes[:LIMIT] == [401] * LIMIT and set(codes[LIMIT:]) == {429}
+
+
+@pytest.mark.django_db
+def test_garbage_with_a_hosts_prefix_cannot_spend_that_hosts_heartbeat_allowance(settings,
+                                                                                  small_limit):
+    settings.NETWORK_HEARTBEAT_LIMIT = 3
+    settings.AUTH_FAILURE_LIMIT = 100  # the stranger is not blocked yet: only the keying counts
+    make_catalog("tiny-q4")
+    team = teams.create_team("ops", "Ops", owner=make_user("ops-owner"))
+    _, token = hosts.create_host(team, "rig-1")
+    api = APIClient()
+    for n in range(16):
+        flood = api.post("/v1/hosts/heartbeat", BEAT, format="json",
+                         **bearer(_garbage_like(token, n)), REMOTE_ADDR="203.0.113.9")
+        assert flood.status_code == 401
+    for _ in range(3):  # the host's own allowance is whole
+        assert api.post("/v1/hosts/heartbeat", BEAT, format="json",
+                        **bearer(token)).status_code == 200
+    over = api.post("/v1/hosts/heartbeat", BEAT, format="json", **bearer(token))
+    assert over.status_code == 429 and over.json()["code"] == "rate_limited"
+
+
+@pytest.mark.django_db
+def test_host_calls_through_drf_count_failures_per_address(small_limit):
+    api = APIClient()
+    codes = [api.post("/v1/hosts/lease", format="json", **bearer("tkh_" + "q" * 40),
+                      REMOTE_ADDR="203.0.113.10").status_code for _ in range(LIMIT + 1)]
+    assert codes == [401] * LIMIT + [429]
+
+
+@contextmanager
+def _gunicorn(tmp_path):
+    port = free_port()
+    args = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
+            "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60"]
+    # A cache namespace of its own, and the production limit's shape at a small size.
+    env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", AUTH_FAILURE_LIMIT=str(LIMIT),
+                     NETWORK_HEARTBEAT_LIMIT="20")
+    with running(args, env, log=tmp_path / "gunicorn.log"):
+        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_gunicorn_a_prefix_flood_from_one_address_leaves_the_host_online(tmp_path):
+    """The heartbeat's WSGI fast path, from two loopback addresses: the flooder is refused 429
+    once over the limit; the real host (127.0.0.1) keeps heartbeating."""
+    make_catalog("tiny-q4")
+    team = teams.create_team(f"ops-{uuid.uuid4().hex[:6]}", "Ops", owner=make_user())
+    host, token = hosts.create_host(team, "rig-1")
+    # An address of its own per run (all of 127/8 is loopback): gunicorn's counters live in
+    # the shared cache, and an earlier run's within the same minute must not count.
+    address = f"127.{secrets.randbelow(250) + 1}.{secrets.randbelow(250)}.{secrets.randbelow(250) + 2}"
+    flooder = httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
+    honest = httpx.Client(timeout=30)
+    with _gunicorn(tmp_path) as site, flooder, honest:
+        flood = [flooder.post(f"{site}/v1/hosts/heartbeat", json=BEAT,
+                              headers={"Authorization": f"Bearer {_garbage_like(token, n)}"})
+                 for n in range(LIMIT + 11)]
+        beat = honest.post(f"{site}/v1/hosts/heartbeat", json=BEAT,
+                           headers={"Authorization": f"Bearer {token}"})
+
+    codes = [answer.status_code for answer in flood]
+    assert codes[:LIMIT] == [401] * LIMIT and set(codes[LIMIT:]) == {429}
+    assert flood[-1].json()["code"] == "auth_rate_limited"
+    assert int(flood[-1].headers["Retry-After"]) > 0
+    assert beat.status_code == 200, beat.text
+    host.refresh_from_db()
+    assert host.is_online()
