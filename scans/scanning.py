@@ -33,7 +33,7 @@ from scans.models import (
     ScanStatus,
     ScanTrigger,
 )
-from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
+from scans.system_wide import ALL_ENDPOINTS, ALL_PUSHED_BODIES, ALL_SCANS
 
 log = logging.getLogger(__name__)
 
@@ -518,8 +518,12 @@ def reap(now: datetime | None = None) -> int:
     for scan_id in overdue:
         count += fail(scan_id, "the worker stopped before the scan finished (it ran past its "
                                "deadline: every request timing out in turn, plus 5 minutes)")
+    pushed = set(ALL_SCANS.filter(pk__in=lost, trigger=ScanTrigger.PUSH).values_list("pk", flat=True))
     for scan_id in lost:
-        count += fail(scan_id, "no worker picked the scan up within 30 minutes")
+        count += fail(scan_id, "no proof worker took the pushed report in time; push it again"
+                      if scan_id in pushed else "no worker picked the scan up within 30 minutes")
+    # A pushed report's bytes are kept only while its proof is pending (a reaped one included).
+    ALL_PUSHED_BODIES.exclude(scan__status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]).delete()
     # A dead scan's lock (or one its worker could not delete) would block its origin until it
     # expires. Locks are taken in the same transaction that starts their scan (claim()).
     OriginLock.objects.exclude(scan_id__in=running.values("pk")).delete()

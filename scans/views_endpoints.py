@@ -336,7 +336,7 @@ def scan_detail(request, public_id):
 def _progress(scan: Scan, now=None) -> dict:
     """Where an unfinished scan stands, in words and seconds (scan page and scan-status)."""
     now = now or timezone.now()
-    finished = scan.status in (ScanStatus.SUCCEEDED, ScanStatus.ERRORED)
+    finished = scan.status in (ScanStatus.SUCCEEDED, ScanStatus.ERRORED, ScanStatus.REFUSED)
     if scan.status == ScanStatus.RUNNING and scan.started_at:
         seconds = int((now - scan.started_at).total_seconds())
         text = f"Running for {_duration(seconds)}; the page updates itself when it finishes."

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 
 import pytest
+import time_machine
+from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
+from scans import scanning
 from scans.models import CheckResult, PushedReportBody, Scan
 from tests.conftest import bearer
 from tests.factories import make_endpoint, measured_report
@@ -95,3 +100,34 @@ def test_the_worker_without_q_leaves_proofs_to_the_proof_workers(world, api):
         assert Scan.dangerously_unscoped.get(endpoint=endpoint).status == "queued"
     finally:
         stop(scans_worker)
+
+
+def test_a_push_no_proof_worker_takes_is_reaped_with_its_own_cause_and_its_bytes_dropped(
+        world, api):
+    app.control.purge()
+    report = measured_report()
+    endpoint = make_endpoint(world.team, mode="pushed", base_url=report["target"]["base_url"])
+    response = _push(api, world, endpoint, report)  # no proof worker is running
+    assert response.status_code == 202
+    scan = Scan.dangerously_unscoped.get(public_id=response.json()["id"])
+    assert PushedReportBody.dangerously_unscoped.filter(scan=scan).exists()
+
+    with time_machine.travel(timezone.now() + timedelta(minutes=31), tick=False):
+        assert scanning.reap() == 1
+    scan.refresh_from_db()
+    assert scan.status == "errored"
+    assert "no proof worker took the pushed report" in scan.error_reason
+    assert not PushedReportBody.dangerously_unscoped.filter(scan=scan).exists()
+    app.control.purge()
+
+
+def test_the_scan_page_stops_waiting_once_a_push_is_refused(world, api, proof_worker):
+    report = copy.deepcopy(measured_report())
+    endpoint = make_endpoint(world.team, mode="pushed", base_url=report["target"]["base_url"])
+    report["target"]["model"] = "not-this-endpoints-model"
+    response = _push(api, world, endpoint, report)
+    _polled(api, world, response.json()["url"])
+    client = Client()
+    client.force_login(world.member)
+    status = client.get(reverse("scan-status", args=[response.json()["id"]])).json()
+    assert status["status"] == "refused" and status["finished"] is True
