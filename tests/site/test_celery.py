@@ -28,6 +28,9 @@ IDEMPOTENT_TASKS = {
     "scans.tasks.delete_expired_invitations": "deletes what is expired; a rerun deletes nothing",
     "scans.tasks.reap_scans": "errors out only scans still unfinished (conditional UPDATE)",
     "scans.tasks.run_scan": "claims the scan by UPDATE … WHERE status='queued'; a rerun no-ops",
+    "scans.tasks.prove_pushed_report": "claims the pushed scan by UPDATE … WHERE "
+                                       "status='queued'; a rerun no-ops (a proof cut short by "
+                                       "a dead worker is reaped when its heartbeat stops)",
 }
 
 
