@@ -9,6 +9,8 @@ class ScansConfig(AppConfig):
     verbose_name = "Endpoints and scans"
 
     def ready(self):
+        # shared_task binds to the current app: load the project's before any task is sent or run.
+        import tokvera_site.celery  # noqa: F401
         from scans.schedules import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)

@@ -1,5 +1,6 @@
-"""Tokvera site: the Django project package."""
+"""Tokvera site: the Django project package.
 
-from tokvera_site.celery import app as celery_app
-
-__all__ = ["celery_app"]
+Importing it loads nothing (issue 20): the `tokvera` command (tokvera_site.cli) starts without
+Django or Celery. The Celery app, tokvera_site.celery, is loaded by ScansConfig.ready() in
+every Django process, and found by `celery -A tokvera_site` on its own.
+"""

@@ -3,16 +3,31 @@
 
 Exit codes: 0 done, 1 internal error (one line; traceback with --debug) or a failed
 publish, 2 bad usage, 3 `scan --preflight-only` whose probe failed, 4 below --fail-under.
+
+Start-up (issue 20): this module imports the standard library only, and a subcommand's module
+is imported once argparse has chosen that subcommand (`_LazySubcommands`), so `tokvera scan`
+loads the grader, `tokvera host-agent` the agent, and neither loads Django or Celery;
+`tokvera --help` lists every subcommand from SUBCOMMANDS without importing any, and
+`tokvera --version` reads the scoring version from scans/grader/version.py without importing
+the grader. The dispatcher stays in tokvera_site (the console script `tokvera_site.cli:main`,
+and `python -m tokvera_site.cli`) because importing the package is itself Django-free: its
+__init__ no longer loads the Celery app, which Django processes load in ScansConfig.ready()
+and `celery -A tokvera_site` finds as tokvera_site.celery. An import contract in
+pyproject.toml and tests/grader/test_cli_startup.py (which sees importlib's imports too)
+keep it so.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from types import ModuleType
 
-from scans.grader.cli import UsageError
-from scans.grader.scoring import SCORING_VERSION
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from scans.grader.cli import UsageError  # at run time: __getattr__, and main() imports it
 
 SUBCOMMANDS = {
     "scan": ("scans.grader.cli.scan", "Load-test and grade an OpenAI-compatible endpoint"),
@@ -34,35 +49,110 @@ EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad u
           "`tokvera COMMAND --help` describes each command.")
 
 
-def _version() -> str:
+def __getattr__(name: str) -> type[Exception]:
+    """`from tokvera_site.cli import UsageError` still works, importing the grader only then."""
+    if name == "UsageError":
+        from scans.grader.cli import UsageError
+
+        return UsageError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _scoring_version() -> str:
+    """SCORING_VERSION without importing scans.grader (its __init__ loads the whole scanner):
+    the constant's module, scans/grader/version.py, imports nothing, so it is run on its own."""
+    loaded = sys.modules.get("scans.grader.version")
+    if loaded is None:
+        import importlib.util
+
+        scans = importlib.util.find_spec("scans")  # a top-level package: found, not imported
+        assert scans is not None and scans.submodule_search_locations is not None
+        path = os.path.join(list(scans.submodule_search_locations)[0], "grader", "version.py")
+        spec = importlib.util.spec_from_file_location("scans.grader.version", path)
+        assert spec is not None and spec.loader is not None
+        loaded = importlib.util.module_from_spec(spec)  # not put in sys.modules
+        spec.loader.exec_module(loaded)
+    return str(loaded.SCORING_VERSION)
+
+
+def _tool_version() -> str:
+    """The installed distribution's version, as importlib.metadata.version("tokvera-site") gives
+    it: the METADATA of the first tokvera_site-*.dist-info on sys.path. Read here because
+    importlib.metadata costs more start-up than the rest of `tokvera --version`; anything else
+    (an egg, a zip) is left to importlib.metadata."""
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.lower().startswith("tokvera_site-") and name.endswith(".dist-info"):
+                try:
+                    with open(os.path.join(entry, name, "METADATA"), encoding="utf-8") as metadata:
+                        for line in metadata:
+                            if line.startswith("Version:"):
+                                return line.partition(":")[2].strip()
+                            if not line.strip():
+                                break
+                except OSError:
+                    pass
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        tool = version("tokvera-site")
+        return version("tokvera-site")
     except PackageNotFoundError:  # pragma: no cover - not installed
-        tool = "unknown"
-    return f"tokvera {tool} (scoring {SCORING_VERSION})"
+        return "unknown"
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+def _version() -> str:
+    return f"tokvera {_tool_version()} (scoring {_scoring_version()})"
+
+
+class _LazyVersion(argparse._VersionAction):
+    """--version, worked out only when asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.version = _version()
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _LazySubcommands(argparse._SubParsersAction):
+    """Subparsers whose arguments come from their module, imported once argparse has picked the
+    subcommand (so its own --help and its errors are complete); the others stay unimported."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.modules: dict[str, ModuleType] = {}
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = values[0]  # argparse has checked it is one of the choices
+        if name not in self.modules:
+            module = importlib.import_module(SUBCOMMANDS[name][0])
+            module.add_arguments(self._name_parser_map[name])
+            self.modules[name] = module
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """The parser, and the modules of the subcommands it has parsed (filled in by parse_args)."""
     parser = argparse.ArgumentParser(prog="tokvera", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_LazyVersion)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    modules = {}
-    for name, (module_path, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_path)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                action=_LazySubcommands)
+    assert isinstance(sub, _LazySubcommands)
+    for name, (_module_path, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                 help="show tracebacks on errors")
-        module.add_arguments(sub_parser)
-        modules[name] = module
-    return parser, modules
+    return parser, sub.modules
 
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = build_parser()
     args = parser.parse_args(argv)
+    from scans.grader.cli import UsageError  # already loaded: the subcommand's module raises it
+
     try:
         return int(modules[args.command].run(args) or 0)
     except UsageError as exc:

@@ -20,6 +20,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from .version import SCORING_VERSION
+
 __all__ = [
     "BANDS",
     "BEGIN_MARKER",
@@ -46,7 +48,6 @@ __all__ = [
     "values_from_checks",
 ]
 
-SCORING_VERSION = "0.9.0"
 # Every 0.x version is provisional; 1.0.0 is the first calibrated release (a decision that is
 # recorded in DECISIONS.md, never a side effect of another change).
 PROVISIONAL = int(SCORING_VERSION.split(".")[0]) == 0
