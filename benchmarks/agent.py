@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from scans.grader.cli import UsageError
+from scans.grader.openai_chat import chat_request_body, read_sse
 from scans.grader.sse import SSEDecoder
 from scans.grader.stream import StreamParser, classify_end
 
@@ -103,15 +104,10 @@ class Backoff:
 async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job: dict,
                        timeout_s: float = 300.0) -> Outcome:
     """Stream one chat completion and measure it with the scanner's stream parser
-    (``scans.grader.stream``), so a job's figures mean what a scan's do. Never raises for
-    upstream trouble."""
-    body = {
-        "model": model,
-        "messages": job["messages"],
-        "max_tokens": job["max_tokens"],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    (``scans.grader.stream``), so a job's figures mean what a scan's do. The body is the
+    scanner's (``scans.grader.openai_chat.chat_request_body``) with the job's messages and
+    max_tokens. Never raises for upstream trouble."""
+    body = chat_request_body(model, job["messages"], job["max_tokens"])
     url = upstream.rstrip("/") + "/chat/completions"
     parser = StreamParser(keep_text=True)
     started = time.perf_counter()
@@ -133,23 +129,20 @@ async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job
 
 async def _read_upstream(client: httpx.AsyncClient, url: str, body: dict,
                          parser: StreamParser, trace: Callable) -> str | None:
-    """Read the stream into `parser`; the failure reason, or None for a reply."""
+    """Read the stream into `parser` (``scans.grader.openai_chat.read_sse``, as the scanner
+    does); the failure reason, or None for a reply."""
     async with client.stream("POST", url, json=body, extensions={"trace": trace}) as response:
         if response.status_code != 200:
             await response.aread()
             return f"upstream answered HTTP {response.status_code}"
         sse = "event-stream" in response.headers.get("content-type", "")
         decoder = SSEDecoder()
-        tally = parser.tally
-        async for raw in response.aiter_raw():
-            parser.feed(decoder.feed(raw), time.perf_counter())
-            if decoder.oversized:
-                return f"upstream sent an SSE event over {decoder.max_line} bytes"
-            if tally.stream_error is not None or tally.done_at is not None:
-                break  # the outcome is known; the end of the body is not awaited
-        else:
-            parser.feed(decoder.flush(), time.perf_counter())
-    failure = classify_end(tally, events_seen=decoder.events_seen, sse=sse)
+        # Up to [DONE] or an error in the stream: the outcome is then known, and the end of
+        # the body is not awaited.
+        await read_sse(response.aiter_raw(), decoder, parser)
+        if decoder.oversized:
+            return f"upstream sent an SSE event over {decoder.max_line} bytes"
+    failure = classify_end(parser.tally, events_seen=decoder.events_seen, sse=sse)
     return None if failure is None else f"{failure[0]}: {failure[1]}"
 
 

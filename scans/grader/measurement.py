@@ -10,14 +10,10 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from scans.grader.stats import percentile
 
 from .stream import StreamTally
-
-if TYPE_CHECKING:  # preflight imports this module
-    from .preflight import Preflight
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -27,6 +23,8 @@ __all__ = [
     "LevelResult",
     "Measurement",
     "MetricsProbe",
+    "ModelsListing",
+    "Preflight",
     "RequestRecord",
 ]
 
@@ -249,6 +247,70 @@ class CostFigure:
     usd_per_1000_requests: Decimal | None
     reason: str | None
     streams_priced: int = 0
+
+
+@dataclass
+class ModelsListing:
+    """What ``GET {base}/models`` answered, kept compact whatever the server sent."""
+
+    url: str
+    answered: bool = False
+    status_code: int | None = None
+    ids: list[str] = field(default_factory=list)   # the first few (preflight.MODELS_IDS_KEPT)
+    ids_total: int = 0
+    model_listed: bool | None = None               # None: no usable list
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return {"url": self.url, "answered": self.answered, "status_code": self.status_code,
+                "ids": self.ids, "ids_total": self.ids_total,
+                "model_listed": self.model_listed, "detail": self.detail}
+
+
+@dataclass
+class Preflight:
+    """The preflight's outcome: the /models answer, the probe and whether the scan stops."""
+
+    models: ModelsListing
+    probe: RequestRecord
+    stopped: bool
+    cause: str | None         # one sentence; None when the probe succeeded
+    kind: str | None          # connection_refused, dns, tls, timeout, auth, model_not_found, ...
+
+    @property
+    def server_answered(self) -> bool:
+        """The probe got response headers (so the origin is worth probing further)."""
+        return self.probe.headers_at is not None
+
+    def without_load(self, lag_threshold_ms: float) -> tuple[list[LevelResult], GpuReading]:
+        """The levels and GPU reading of a scan that ran no load: a stopped scan counts its
+        probe as its one request at concurrency 1 (so the scoring rules see the failure);
+        a passed preflight (``--preflight-only``) has no level."""
+        levels = []
+        if self.stopped:
+            level = LevelResult(1, [self.probe], loop_lag_threshold_ms=lag_threshold_ms)
+            level.started_at = self.probe.scheduled_at
+            level.finished_at = self.probe.ended_at or self.probe.scheduled_at
+            levels.append(level)
+        why = "the preflight stopped the scan" if self.stopped else "preflight only"
+        return levels, GpuReading(None, None, f"no load was run: {why}", [])
+
+    def metrics_not_probed(self, origin: str) -> MetricsProbe:
+        why = ("the server did not answer the probe" if not self.server_answered
+               else "preflight only")
+        return MetricsProbe(f"{origin}/metrics", False, f"not probed: {why}")
+
+    def as_dict(self) -> dict:
+        probe = self.probe
+        return {
+            "models": self.models.as_dict(),
+            "probe": {"outcome": probe.failure or "succeeded", "status_code": probe.status_code,
+                      "ttft_ms": None if probe.ttft_ms is None else round(probe.ttft_ms, 3),
+                      "error": probe.error},
+            "stopped": self.stopped,
+            "cause": self.cause,
+            "kind": self.kind,
+        }
 
 
 @dataclass

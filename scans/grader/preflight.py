@@ -18,22 +18,21 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 import httpx
 
 from scans.grader.redaction import redact_text
 
-from .measurement import GpuReading, LevelResult, MetricsProbe, RequestRecord
-
-if TYPE_CHECKING:  # the runner imports this module
-    from .runner import _Scan
+# The preflight's outcome is part of what a scan measured: its types live with the others.
+from .measurement import ModelsListing, Preflight, RequestRecord
+from .plan import ScanPlan
 
 __all__ = [
     "MODELS_BODY_LIMIT",
     "ModelsListing",
     "Preflight",
+    "SendRequest",
     "failure_phrase",
     "run_preflight",
     "server_message",
@@ -46,6 +45,9 @@ MODELS_IDS_KEPT = 20
 #: How many ids a cause sentence names.
 CAUSE_IDS_NAMED = 8
 SERVER_MESSAGE_CHARS = 160
+
+#: Sends one request exactly like the load's and fills its record (the runner's ``request``).
+SendRequest = Callable[[RequestRecord], Awaitable[None]]
 
 
 _MESSAGE_IN_JSON = re.compile(r'"(?:message|detail|error)"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -123,70 +125,6 @@ def failure_phrase(failure: str, error: str | None = None) -> str:
         "not_sse": "an answer that is not an event stream",
         "empty_reply": "a stream that finished without any content",
     }.get(failure, failure.replace("_", " "))
-
-
-@dataclass
-class ModelsListing:
-    """What ``GET {base}/models`` answered, kept compact whatever the server sent."""
-
-    url: str
-    answered: bool = False
-    status_code: int | None = None
-    ids: list[str] = field(default_factory=list)   # the first MODELS_IDS_KEPT
-    ids_total: int = 0
-    model_listed: bool | None = None               # None: no usable list
-    detail: str = ""
-
-    def as_dict(self) -> dict:
-        return {"url": self.url, "answered": self.answered, "status_code": self.status_code,
-                "ids": self.ids, "ids_total": self.ids_total,
-                "model_listed": self.model_listed, "detail": self.detail}
-
-
-@dataclass
-class Preflight:
-    """The preflight's outcome: the /models answer, the probe and whether the scan stops."""
-
-    models: ModelsListing
-    probe: RequestRecord
-    stopped: bool
-    cause: str | None         # one sentence; None when the probe succeeded
-    kind: str | None          # connection_refused, dns, tls, timeout, auth, model_not_found, ...
-
-    @property
-    def server_answered(self) -> bool:
-        """The probe got response headers (so the origin is worth probing further)."""
-        return self.probe.headers_at is not None
-
-    def without_load(self, lag_threshold_ms: float) -> tuple[list[LevelResult], GpuReading]:
-        """The levels and GPU reading of a scan that ran no load: a stopped scan counts its
-        probe as its one request at concurrency 1 (so the scoring rules see the failure);
-        a passed preflight (``--preflight-only``) has no level."""
-        levels = []
-        if self.stopped:
-            level = LevelResult(1, [self.probe], loop_lag_threshold_ms=lag_threshold_ms)
-            level.started_at = self.probe.scheduled_at
-            level.finished_at = self.probe.ended_at or self.probe.scheduled_at
-            levels.append(level)
-        why = "the preflight stopped the scan" if self.stopped else "preflight only"
-        return levels, GpuReading(None, None, f"no load was run: {why}", [])
-
-    def metrics_not_probed(self, origin: str) -> MetricsProbe:
-        why = ("the server did not answer the probe" if not self.server_answered
-               else "preflight only")
-        return MetricsProbe(f"{origin}/metrics", False, f"not probed: {why}")
-
-    def as_dict(self) -> dict:
-        probe = self.probe
-        return {
-            "models": self.models.as_dict(),
-            "probe": {"outcome": probe.failure or "succeeded", "status_code": probe.status_code,
-                      "ttft_ms": None if probe.ttft_ms is None else round(probe.ttft_ms, 3),
-                      "error": probe.error},
-            "stopped": self.stopped,
-            "cause": self.cause,
-            "kind": self.kind,
-        }
 
 
 async def fetch_models(client: httpx.AsyncClient, base_url: str, model: str,
@@ -301,13 +239,14 @@ def _cause(probe: RequestRecord, models: ModelsListing, model: str, where: str,
     return f"the probe request failed: {failure_phrase(failure, probe.error)}{said}", failure
 
 
-async def run_preflight(scan: _Scan) -> Preflight:
-    """/models and the probe, concurrently; then the stop rule and the cause."""
-    plan = scan.plan
+async def run_preflight(plan: ScanPlan, client: httpx.AsyncClient,
+                        send_request: SendRequest) -> Preflight:
+    """/models (on `client`) and the probe (`send_request`), concurrently; then the stop rule
+    and the cause."""
     probe = RequestRecord(level=1, index=0)
     models, _ = await asyncio.gather(
-        fetch_models(scan.client, plan.base_url, plan.model, min(plan.timeout_s, 10.0)),
-        scan.request(probe),
+        fetch_models(client, plan.base_url, plan.model, min(plan.timeout_s, 10.0)),
+        send_request(probe),
     )
     if probe.failure is None:
         return Preflight(models, probe, stopped=False, cause=None, kind=None)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import time
 from array import array
 from collections.abc import AsyncIterator, Callable
@@ -36,6 +35,7 @@ import httpx
 
 from .budget import StreamBudget
 from .measurement import LevelResult, Measurement, RequestRecord
+from .openai_chat import chat_request_body, encode_body, read_sse, user_message
 from .plan import ScanPlan
 from .preflight import run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
@@ -106,13 +106,8 @@ class _Scan:
     def _body(self) -> bytes:
         index = self._next_prompt
         self._next_prompt += 1
-        return json.dumps({
-            "model": self.plan.model,
-            "messages": [{"role": "user", "content": self.plan.prompt(index)}],
-            "max_tokens": self.plan.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }, separators=(",", ":")).encode()
+        return encode_body(chat_request_body(self.plan.model, user_message(self.plan.prompt(index)),
+                                             self.plan.max_tokens))
 
     # -- a level -------------------------------------------------------------------------------
     async def run_level(self, concurrency: int, total: int) -> LevelResult:
@@ -224,8 +219,10 @@ class _Scan:
 
     async def _read_stream(self, record: RequestRecord, response: httpx.Response,
                            deadline: asyncio.Timeout) -> None:
-        """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder``, chunk meaning
-        in ``StreamParser`` (which fills `record`), failure classes in ``_classify``."""
+        """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder`` and chunk meaning
+        in ``StreamParser`` (which fills `record`), fed by ``openai_chat.read_sse`` (after
+        ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most), failure classes in
+        ``_classify``."""
         sse = "event-stream" in response.headers.get("content-type", "")
         head = bytearray()  # a non-SSE body's first bytes, for the failure's detail
         pieces = _body_pieces(response)
@@ -234,7 +231,8 @@ class _Scan:
         decoder = SSEDecoder()
         broke: httpx.TransportError | None = None
         try:
-            await _pump(pieces, decoder, StreamParser(record), deadline)
+            await read_sse(pieces, decoder, StreamParser(record),
+                           on_done=lambda: _shorten(deadline, DONE_GRACE_S))
         except httpx.TransportError as exc:  # the body broke off (reset, truncated chunking)
             broke = exc
         if record.failure is None:
@@ -255,31 +253,6 @@ async def _keeping_head(pieces: AsyncIterator[bytes], head: bytearray) -> AsyncI
         if len(head) < ERROR_DETAIL_BYTES:
             head += piece[:ERROR_DETAIL_BYTES]
         yield piece
-
-
-async def _pump(pieces: AsyncIterator[bytes], decoder: SSEDecoder, parser: StreamParser,
-                deadline: asyncio.Timeout) -> None:
-    """Feed every network read to the decoder and its events to the parser, stamped with the
-    moment the read returned. Stops early at an oversized event or an error object; after
-    ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most."""
-    perf = time.perf_counter
-    feed = decoder.feed
-    parse = parser.feed
-    tally = parser.tally
-    waiting_for_done = True
-    async for piece in pieces:
-        t = perf()
-        events = feed(piece)
-        if decoder.oversized:
-            return
-        if events:
-            parse(events, t)
-            if tally.stream_error is not None:
-                return
-            if waiting_for_done and tally.done_at is not None:
-                waiting_for_done = False
-                _shorten(deadline, DONE_GRACE_S)
-    parser.feed(decoder.flush(), perf())
 
 
 def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: bytes,
@@ -378,7 +351,7 @@ async def run_scan_async(
                                  headers=_client_headers(plan)) as client:
         scan = _Scan(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport))
-        preflight = await run_preflight(scan)
+        preflight = await run_preflight(plan, client, scan.request)
         levels: list[LevelResult] = []
         if preflight.stopped or preflight_only:
             levels, gpu = preflight.without_load(lag_threshold_ms)
