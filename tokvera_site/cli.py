@@ -60,18 +60,20 @@ def __getattr__(name: str) -> type[Exception]:
 
 def _scoring_version() -> str:
     """SCORING_VERSION without importing scans.grader (its __init__ loads the whole scanner):
-    the constant's module, scans/grader/version.py, imports nothing, so it is run on its own."""
-    loaded = sys.modules.get("scans.grader.version")
-    if loaded is None:
-        import importlib.util
+    the constant's module, scans/grader/version.py, imports nothing, so it is run on its own
+    (or imported the ordinary way where there is no such file, say from a zip)."""
+    import importlib.util
 
-        scans = importlib.util.find_spec("scans")  # a top-level package: found, not imported
-        assert scans is not None and scans.submodule_search_locations is not None
+    loaded = sys.modules.get("scans.grader.version")
+    scans = None if loaded else importlib.util.find_spec("scans")  # found, not imported
+    if scans is not None and scans.submodule_search_locations:
         path = os.path.join(list(scans.submodule_search_locations)[0], "grader", "version.py")
         spec = importlib.util.spec_from_file_location("scans.grader.version", path)
-        assert spec is not None and spec.loader is not None
-        loaded = importlib.util.module_from_spec(spec)  # not put in sys.modules
-        spec.loader.exec_module(loaded)
+        if os.path.isfile(path) and spec is not None and spec.loader is not None:
+            loaded = importlib.util.module_from_spec(spec)  # not put in sys.modules
+            spec.loader.exec_module(loaded)
+    if loaded is None:
+        loaded = importlib.import_module("scans.grader.version")
     return str(loaded.SCORING_VERSION)
 
 
