@@ -9,10 +9,10 @@ render); ``level_numbers`` is the one that reads a measured level. No Django her
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from scans.grader import formatting as fmt
+from scans.grader import rendering
 from scans.grader.measurement import LevelResult, RequestRecord
 from scans.grader.preflight import failure_phrase, server_message
 from scans.grader.stats import percentile
@@ -187,6 +187,9 @@ def headline_rows(levels: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 
 # -- charts (inline SVG, no script, no network) -------------------------------------------------
+#
+# The geometry is computed here; the markup lives in templates/report/ (line_chart.svg,
+# ttft_histogram.svg), rendered autoescaped by ``rendering``.
 
 _W, _H = 520, 230
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 30, 44
@@ -216,9 +219,25 @@ def _axis_number(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:,.2g}"
 
 
+def _frame() -> dict[str, Any]:
+    """The plot area and the places of its labels, shared by every chart."""
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    return {
+        "left": _LEFT, "top": _TOP, "width": plot_w, "height": plot_h,
+        "right": _LEFT + plot_w, "base": _TOP + plot_h,
+        "label_x": _LEFT - 6,                  # y axis labels, right-aligned
+        "top_label_y": _TOP + 4,
+        "x_label_y": _TOP + plot_h + 16,       # x axis labels
+        "center_x": f"{_LEFT + plot_w / 2:.1f}",
+        "center_y": f"{_TOP + plot_h / 2:.1f}",
+        "title_y": _H - 6,                     # the x axis title
+    }
+
+
 def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple[str, list]],
                 unit: str, css_class: str) -> str:
-    """Values against concurrency: one polyline per series, levels equally spaced."""
+    """Values against concurrency: one polyline per series, levels equally spaced
+    (templates/report/line_chart.svg)."""
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     values = [v for _, vs in series for v in vs if v is not None]
     top = _nice_top(max(values) * 1.05) if values else 1.0
@@ -229,44 +248,28 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
     def y(v: float) -> float:
         return _TOP + plot_h - v / top * plot_h
 
-    parts = [f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" '
-             'fill="#fff" stroke="#dde2ea"/>']
-    for k in range(5):
-        v = top * k / 4
-        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y(v):.1f}" '
-                     f'y2="{y(v):.1f}" stroke="#eef1f5"/>'
-                     f'<text class="tick" x="{_LEFT - 6}" y="{y(v) + 4:.1f}" '
-                     f'text-anchor="end">{_axis_number(v)}</text>')
-    for i, level in enumerate(levels):
-        parts.append(f'<text class="tick" x="{x(i):.1f}" y="{_TOP + plot_h + 16}" '
-                     f'text-anchor="middle">{level}</text>')
-    parts.append(f'<text class="axis-title" x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" '
-                 'text-anchor="middle">concurrency (requests in flight)</text>')
-    parts.append(f'<text class="axis-title" x="14" y="{_TOP + plot_h / 2:.1f}" '
-                 f'text-anchor="middle" transform="rotate(-90 14 {_TOP + plot_h / 2:.1f})">'
-                 f'{escape(unit)}</text>')
+    y_ticks = [{"y": f"{y(v):.1f}", "label_y": f"{y(v) + 4:.1f}", "label": _axis_number(v)}
+               for v in (top * k / 4 for k in range(5))]
+    x_ticks = [{"x": f"{x(i):.1f}", "label": level} for i, level in enumerate(levels)]
+    drawn = []
     for k, (name, vs) in enumerate(series):
         stroke, dash = SERIES_STYLES.get(name, ("#2e5aac", ""))
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         points = [(x(i), y(v), levels[i], v) for i, v in enumerate(vs) if v is not None]
-        if len(points) > 1:
-            path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
-            parts.append(f'<polyline class="series series-{escape(name)}" points="{path}" '
-                         f'fill="none" stroke="{stroke}" stroke-width="2"{dash_attr}/>')
-        for px, py, level, v in points:
-            parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{stroke}">'
-                         f'<title>{escape(name)} at concurrency {level}: '
-                         f'{escape(fmt.number(v, "ms" if unit == "ms" else "rate"))} '
-                         f'{escape(unit)}</title></circle>')
         lx = _LEFT + 8 + k * 110
-        parts.append(f'<line x1="{lx}" x2="{lx + 22}" y1="14" y2="14" stroke="{stroke}" '
-                     f'stroke-width="2"{dash_attr}/><text class="legend" x="{lx + 26}" '
-                     f'y="18">{escape(name)}</text>')
-    if not values:
-        parts.append(f'<text class="tick" x="{_LEFT + plot_w / 2:.1f}" y="{_TOP + plot_h / 2}" '
-                     'text-anchor="middle">no successful request</text>')
-    return (f'<svg class="{css_class}" viewBox="0 0 {_W} {_H}" role="img" '
-            f'aria-label="{escape(title)}"><title>{escape(title)}</title>{"".join(parts)}</svg>')
+        drawn.append({
+            "name": name, "stroke": stroke, "dash": dash,
+            "points": (" ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
+                       if len(points) > 1 else None),
+            "marks": [{"x": f"{px:.1f}", "y": f"{py:.1f}", "level": level,
+                       "value": fmt.number(v, "ms" if unit == "ms" else "rate")}
+                      for px, py, level, v in points],
+            "legend_x": lx, "legend_x2": lx + 22, "legend_text_x": lx + 26,
+        })
+    return rendering.render("report/line_chart.svg", {
+        "css_class": css_class, "title": title, "width": _W, "height": _H, "unit": unit,
+        "frame": _frame(), "y_ticks": y_ticks, "x_ticks": x_ticks, "series": drawn,
+        "empty": None if values else {"y": str(_TOP + plot_h / 2)},
+    })
 
 
 def throughput_chart(levels: Sequence[Mapping[str, Any]]) -> str:
@@ -294,7 +297,7 @@ _BINS = 24
 
 def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
     """Per level: an SVG histogram of its TTFT samples on one shared ms axis, with p50, p95
-    and p99 drawn in three styles and labelled."""
+    and p99 drawn in three styles and labelled (templates/report/ttft_histogram.svg)."""
     samples_all = [t for lv in levels for t in (lv.get("ttft_samples_ms") or [])]
     if not samples_all:
         return []
@@ -308,61 +311,45 @@ def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
     def x(ms: float) -> float:
         return _LEFT + (ms - low) / (high - low) * plot_w
 
-    def label_at(mx: float) -> str:
-        """Right of the marker, or left of it near the right edge (labels stay inside)."""
-        if mx > _LEFT + plot_w - 70:
-            return f'x="{mx - 3:.1f}" text-anchor="end"'
-        return f'x="{mx + 3:.1f}"'
-
+    frame = _frame()
+    x_ticks = [{"x": f"{x(ms):.1f}", "label": fmt.number(ms, "ms")}
+               for ms in (low + (high - low) * k / 4 for k in range(5))]
     out = []
     for lv in levels:
         samples = lv.get("ttft_samples_ms") or []
         counts = [0] * _BINS
         for t in samples:
             counts[min(_BINS - 1, int((t - low) / width))] += 1
-        top = max(counts) if samples else 1
-        parts = [f'<line class="axis" x1="{_LEFT}" y1="{base}" x2="{_LEFT + plot_w}" '
-                 f'y2="{base}" stroke="#5b6475"/><line class="axis" x1="{_LEFT}" y1="{_TOP}" '
-                 f'x2="{_LEFT}" y2="{base}" stroke="#5b6475"/>']
+        most = max(counts) if samples else 1
+        bars = []
         for i, count in enumerate(counts):
             if count:
-                h = plot_h * count / top
-                parts.append(
-                    f'<rect class="bar" x="{_LEFT + i * plot_w / _BINS + 0.5:.1f}" '
-                    f'y="{base - h:.1f}" width="{max(1.0, plot_w / _BINS - 1):.1f}" '
-                    f'height="{h:.1f}" fill="#8fa8d8"><title>'
-                    f'{escape(fmt.ms(low + i * width))} to {escape(fmt.ms(low + (i + 1) * width))}'
-                    f': {count} request{"s" if count != 1 else ""}</title></rect>')
-        for k in range(5):
-            ms = low + (high - low) * k / 4
-            parts.append(f'<text class="tick" x="{x(ms):.1f}" y="{base + 16}" '
-                         f'text-anchor="middle">{escape(fmt.number(ms, "ms"))}</text>')
-        parts.append(f'<text class="tick" x="{_LEFT - 6}" y="{_TOP + 4}" '
-                     f'text-anchor="end">{top}</text><text class="tick" x="{_LEFT - 6}" '
-                     f'y="{base}" text-anchor="end">0</text>')
-        parts.append(f'<text class="axis-title" x="{_LEFT + plot_w / 2:.1f}" y="{_H - 6}" '
-                     'text-anchor="middle">time to first token (ms)</text>'
-                     f'<text class="axis-title" x="14" y="{_TOP + plot_h / 2:.1f}" '
-                     f'text-anchor="middle" transform="rotate(-90 14 {_TOP + plot_h / 2:.1f})">'
-                     'requests</text>')
+                h = plot_h * count / most
+                bars.append({"x": f"{_LEFT + i * plot_w / _BINS + 0.5:.1f}", "y": f"{base - h:.1f}",
+                             "width": f"{max(1.0, plot_w / _BINS - 1):.1f}", "height": f"{h:.1f}",
+                             "low": fmt.ms(low + i * width), "high": fmt.ms(low + (i + 1) * width),
+                             "count": count})
+        markers = []
         for k, name in enumerate(("p50", "p95", "p99")):
             value = _pick(lv.get("ttft_ms"), name)
             if value is None:
                 continue
             stroke, dash = SERIES_STYLES[name]
             mx = min(_LEFT + plot_w, x(value))
-            parts.append(f'<line class="marker marker-{name}" x1="{mx:.1f}" x2="{mx:.1f}" '
-                         f'y1="{_TOP - 4 + 9 * k}" y2="{base}" stroke="{stroke}" '
-                         f'stroke-width="2" stroke-dasharray="{dash or "none"}">'
-                         f'<title>{name} {escape(fmt.ms(value))}</title></line>'
-                         f'<text class="marker-label" {label_at(mx)} y="{_TOP + 9 * k}" '
-                         f'fill="{stroke}">{name} {escape(fmt.number(value, "ms"))}</text>')
-        title = f"Time to first token at concurrency {lv.get('concurrency')}"
+            # the label right of the marker, or left of it near the right edge (it stays inside)
+            label_end = mx > _LEFT + plot_w - 70
+            markers.append({"name": name, "x": f"{mx:.1f}", "y1": _TOP - 4 + 9 * k,
+                            "stroke": stroke, "dash": dash or "none",
+                            "title_value": fmt.ms(value), "label_value": fmt.number(value, "ms"),
+                            "label_x": f"{mx - 3:.1f}" if label_end else f"{mx + 3:.1f}",
+                            "label_end": label_end, "label_y": _TOP + 9 * k})
         out.append({
             "concurrency": lv.get("concurrency"),
             "n": len(samples),
-            "svg": (f'<svg class="chart-ttft-histogram" viewBox="0 0 {_W} {_H}" role="img" '
-                    f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
-                    f'{"".join(parts)}</svg>'),
+            "svg": rendering.render("report/ttft_histogram.svg", {
+                "title": f"Time to first token at concurrency {lv.get('concurrency')}",
+                "width": _W, "height": _H, "frame": frame, "bars": bars, "x_ticks": x_ticks,
+                "most": most, "markers": markers,
+            }),
         })
     return out

@@ -5,8 +5,8 @@ measurement → check values → scoring → the report dict (docs/report.schema
 never contains the API key. ``regrade`` recomputes checks and score from a stored report's
 values under the current scoring code; it never re-measures. ``render_html`` renders the one
 self-contained HTML file (inline CSS and SVG, no network) from
-scans/grader/templates/report/report.html with Jinja2 (autoescaped), so the CLI needs no Django
-and no site settings.
+scans/grader/templates/report/report.html with Jinja2 (autoescaped; ``rendering``), so the CLI
+needs no Django and no site settings.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from scans.grader import formatting as fmt
-from scans.grader import headline, scoring
+from scans.grader import headline, rendering, scoring
 from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
 from scans.grader.plan import ScanPlan
@@ -44,8 +41,6 @@ __all__ = [
     "write_report",
 ]
 
-# Inside the package, so a non-editable install ships it (package data in pyproject.toml).
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sample is what "
                       "actually reached the model (for example, exported after any gateway "
                       "cache).")
@@ -274,26 +269,6 @@ def _took(report: Mapping[str, Any]) -> str | None:
     return fmt.seconds((end - start).total_seconds())
 
 
-def _pluralize(count: Any) -> str:
-    """"s" unless `count` is exactly one (Django's ``pluralize``, which the template used)."""
-    try:
-        return "" if float(count) == 1 else "s"
-    except (TypeError, ValueError):
-        return ""
-
-
-@cache
-def _environment() -> jinja2.Environment:
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-        autoescape=True,  # every figure and every server message is escaped
-        undefined=jinja2.ChainableUndefined,  # a field missing from an old report renders empty
-        keep_trailing_newline=True,
-    )
-    environment.filters["pluralize"] = _pluralize
-    return environment
-
-
 def _ttft_basis_text(measurements: Mapping[str, Any]) -> str:
     """Which time the graded TTFT checks read; reports from before issue 15 have no
     ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
@@ -386,4 +361,4 @@ def render_html(report: Mapping[str, Any]) -> str:
         "target": report.get("target", {}),
         "plan": report.get("plan", {}),
     }
-    return _environment().get_template("report/report.html").render(context)
+    return rendering.render("report/report.html", context)
