@@ -24,7 +24,7 @@ from accounts import encryption, teams
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from scans import endpoint_limits, pushes, scanning, scheduling
+from scans import dispatch, endpoint_limits, profile, pushes, scheduling
 from scans import state as endpoint_state
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
@@ -69,11 +69,11 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Limits enforced by validate_profile (answered as `scan_profile`) and the validate_<field>
     # methods below, stated for the API schema only (tokvera_site/api_schema.py).
     schema_limits = {
-        "levels": {"maxItems": scanning.SITE_MAX_LEVELS,
-                   "items": {"minimum": 1, "maximum": scanning.SITE_MAX_LEVEL}},
-        "requests_per_level": {"minimum": 1, "maximum": scanning.SITE_MAX_REQUESTS_PER_SCAN},
-        "max_tokens": {"minimum": 1, "maximum": scanning.SITE_MAX_TOKENS},
-        "timeout_s": {"exclusiveMinimum": 0, "maximum": scanning.SITE_MAX_TIMEOUT_S},
+        "levels": {"maxItems": profile.SITE_MAX_LEVELS,
+                   "items": {"minimum": 1, "maximum": profile.SITE_MAX_LEVEL}},
+        "requests_per_level": {"minimum": 1, "maximum": profile.SITE_MAX_REQUESTS_PER_SCAN},
+        "max_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_TOKENS},
+        "timeout_s": {"exclusiveMinimum": 0, "maximum": profile.SITE_MAX_TIMEOUT_S},
         "price_input_per_mtok": {"minimum": 0},
         "price_output_per_mtok": {"minimum": 0},
         "slo_error_rate": {"minimum": 0, "maximum": 1},
@@ -148,7 +148,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         try:
             candidate = Endpoint(**{k: v for k, v in merged.items()
                                     if k not in {"api_key", "webhook_secret", "team"}})
-            scanning.validate_profile(candidate)
+            profile.validate_profile(candidate)
         except PlanError as exc:
             raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
         return attrs
@@ -337,13 +337,13 @@ class EndpointViewSet(
         503 with Retry-After, and nothing saved, when the task queue is unreachable)."""
         endpoint = self.get_object()
         try:
-            scan = scanning.scan_now(endpoint, ScanTrigger.API)
-        except scanning.NotScannable as exc:
+            scan = dispatch.scan_now(endpoint, ScanTrigger.API)
+        except dispatch.NotScannable as exc:
             raise exceptions.ValidationError({"mode": [str(exc)]}) from None
-        except scanning.ScanRateLimited as exc:
+        except dispatch.ScanRateLimited as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(exc.retry_after_s)})
-        except scanning.ScanNotQueued as exc:
+        except dispatch.ScanNotQueued as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
                             headers={"Retry-After": str(exc.retry_after_s)})
         return Response(ScanSerializer(scan).data, status=status.HTTP_202_ACCEPTED)

@@ -18,7 +18,7 @@ from django.db import models
 
 from accounts import encryption
 from accounts.validators import validate_one_line
-from scans import endpoint_limits, scanning, scheduling
+from scans import endpoint_limits, profile, scheduling
 from scans.endpoint_secrets import GuardedURL, url_changes
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
@@ -227,7 +227,7 @@ class EndpointForm(forms.ModelForm):
             price_output_per_mtok=cleaned.get("price_output_per_mtok"),
         )
         try:
-            scanning.validate_profile(candidate)
+            profile.validate_profile(candidate)
         except PlanError as exc:
             raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
         return cleaned

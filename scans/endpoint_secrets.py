@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scans.models import Endpoint
-from scans.scanning import origin_of
+from scans.origins import origin_of
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ class Scan(TeamOwned):
     # Pushed reports carry "pushed": measured inside the team's network.
     location = models.CharField(max_length=40, default=default_scan_location)
     # scheme://host:port of the target when it was queued: the worker that frees an origin
-    # hands it to the next scan waiting for it (scanning.hand_off).
+    # hands it to the next scan waiting for it (dispatch.hand_off).
     origin = models.CharField(max_length=300, blank=True, default="")
     status = models.CharField(max_length=10, choices=ScanStatus.choices,
                               default=ScanStatus.QUEUED)
@@ -160,7 +160,7 @@ class Scan(TeamOwned):
     # A running scan touches this every SCAN_HEARTBEAT_S; a silent one's worker died (reap()).
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # When the beat sends this queued scan to a worker (again): nothing waits inside a worker,
-    # so a killed worker loses no other scan (scanning.redispatch_due()).
+    # so a killed worker loses no other scan (dispatch.redispatch_due()).
     redispatch_at = models.DateTimeField(null=True, blank=True)
     report = models.JSONField(null=True, blank=True)
     # denormalized from report["score"] for lists, charts and SLO windows

@@ -43,7 +43,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from scans import scanning
+from scans import dispatch, origins, worker
 from scans.grader import proof
 from scans.models import Endpoint, EndpointMode, PushedReportBody, Scan, ScanStatus, ScanTrigger
 from scans.system_wide import ALL_SCANS
@@ -125,7 +125,7 @@ class PushesNotAccepted(Exception):
 class PushNotQueued(Exception):
     """The task queue could not take the proof: nothing was kept."""
 
-    retry_after_s = scanning.BROKER_RETRY_AFTER_S
+    retry_after_s = dispatch.BROKER_RETRY_AFTER_S
 
 
 class ReportRefused(Exception):
@@ -254,7 +254,7 @@ def _validate(report: dict, endpoint: Endpoint) -> None:
 def _origin(url: str) -> str:
     """scheme://host:port, normalised (lower case, the scheme's default port written out)."""
     try:
-        return scanning.origin_of(url.strip())
+        return origins.origin_of(url.strip())
     except ValueError:  # a port that is not a number
         return repr(url)
 
@@ -284,7 +284,7 @@ def prove_pending(scan_id: int) -> str:
     team = scan.endpoint.team_id
     bodies = PushedReportBody.objects.for_team(team)
     body = bodies.filter(scan_id=scan_id).values_list("body", flat=True).first()
-    with scanning.heartbeat(scan_id, team):
+    with worker.liveness(scan_id, team):
         try:
             if body is None:
                 raise ReportRefused(["the uploaded report was not kept; push it again"])
@@ -295,6 +295,6 @@ def prove_pending(scan_id: int) -> str:
                 error_reason="\n".join(exc.messages)[:4000])
             bodies.filter(scan_id=scan_id).delete()
             return "refused"
-        scan = scanning.store_report(scan, proven, pushed=True)
+        scan = worker.store_report(scan, proven, pushed=True)
     bodies.filter(scan_id=scan_id).delete()
     return scan.status

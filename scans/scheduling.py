@@ -2,7 +2,7 @@
 
 A location is a Celery queue, `scans.<location>`; a worker started with
 `celery -A tokvera_site worker -Q scans.<location>` on any machine serves it. Each location an
-endpoint chooses gets its own scan per schedule slot (scanning.enqueue_due).
+endpoint chooses gets its own scan per schedule slot (dispatch.enqueue_due).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from accounts.models import Invitation
-from scans import pushes, scanning, scheduling
+from scans import dispatch, pushes, scheduling, worker
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
@@ -34,22 +34,22 @@ def enqueue_due_scans() -> int:
     """Every minute: one queued scan per due endpoint slot and location, then the queued scans
     due to be sent (new, waiting for a busy origin, or never taken): the first of each free
     origin, to its location's queue."""
-    scanning.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
-    scan_ids = scanning.redispatch_due()
+    dispatch.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
+    scan_ids = dispatch.redispatch_due()
     for scan_id in scan_ids:
-        scanning.send(scan_id)
+        dispatch.send(scan_id)
     return len(scan_ids)
 
 
 @shared_task(acks_late=True)  # idempotent: the conditional reaping UPDATE
 def reap_scans() -> int:
-    return scanning.reap()
+    return worker.reap()
 
 
 @shared_task(bind=True, acks_late=True)
 def run_scan(self, scan_id: int) -> str:
     """Run one queued scan. A second delivery finds it claimed and does nothing; a scan whose
-    origin is busy stays queued for the beat to send again (scanning.run_queued). The queue
+    origin is busy stays queued for the beat to send again (worker.run_queued). The queue
     that delivered it names this worker's location: another location's scan is not run."""
     delivery = self.request.delivery_info or {}
     queue = delivery.get("routing_key") or delivery.get("queue")
@@ -60,7 +60,7 @@ def run_scan(self, scan_id: int) -> str:
         log.warning("scan %s arrived on queue %r, not a scans.<location> queue; not run",
                     scan_id, queue)
         return "not a scan queue"
-    return scanning.run_queued(scan_id, location)
+    return worker.run_queued(scan_id, location)
 
 
 @shared_task(acks_late=True, queue=pushes.PROOF_QUEUE)  # idempotent: a conditional claim

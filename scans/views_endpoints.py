@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts.tenancy import Access, get_visible_or_404, require_manage, require_write
 from accounts.views import team_for_request, team_to_create_in
-from scans import charts, history, scanning, slo, state
+from scans import charts, dispatch, history, slo, state
 from scans.compare import FLAG_RELATIVE_CHANGE, compare
 from scans.endpoint_forms import EndpointForm
 from scans.grader.report import render_html
@@ -211,11 +211,11 @@ def endpoint_scan_now(request, public_id):
     endpoint = _endpoint(request, public_id)
     require_write(request, endpoint)
     try:
-        scan = scanning.scan_now(endpoint, ScanTrigger.MANUAL)
-    except (scanning.NotScannable, scanning.ScanRateLimited) as exc:
+        scan = dispatch.scan_now(endpoint, ScanTrigger.MANUAL)
+    except (dispatch.NotScannable, dispatch.ScanRateLimited) as exc:
         messages.error(request, str(exc))
         return redirect("endpoint-detail", public_id=endpoint.public_id)
-    except scanning.ScanNotQueued as exc:
+    except dispatch.ScanNotQueued as exc:
         response = render(request, "scans/scan_not_queued.html",
                           {"endpoint": endpoint, "reason": str(exc)}, status=503)
         response["Retry-After"] = str(exc.retry_after_s)
@@ -273,7 +273,7 @@ def endpoint_detail(request, public_id):
         "badge_svg": badge_svg, "badge_json": badge_json,
         "latest": endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
         .only("grade", "provisional", "pushed", "queued_at").first(),
-        "cooldown_minutes": int(scanning.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
+        "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
         "state": state.current(endpoint), "headline": state.headline(endpoint),
     })
 

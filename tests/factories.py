@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 
-from scans import scanning
+from scans import worker as scan_worker
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
@@ -61,9 +61,9 @@ def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTr
               error_reason="") -> Scan:
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger)
     if status == ScanStatus.SUCCEEDED:
-        return scanning.store_report(scan, report or make_report(model=endpoint.model))
+        return scan_worker.store_report(scan, report or make_report(model=endpoint.model))
     if status == ScanStatus.ERRORED:
-        scanning.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1")
+        scan_worker.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1")
         scan.refresh_from_db()
     return scan
 

@@ -251,7 +251,7 @@ if not CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821
         "health_check_interval": 10, "retry_on_timeout": True,
     })
 
-# Scans (scans/scanning.py; docs/operations.md). A running scan touches its row every
+# Scans (scans/worker.py; docs/operations.md). A running scan touches its row every
 # SCAN_HEARTBEAT_S; the reaper errors one silent for SCAN_STALE_AFTER_S (its worker died) and
 # frees its origin. A scan whose origin is busy stays queued and is sent again once
 # SCAN_ORIGIN_BUSY_RETRY_S have passed (by the beat's next run). A finished report waits in the

@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import scanning
+from scans import worker as scan_worker
 from scans.models import CheckResult, PushedReportBody, Scan
 from tests.conftest import bearer
 from tests.factories import make_endpoint, measured_report
@@ -113,7 +113,7 @@ def test_a_push_no_proof_worker_takes_is_reaped_with_its_own_cause_and_its_bytes
     assert PushedReportBody.dangerously_unscoped.filter(scan=scan).exists()
 
     with time_machine.travel(timezone.now() + timedelta(minutes=31), tick=False):
-        assert scanning.reap() == 1
+        assert scan_worker.reap() == 1
     scan.refresh_from_db()
     assert scan.status == "errored"
     assert "no proof worker took the pushed report" in scan.error_reason

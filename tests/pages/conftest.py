@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from scans import scanning
+from scans import worker as scan_worker
 from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, Scan, ScanStatus, ScanTrigger
 from tests.factories import GOOD_VALUES, make_endpoint, make_report
@@ -53,9 +53,9 @@ def scan_at(endpoint, when: datetime, values: dict = GRADE_A, *, version: str | 
     """A scan of `endpoint` queued at `when` (finished a minute later)."""
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=trigger)
     if status == ScanStatus.SUCCEEDED:
-        scanning.store_report(scan, report_for(values, version, model=endpoint.model))
+        scan_worker.store_report(scan, report_for(values, version, model=endpoint.model))
     elif status == ScanStatus.ERRORED:
-        scanning.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1: private address")
+        scan_worker.fail(scan.pk, error_reason or "refused to connect to 10.0.0.1: private address")
     elif status == ScanStatus.RUNNING:
         Scan.dangerously_unscoped.filter(pk=scan.pk).update(status=ScanStatus.RUNNING)
     finished = when + timedelta(minutes=1) if status in (ScanStatus.SUCCEEDED,

@@ -13,7 +13,8 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 
-from scans import alerts, scanning, state
+from scans import alerts, state
+from scans import worker as scan_worker
 from scans.grader import ScanPlan, run_scan
 from scans.grader.report import report_from_measurement
 from scans.models import Scan, ScanTrigger
@@ -63,7 +64,7 @@ def real_scan(endpoint) -> Scan:
                     max_tokens=16, timeout_s=5)
     report = report_from_measurement(plan, run_scan(plan))
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.SCHEDULE)
-    return scanning.store_report(scan, report)
+    return scan_worker.store_report(scan, report)
 
 
 def test_an_endpoint_where_nothing_listens_is_down_because_the_connection_was_refused(
@@ -175,7 +176,7 @@ def test_the_endpoint_page_opens_with_the_headline_numbers_and_for_reasoning_mod
     report = report_for(GRADE_A)
     report["levels"][0]["time_to_first_answer_ms"] = {"p50": 850.0, "p95": 990.0}
     report["levels"][0]["thinking_ms"] = {"p50": 640.0, "p95": 700.0}
-    scanning.store_report(
+    scan_worker.store_report(
         Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.SCHEDULE), report)
 
     body = owner_client.get(f"/endpoints/{endpoint.public_id}/").content.decode()
@@ -196,7 +197,7 @@ def test_an_endpoint_going_down_and_up_again_sends_one_message_each_way(
     dead = make_endpoint(world.team, name="flaky box", alert_email=True,
                          base_url=f"http://127.0.0.1:{_free_port()}/v1")
     with django_capture_on_commit_callbacks(execute=True):
-        scanning.store_report(
+        scan_worker.store_report(
             Scan.dangerously_unscoped.create(endpoint=dead, trigger=ScanTrigger.SCHEDULE),
             report_for(GRADE_A))
         assert mail.outbox == []  # up from the start: nothing to say
@@ -209,7 +210,7 @@ def test_an_endpoint_going_down_and_up_again_sends_one_message_each_way(
     mail.outbox.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
-        scanning.store_report(
+        scan_worker.store_report(
             Scan.dangerously_unscoped.create(endpoint=dead, trigger=ScanTrigger.SCHEDULE),
             report_for(GRADE_A))
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from scans import scanning
+from scans import worker as scan_worker
 from scans.models import Scan
 from tests.pages.conftest import CAPPED_C, GRADE_A, NOW, report_for, scan_at
 
@@ -89,7 +89,7 @@ def test_the_status_json_says_where_a_scan_stands(owner_client, endpoint):
 def test_report_text_cannot_break_out_of_the_frame(owner_client, endpoint):
     report = report_for(GRADE_A, model='"><script>alert(1)</script>')
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="push")
-    scanning.store_report(scan, report, pushed=True)
+    scan_worker.store_report(scan, report, pushed=True)
 
     body = get(owner_client, "scan-detail", scan).content.decode()
 
@@ -99,7 +99,7 @@ def test_report_text_cannot_break_out_of_the_frame(owner_client, endpoint):
 
 def test_a_pushed_scan_says_it_was_uploaded_and_regraded(owner_client, endpoint):
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="push")
-    scanning.store_report(scan, report_for(GRADE_A), pushed=True)
+    scan_worker.store_report(scan, report_for(GRADE_A), pushed=True)
 
     body = get(owner_client, "scan-detail", scan).content.decode()
 

@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import scanning
+from scans import worker as scan_worker
 from scans.models import Scan, ScanStatus
 from tests.browser import ARTIFACTS, offline
 from tests.conftest import build_world
@@ -173,7 +173,7 @@ def test_the_scan_page_shows_live_progress_without_reloading(browser, live_serve
 
     # It finishes: the page shows the grade and the report, framed under the endpoint's name
     # and sized to its content.
-    scanning.store_report(Scan.dangerously_unscoped.get(pk=scan.pk), report_for(GRADE_A))
+    scan_worker.store_report(Scan.dangerously_unscoped.get(pk=scan.pk), report_for(GRADE_A))
     page.wait_for_selector("iframe.report", timeout=20_000)
     frame = page.locator("iframe.report")
     assert frame.get_attribute("title").startswith("Report of llama being scanned")

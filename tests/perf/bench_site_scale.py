@@ -130,7 +130,7 @@ def measure() -> None:
     from django.utils import timezone
 
     from accounts.models import Team
-    from scans import scanning
+    from scans import dispatch
     from scans.models import CheckResult, Endpoint, Scan
 
     with connection.cursor() as cur:
@@ -138,7 +138,7 @@ def measure() -> None:
         size = cur.fetchone()[0]
     print(f"scans: {Scan.dangerously_unscoped.count():,}  check rows: "
           f"{CheckResult.dangerously_unscoped.count():,}  database size: {size}")
-    due_ms = _median_ms(lambda: list(scanning.due_endpoints(timezone.now() + timedelta(hours=1))))
+    due_ms = _median_ms(lambda: list(dispatch.due_endpoints(timezone.now() + timedelta(hours=1))))
     print(f"due-scan finder over {Endpoint.dangerously_unscoped.count():,} endpoints "
           f"(all due): median {due_ms:.1f} ms")
     team = Team.dangerously_unscoped.get(slug="bench")

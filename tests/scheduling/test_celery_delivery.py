@@ -18,7 +18,8 @@ from django.conf import settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from scans import scanning
+from scans import dispatch
+from scans import worker as scan_worker
 from scans.grader.target import TargetConfig, running_target
 from scans.models import CheckResult, OriginLock, Scan, ScanStatus
 from tests.conftest import database_url
@@ -89,7 +90,7 @@ def test_a_scan_delivered_twice_runs_once(world):
         worker = _start_worker(concurrency=2)
         try:
             for _ in range(2):  # the same message twice, as a redelivery would
-                scanning.send(scan.pk)
+                dispatch.send(scan.pk)
             assert _wait_for(lambda: _status(scan.pk) in {"succeeded", "errored"})
             time.sleep(2)  # give the duplicate time to do (nothing) too
         finally:
@@ -108,10 +109,10 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
         endpoint = make_endpoint(world.team, base_url=f"http://{host}:{port}/v1", levels=[1],
                                  requests_per_level=1, timeout_s=60,
                                  next_scan_at=timezone.now() - timedelta(seconds=1))
-        [scan_id] = scanning.enqueue_due()
+        [scan_id] = dispatch.enqueue_due()
         worker = _start_worker()
         try:
-            scanning.send(scan_id)
+            dispatch.send(scan_id)
             assert _wait_for(lambda: _status(scan_id) == "running")
         finally:
             _stop(worker, signal.SIGKILL)  # the whole worker, children included, dies
@@ -119,8 +120,8 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
     assert scan.status == ScanStatus.RUNNING  # nobody is left to finish it
 
     silence = timedelta(seconds=settings.SCAN_STALE_AFTER_S)
-    assert scanning.reap(now=scan.heartbeat_at + silence - timedelta(seconds=1)) == 0
-    assert scanning.reap(now=scan.heartbeat_at + silence + timedelta(seconds=1)) == 1
+    assert scan_worker.reap(now=scan.heartbeat_at + silence - timedelta(seconds=1)) == 0
+    assert scan_worker.reap(now=scan.heartbeat_at + silence + timedelta(seconds=1)) == 1
     scan.refresh_from_db()
     assert scan.status == ScanStatus.ERRORED
     assert "worker stopped heartbeating" in scan.error_reason
@@ -129,10 +130,10 @@ def test_a_killed_worker_is_reaped_and_the_next_slot_runs(world):
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=4)) as (host, port):
         type(endpoint).dangerously_unscoped.filter(pk=endpoint.pk).update(
             base_url=f"http://{host}:{port}/v1", next_scan_at=timezone.now())
-        [next_id] = scanning.enqueue_due()
+        [next_id] = dispatch.enqueue_due()
         worker = _start_worker()
         try:
-            scanning.send(next_id)
+            dispatch.send(next_id)
             assert _wait_for(lambda: _status(next_id) in {"succeeded", "errored"})
         finally:
             _stop(worker)

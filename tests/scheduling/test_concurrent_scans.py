@@ -13,7 +13,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from scans import scanning
+from scans import dispatch
+from scans import worker as scan_worker
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, OriginLock, Scan, ScanStatus
 from tests.factories import make_endpoint
@@ -53,12 +54,12 @@ def test_a_worker_killed_during_20_concurrent_scans_loses_them_as_errors_and_the
         endpoints = [make_endpoint(world.team, name=f"endpoint {i}", base_url=url, levels=[1],
                                    requests_per_level=1, timeout_s=90, next_scan_at=due)
                      for i, url in enumerate(slow)]
-        killed = scanning.enqueue_due()
+        killed = dispatch.enqueue_due()
         assert len(killed) == SCANS
         worker = start_worker()
         try:
             for scan_id in killed:
-                scanning.send(scan_id)
+                dispatch.send(scan_id)
             # All twenty run at once in the one worker process.
             wait_for(lambda: _statuses(killed).count(ScanStatus.RUNNING) == SCANS, 120,
                      "the twenty scans to run at once")
@@ -69,7 +70,7 @@ def test_a_worker_killed_during_20_concurrent_scans_loses_them_as_errors_and_the
     last_sign_of_life = max(Scan.dangerously_unscoped.filter(pk__in=killed)
                             .values_list("heartbeat_at", flat=True))
     silence = timedelta(seconds=settings.SCAN_STALE_AFTER_S + 1)
-    assert scanning.reap(now=last_sign_of_life + silence) == SCANS
+    assert scan_worker.reap(now=last_sign_of_life + silence) == SCANS
     for scan in Scan.dangerously_unscoped.filter(pk__in=killed):
         assert scan.status == ScanStatus.ERRORED
         assert "the worker stopped heartbeating" in scan.error_reason
@@ -82,12 +83,12 @@ def test_a_worker_killed_during_20_concurrent_scans_loses_them_as_errors_and_the
             # The next slot comes due (an hour later, in the real schedule).
             Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(
                 base_url=url, next_scan_at=timezone.now())
-        following = scanning.enqueue_due()
+        following = dispatch.enqueue_due()
         assert len(following) == SCANS
         worker = start_worker()
         try:
             for scan_id in following:
-                scanning.send(scan_id)
+                dispatch.send(scan_id)
             wait_for(lambda: all(s in {ScanStatus.SUCCEEDED, ScanStatus.ERRORED}
                                  for s in _statuses(following)), 180, "the next slots to run")
         finally:

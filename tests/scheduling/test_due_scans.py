@@ -10,7 +10,8 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
-from scans import scanning
+from scans import dispatch
+from scans import worker as scan_worker
 from scans.models import Scan, ScanStatus
 from tests.factories import make_endpoint
 
@@ -22,8 +23,8 @@ def test_a_due_endpoint_gets_one_scan_and_its_next_slot(world):
     endpoint = make_endpoint(world.team, next_scan_at=now - timedelta(minutes=1),
                              interval_minutes=15)
     with time_machine.travel(now, tick=False):
-        created = scanning.enqueue_due()
-        again = scanning.enqueue_due()
+        created = dispatch.enqueue_due()
+        again = dispatch.enqueue_due()
     assert len(created) == 1 and again == []
     scan = Scan.dangerously_unscoped.get(pk=created[0])
     assert scan.slot == now - timedelta(minutes=1)
@@ -36,14 +37,14 @@ def test_disabled_and_pushed_endpoints_are_never_due(world):
     past = timezone.now() - timedelta(hours=1)
     make_endpoint(world.team, next_scan_at=past, enabled=False)
     make_endpoint(world.team, next_scan_at=past, mode="pushed")
-    assert scanning.enqueue_due() == []
+    assert dispatch.enqueue_due() == []
 
 
 def test_a_slot_already_scanned_is_not_scanned_again(world):
     slot = timezone.now() - timedelta(minutes=2)
     endpoint = make_endpoint(world.team, next_scan_at=slot)
     Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="schedule", slot=slot)
-    assert scanning.enqueue_due() == []  # the unique (endpoint, slot) constraint holds
+    assert dispatch.enqueue_due() == []  # the unique (endpoint, slot) constraint holds
     endpoint.refresh_from_db()
     assert endpoint.next_scan_at > timezone.now()  # and the schedule moved on, not stalled
 
@@ -51,13 +52,13 @@ def test_a_slot_already_scanned_is_not_scanned_again(world):
 def test_a_scan_waiting_for_a_busy_origin_is_not_reaped_but_a_lost_one_is(world):
     endpoint = make_endpoint(world.team)
     waiting = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual",
-                                               deadline_at=timezone.now() + scanning.QUEUED_GRACE)
+                                               deadline_at=timezone.now() + dispatch.QUEUED_GRACE)
     lost = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="schedule",
                                             slot=timezone.now())
-    later = timezone.now() + scanning.QUEUED_GRACE + timedelta(minutes=1)
+    later = timezone.now() + dispatch.QUEUED_GRACE + timedelta(minutes=1)
     with time_machine.travel(later - timedelta(minutes=2), tick=False):
-        scanning.keep_waiting(waiting.pk)  # its task retried: still alive
-    assert scanning.reap(now=later) == 1
+        scan_worker.keep_waiting(waiting.pk)  # its task retried: still alive
+    assert scan_worker.reap(now=later) == 1
     waiting.refresh_from_db()
     lost.refresh_from_db()
     assert waiting.status == ScanStatus.QUEUED
@@ -74,7 +75,7 @@ def test_two_beats_racing_make_one_scan_per_slot(world):
     def beat():
         barrier.wait()
         try:
-            results.extend(scanning.enqueue_due())
+            results.extend(dispatch.enqueue_due())
         finally:
             connection.close()
 
@@ -90,7 +91,7 @@ def test_two_beats_racing_make_one_scan_per_slot(world):
 def test_the_due_finder_uses_the_partial_index_on_postgres(world):
     with connection.cursor() as cursor:
         cursor.execute("SET enable_seqscan = off")
-        sql, params = scanning.due_endpoints(timezone.now()).query.sql_with_params()
+        sql, params = dispatch.due_endpoints(timezone.now()).query.sql_with_params()
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("SET enable_seqscan = on")

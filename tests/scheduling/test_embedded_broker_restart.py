@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from scans import scanning
+from scans import dispatch
 from scans.models import OriginLock, Scan, ScanStatus
 from tests.conftest import free_port
 from tests.factories import make_endpoint
@@ -62,8 +62,8 @@ def _beat(env: dict, code: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-BEAT_ONCE = ("from scans import scanning; scanning.reap(); "
-             "[scanning.send(i) for i in scanning.redispatch_due()]")
+BEAT_ONCE = ("from scans import dispatch, worker as scan_worker; scan_worker.reap(); "
+             "[dispatch.send(i) for i in dispatch.redispatch_due()]")
 
 
 def test_a_ctrl_c_mid_scan_and_a_restart_lose_no_scheduled_scan_and_leave_none_stuck(world, tmp_path):
@@ -73,13 +73,13 @@ def test_a_ctrl_c_mid_scan_and_a_restart_lose_no_scheduled_scan_and_leave_none_s
     endpoints = [make_endpoint(world.team, name=f"demo {i}", base_url=f"http://127.0.0.1:{port}/v1",
                                levels=[1], requests_per_level=1, timeout_s=60, next_scan_at=due)
                  for i in range(3)]
-    scan_ids = sorted(scanning.enqueue_due())
+    scan_ids = sorted(dispatch.enqueue_due())
     assert len(scan_ids) == len(endpoints)
 
     with _target(port, ttft_ms=60_000):  # the first scan is still waiting when Ctrl-C comes
         worker = _start_worker(env)
         try:
-            _beat(env, f"from scans import scanning; [scanning.send(i) for i in {scan_ids}]")
+            _beat(env, f"from scans import dispatch, worker; [dispatch.send(i) for i in {scan_ids}]")
             wait_for(lambda: Scan.dangerously_unscoped.filter(
                 pk__in=scan_ids, status=ScanStatus.RUNNING).exists(), 90, "a running scan")
         finally:

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from accounts.models import TokenScope
 from accounts.teams import issue_token
-from scans import scanning
+from scans import dispatch
+from scans import worker as scan_worker
 from scans.models import Endpoint, OriginLock, Scan, ScanStatus
 from tests.conftest import bearer
 from tests.factories import make_endpoint, make_report
@@ -53,8 +54,8 @@ def test_the_api_refuses_an_unknown_location_and_saves_nothing(world, api):
 def test_each_location_gets_its_own_scan_per_slot_and_a_second_beat_adds_none(world):
     both = _due(world, "both", locations=["eu", "us-east"])
     default = _due(world, "default", base_url="http://127.0.0.1:10/v1")
-    first = scanning.enqueue_due()
-    assert scanning.enqueue_due() == []
+    first = dispatch.enqueue_due()
+    assert dispatch.enqueue_due() == []
     scans = Scan.dangerously_unscoped.filter(pk__in=first)
     assert sorted((s.endpoint_id, s.location) for s in scans) == sorted(
         [(both.pk, "eu"), (both.pk, "us-east"), (default.pk, "site")])
@@ -64,11 +65,11 @@ def test_each_location_gets_its_own_scan_per_slot_and_a_second_beat_adds_none(wo
 
 def test_a_worker_of_one_location_does_not_run_another_locations_scan(world):
     _due(world, "eu only", locations=["eu"])
-    [scan_id] = scanning.enqueue_due()
-    assert scanning.run_queued(scan_id, "site") == "another location's scan"
+    [scan_id] = dispatch.enqueue_due()
+    assert scan_worker.run_queued(scan_id, "site") == "another location's scan"
     scan = Scan.dangerously_unscoped.get(pk=scan_id)
     assert scan.status == ScanStatus.QUEUED and scan.started_at is None
-    assert scanning.claim(scan_id, location="us-east") is None
+    assert scan_worker.claim(scan_id, location="us-east") is None
     assert not OriginLock.objects.exists()
 
 
@@ -76,10 +77,10 @@ def test_the_beat_sends_one_scan_per_free_origin_and_keeps_a_busy_origins_backlo
     for i in range(3):
         _due(world, f"shared {i}")  # one origin
     _due(world, "alone", base_url="http://127.0.0.1:10/v1")
-    created = scanning.enqueue_due()
-    sent = scanning.redispatch_due()
+    created = dispatch.enqueue_due()
+    sent = dispatch.redispatch_due()
     assert len(created) == 4 and len(sent) == 2  # the first of each origin
-    assert scanning.redispatch_due() == []  # sent already: not again until REDISPATCH_AFTER
+    assert dispatch.redispatch_due() == []  # sent already: not again until REDISPATCH_AFTER
 
     # The shared origin is busy for an hour; its other two scans wait past the 30-minute
     # start-by deadline without being reaped as lost, because the beat keeps them alive.
@@ -89,7 +90,7 @@ def test_the_beat_sends_one_scan_per_free_origin_and_keeps_a_busy_origins_backlo
                    .exclude(pk__in=sent).values_list("pk", flat=True))
     for minutes in (20, 40, 60):
         now = timezone.now() + timedelta(minutes=minutes)
-        assert not set(scanning.redispatch_due(now=now)) & set(waiting)  # its origin is busy
+        assert not set(dispatch.redispatch_due(now=now)) & set(waiting)  # its origin is busy
         assert all(deadline > now for deadline in Scan.dangerously_unscoped.filter(
             pk__in=waiting).values_list("deadline_at", flat=True))  # not "lost"
 
@@ -97,5 +98,5 @@ def test_the_beat_sends_one_scan_per_free_origin_and_keeps_a_busy_origins_backlo
 def test_a_pushed_report_is_stored_with_the_pushed_location(world):
     endpoint = make_endpoint(world.team, mode="pushed")
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="push")
-    stored = scanning.store_report(scan, make_report(), pushed=True)
+    stored = scan_worker.store_report(scan, make_report(), pushed=True)
     assert stored.location == "pushed"

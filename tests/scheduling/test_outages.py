@@ -117,13 +117,13 @@ def test_a_scan_finished_while_postgres_is_down_is_stored_when_it_returns(tmp_pa
                             DJANGO_SETTINGS_MODULE="tests.scheduling.fast_scan_settings")
             _prepare_site(env)
             scan_id = int(_manage(env, "shell", "-c", (
-                "from accounts import teams; from scans import scanning; from scans.models import Scan; "
+                "from accounts import teams; from scans import dispatch; from scans.models import Scan; "
                 "from tests.factories import make_endpoint; "
                 f"team = teams.Team.dangerously_unscoped.get(slug='acme'); "
                 f"e = make_endpoint(team, base_url='http://127.0.0.1:{target_port}/v1', "
                 "levels=[1], requests_per_level=1, timeout_s=30); "
                 "s = Scan.dangerously_unscoped.create(endpoint=e, trigger='manual'); "
-                "scanning.send(s.pk); print(s.pk)")).split()[-1])
+                "dispatch.send(s.pk); print(s.pk)")).split()[-1])
             worker_log = tmp_path / "worker.log"
             with running([sys.executable, "-m", "tokvera_site.cli", "target", "--port",
                            str(target_port), "--ttft-ms", "3000", "--itl-ms", "1", "--tokens", "4"],

@@ -52,15 +52,15 @@ def test_a_name_is_judged_by_the_address_it_resolves_to(settings):
 
 @pytest.mark.django_db
 def test_a_scan_of_the_6to4_relay_anycast_is_refused_before_any_connection(world, settings):
-    from scans import scanning
+    from scans import worker as scan_worker
     from scans.models import Scan, ScanStatus
     from tests.factories import make_endpoint
 
     settings.OUTBOUND_ALLOW = ["loopback", "private"]
     endpoint = make_endpoint(world.team, base_url="http://192.88.99.1/v1")
-    scan = scanning.claim(Scan.dangerously_unscoped.create(endpoint=endpoint,
+    scan = scan_worker.claim(Scan.dangerously_unscoped.create(endpoint=endpoint,
                                                            trigger="manual").pk)
-    assert scanning.execute(scan) == "errored"
+    assert scan_worker.execute(scan) == "errored"
     scan.refresh_from_db()
     assert scan.status == ScanStatus.ERRORED
     assert "192.88.99.1: reserved addresses are not reachable" in scan.error_reason

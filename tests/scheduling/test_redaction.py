@@ -1,7 +1,7 @@
 """Nothing stored from a response carries the endpoint's key (issue 10, finding 11).
 
 The upstreams are raw loopback servers that echo what they were sent in their error bodies;
-the scan runs for real through scans.scanning.execute and a viewer reads report.json through
+the scan runs for real through scans.worker.execute and a viewer reads report.json through
 the API and the scan page.
 """
 
@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts import encryption
-from scans import scanning
+from scans import worker as scan_worker
 from scans.models import Scan, ScanStatus
 from tests.factories import make_endpoint
 from tests.grader.servers import json_response, raw_server, read_request
@@ -48,9 +48,9 @@ def echo_authorization_500(padding: int = 0):
 def run_keyed_scan(world, port: int) -> Scan:
     endpoint = make_endpoint(world.team, base_url=f"http://127.0.0.1:{port}/v1", levels=[1],
                              requests_per_level=2, api_key_encrypted=encryption.encrypt(API_KEY))
-    scan = scanning.claim(Scan.dangerously_unscoped.create(endpoint=endpoint,
+    scan = scan_worker.claim(Scan.dangerously_unscoped.create(endpoint=endpoint,
                                                            trigger="manual").pk)
-    assert scanning.execute(scan) == "succeeded"
+    assert scan_worker.execute(scan) == "succeeded"
     scan.refresh_from_db()
     return scan
 
@@ -80,7 +80,7 @@ def test_a_failure_reason_quoting_the_key_is_stored_redacted(world):
     endpoint = make_endpoint(world.team, api_key_encrypted=encryption.encrypt(API_KEY))
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual")
 
-    scanning.fail(scan.pk, f"upstream said: Authorization: Bearer {API_KEY} is invalid "
+    scan_worker.fail(scan.pk, f"upstream said: Authorization: Bearer {API_KEY} is invalid "
                            f"(key {API_KEY})")
 
     scan.refresh_from_db()

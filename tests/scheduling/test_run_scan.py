@@ -8,7 +8,7 @@ import pytest
 from django.core import mail
 
 from accounts import encryption
-from scans import scanning
+from scans import worker as scan_worker
 from scans.grader.target import TargetConfig, running_target
 from scans.models import CheckResult, Scan, ScanStatus
 from tests.conftest import free_port
@@ -21,7 +21,7 @@ FAST = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)
 
 def _queued(endpoint) -> Scan:
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual")
-    return scanning.claim(scan.pk)
+    return scan_worker.claim(scan.pk)
 
 
 def test_a_claimed_scan_runs_and_stores_its_report_and_check_rows(world, settings):
@@ -30,7 +30,7 @@ def test_a_claimed_scan_runs_and_stores_its_report_and_check_rows(world, setting
         endpoint = make_endpoint(world.team, base_url=f"http://{host}:{port}/v1",
                                  levels=[1, 2], requests_per_level=3)
         scan = _queued(endpoint)
-        assert scanning.execute(scan) == "succeeded"
+        assert scan_worker.execute(scan) == "succeeded"
     scan.refresh_from_db()
     assert scan.status == ScanStatus.SUCCEEDED
     assert scan.grade == scan.report["score"]["grade"]
@@ -44,8 +44,8 @@ def test_a_claimed_scan_runs_and_stores_its_report_and_check_rows(world, setting
 def test_a_second_claim_of_the_same_scan_gets_nothing(world):
     endpoint = make_endpoint(world.team)
     scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual")
-    assert scanning.claim(scan.pk) is not None
-    assert scanning.claim(scan.pk) is None
+    assert scan_worker.claim(scan.pk) is not None
+    assert scan_worker.claim(scan.pk) is None
 
 
 def test_an_unreachable_target_is_a_finished_scan_graded_f(world, settings):
@@ -53,7 +53,7 @@ def test_an_unreachable_target_is_a_finished_scan_graded_f(world, settings):
     endpoint = make_endpoint(world.team, base_url=f"http://127.0.0.1:{free_port()}/v1",
                              levels=[1], requests_per_level=2)
     scan = _queued(endpoint)
-    assert scanning.execute(scan) == "succeeded"
+    assert scan_worker.execute(scan) == "succeeded"
     scan.refresh_from_db()
     assert scan.grade in {"F", "insufficient_evidence"}
     # The preflight probe found nobody there, so no load followed (DECISIONS.md, "Preflight").
@@ -87,7 +87,7 @@ def test_a_refused_address_is_an_errored_scan_and_nothing_is_sent(world, setting
     endpoint = make_endpoint(world.team, base_url=f"http://localhost:{server.port}/v1",
                              levels=[1], requests_per_level=2)
     scan = _queued(endpoint)
-    assert scanning.execute(scan) == "errored"
+    assert scan_worker.execute(scan) == "errored"
     scan.refresh_from_db()
     assert scan.status == ScanStatus.ERRORED
     assert "loopback addresses are not reachable" in scan.error_reason
@@ -98,7 +98,7 @@ def test_a_private_address_is_refused(world, settings):
     settings.OUTBOUND_ALLOW = ["loopback"]
     endpoint = make_endpoint(world.team, base_url="http://10.20.30.40:8000/v1")
     scan = _queued(endpoint)
-    assert scanning.execute(scan) == "errored"
+    assert scan_worker.execute(scan) == "errored"
     scan.refresh_from_db()
     assert "10.20.30.40: private" in scan.error_reason
 
@@ -111,7 +111,7 @@ def test_the_prompt_sample_feeds_repeat_share_and_never_reaches_the_target(world
                                  levels=[1], requests_per_level=2,
                                  prompt_sample_encrypted=encryption.encrypt(sample))
         scan = _queued(endpoint)
-        scanning.execute(scan)
+        scan_worker.execute(scan)
     scan.refresh_from_db()
     check = {c["id"]: c for c in scan.report["checks"]}["repeat_prompt_share"]
     assert check["value"] == 0.25
@@ -126,7 +126,7 @@ def test_an_errored_streak_alerts_once_and_recovery_is_announced(
                              levels=[1], requests_per_level=2, slo_grade_floor="F")
     with django_capture_on_commit_callbacks(execute=True):
         for _ in range(3):
-            scanning.execute(_queued(endpoint))
+            scan_worker.execute(_queued(endpoint))
     alerts = [m for m in mail.outbox if m.subject.endswith("erroring")]
     assert len(alerts) == 1
     assert "2 scans in a row errored" in alerts[0].body
@@ -137,7 +137,7 @@ def test_an_errored_streak_alerts_once_and_recovery_is_announced(
         type(endpoint).dangerously_unscoped.filter(pk=endpoint.pk).update(
             base_url=f"http://{host}:{port}/v1")
         with django_capture_on_commit_callbacks(execute=True):
-            scanning.execute(_queued(endpoint))
+            scan_worker.execute(_queued(endpoint))
     assert [m.subject for m in mail.outbox if "recovered" in m.subject] == [
         f"[Tokvera] {endpoint.name}: erroring recovered"]
 

@@ -27,7 +27,7 @@ from accounts.models import TokenScope
 from accounts.teams import issue_token
 from benchmarks import ewma, hosts
 from benchmarks.models import Host, Job, JobStatus
-from scans import scanning
+from scans import dispatch, origins
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, OriginLock, Scan, ScanStatus
 from scans.tasks import run_scan
@@ -119,8 +119,8 @@ def test_two_webs_and_two_located_workers_run_every_scan_once_in_its_location(wo
         def settled() -> bool:
             scans = Scan.dangerously_unscoped.all()
             # The beat's pass sends one waiting scan per origin; play it while they wait.
-            for scan_id in scanning.redispatch_due():
-                scanning.send(scan_id)
+            for scan_id in dispatch.redispatch_due():
+                dispatch.send(scan_id)
             return scans.count() == 6 and all(
                 s.status in {ScanStatus.SUCCEEDED, ScanStatus.ERRORED} for s in scans)
 
@@ -147,13 +147,13 @@ def test_two_webs_and_two_located_workers_run_every_scan_once_in_its_location(wo
         # An eu scan delivered to the site's queue is not run there; its own queue runs it.
         endpoint = Endpoint.dangerously_unscoped.get(name="from eu")
         stray = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="api", location="eu",
-                                                 origin=scanning.origin_of(shared))
+                                                 origin=origins.origin_of(shared))
         run_scan.apply_async((stray.pk,), queue="scans.site")
         wait_for(lambda: "belongs to location 'eu'" in site_log.read_text(), 60,
                  "the site worker to refuse the eu scan")
         stray.refresh_from_db()
         assert stray.status == ScanStatus.QUEUED and stray.started_at is None
-        scanning.send(stray.pk)
+        dispatch.send(stray.pk)
         wait_for(lambda: Scan.dangerously_unscoped.get(pk=stray.pk).status == ScanStatus.SUCCEEDED,
                  60, "the eu worker to run it")
         assert _succeeded_runs(eu_log) == 4 and _succeeded_runs(site_log) == 3

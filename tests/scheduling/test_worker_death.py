@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from scans import scanning
+from scans import dispatch
+from scans import worker as scan_worker
 from scans.models import OriginLock, Scan, ScanStatus
 from tests.conftest import free_port
 from tests.factories import make_endpoint
@@ -60,9 +61,9 @@ def _scan(scan_id: int) -> Scan:
 
 def _beat_once() -> None:
     """What the beat does every minute: reap, then send the queued scans that are due."""
-    scanning.reap()
-    for scan_id in scanning.redispatch_due():
-        scanning.send(scan_id)
+    scan_worker.reap()
+    for scan_id in dispatch.redispatch_due():
+        dispatch.send(scan_id)
 
 
 def test_a_killed_worker_loses_only_its_own_scan_and_frees_the_origin(world):
@@ -72,16 +73,16 @@ def test_a_killed_worker_loses_only_its_own_scan_and_frees_the_origin(world):
     endpoints = [make_endpoint(world.team, name=f"shared origin {i}", base_url=base_url,
                                levels=[1], requests_per_level=1, timeout_s=60, next_scan_at=due)
                  for i in range(3)]
-    killed_id, *waiting_ids = sorted(scanning.enqueue_due())
+    killed_id, *waiting_ids = sorted(dispatch.enqueue_due())
     assert len(waiting_ids) == len(endpoints) - 1
 
     with _target(port, ttft_ms=60_000):  # the first scan's answer never comes before the kill
         worker = start_worker("--pool", "prefork", "--concurrency", "2")
         try:
-            scanning.send(killed_id)
+            dispatch.send(killed_id)
             wait_for(lambda: _scan(killed_id).status == ScanStatus.RUNNING, 90, "the first scan")
             for scan_id in waiting_ids:
-                scanning.send(scan_id)
+                dispatch.send(scan_id)
             # Each was taken by the worker and told to wait for the busy origin: it is a queued
             # row due to be sent again soon, not a retry message inside the worker.
             wait_for(lambda: all(_scan(i).redispatch_at < timezone.now() + timedelta(minutes=1)

@@ -1,7 +1,10 @@
-"""Scan services: turning an endpoint into a plan, scheduling, claiming, storing and reaping.
+"""What a scan worker does with a scan: claim it (and its origin's lock), run it through the
+engine behind the outbound guard while its liveness is written, store its report (or its
+failure), and reap the scans whose worker died.
 
-Every state change of a scan is a conditional UPDATE whose row count says who won, so a beat
-that fires twice, a task delivered twice or two workers racing make exactly one scan.
+Every state change is a conditional UPDATE whose row count says who won, so a task delivered
+twice or two workers racing run exactly one scan. Dispatch: scans/dispatch.py; the plan an
+endpoint gives and the site's limits: scans/profile.py.
 """
 
 from __future__ import annotations
@@ -12,286 +15,31 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
-from scans import scheduling
+from scans import alerts, outbound
+from scans.dispatch import QUEUED_GRACE, hand_off
+from scans.grader import PlanError, run_scan
 from scans.grader.budget import StreamBudget
+from scans.grader.prompts import parse_prompts_text
 from scans.grader.redaction import redact_report, redact_text
-from scans.models import (
-    CheckResult,
-    Endpoint,
-    EndpointMode,
-    OriginLock,
-    Scan,
-    ScanStatus,
-    ScanTrigger,
-)
+from scans.grader.report import report_from_measurement
+from scans.models import CheckResult, Endpoint, OriginLock, Scan, ScanStatus, ScanTrigger
+from scans.origins import acquire_origin, origin_of, release_origin
+from scans.profile import plan_for, worst_case_duration
 from scans.system_wide import ALL_ENDPOINTS, ALL_PUSHED_BODIES, ALL_SCANS
 
 log = logging.getLogger(__name__)
 
-# How long a queued scan may wait for a worker before the reaper calls it lost.
-QUEUED_GRACE = timedelta(minutes=30)
+
 # Extra time a running scan gets beyond its worst case before it is presumed dead.
 RUNNING_GRACE = timedelta(minutes=5)
-# Manual "scan now" at most this often per endpoint.
-MANUAL_SCAN_COOLDOWN = timedelta(minutes=2)
-# A queued scan already sent to a worker is sent again after this long if no worker has taken
-# it (its message was lost with a killed worker, or the broker refused it); a duplicate
-# delivery of a claimed scan does nothing.
-REDISPATCH_AFTER = timedelta(minutes=5)
-# What a scan-now answers when the broker is unreachable: try again after this many seconds.
-BROKER_RETRY_AFTER_S = 30
-
-
-class ScanRateLimited(Exception):
-    def __init__(self, retry_after: timedelta):
-        self.retry_after = retry_after
-        super().__init__(f"a scan was started less than {int(MANUAL_SCAN_COOLDOWN.total_seconds() // 60)} "
-                         f"minutes ago; try again in {self.retry_after_s} s")
-
-    @property
-    def retry_after_s(self) -> int:
-        return max(1, int(self.retry_after.total_seconds()))
-
-
-class NotScannable(Exception):
-    """The site does not start scans of this endpoint (it is pushed)."""
-
-
-class ScanNotQueued(Exception):
-    """The task queue could not take the scan: nothing was saved and no cooldown was spent."""
-
-    retry_after_s = BROKER_RETRY_AFTER_S
-
-
-next_slot = scheduling.next_slot  # the schedule's rules live in scans/scheduling.py
-
-
-# --- scheduling ------------------------------------------------------------------------------
-
-
-def due_endpoints(now: datetime):
-    # System-wide beat task: every team's due endpoints (no team is known here).
-    return ALL_ENDPOINTS.filter(
-        enabled=True, mode=EndpointMode.SCHEDULED, next_scan_at__lte=now
-    ).only("pk", "team", "next_scan_at", "interval_minutes", "locations", "base_url")
-
-
-def enqueue_due(now: datetime | None = None) -> list[int]:
-    """Create one queued scan per due endpoint slot and location and return their ids (to send
-    to workers).
-
-    Safe to run twice at once: advancing next_scan_at is conditional on its old value, and the
-    (endpoint, location, slot) unique constraint refuses a second scan for the same slot."""
-    now = now or timezone.now()
-    created = []
-    for endpoint in due_endpoints(now).iterator(chunk_size=500):
-        slot = endpoint.next_scan_at
-        following = scheduling.next_slot(max(slot, now), endpoint.interval_minutes)
-        # The conditional UPDATE says which beat won this slot.
-        won = Endpoint.objects.for_team(endpoint.team_id).filter(
-            pk=endpoint.pk, next_scan_at=slot).update(next_scan_at=following)
-        if not won:
-            continue  # another beat advanced it first
-        for location in scheduling.locations_of(endpoint):
-            try:
-                with transaction.atomic():
-                    # The scan belongs to the endpoint's team.
-                    scan = Scan.objects.for_team(endpoint.team_id).create(
-                        endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
-                        location=location, origin=origin_of(endpoint.base_url),
-                        # due to be sent at once (redispatch_due: one per free origin)
-                        deadline_at=now + QUEUED_GRACE, redispatch_at=now,
-                    )
-            except IntegrityError:
-                continue  # this slot was scanned already; the schedule still moved on
-            created.append(scan.pk)
-    return created
-
-
-def redispatch_due(now: datetime | None = None) -> list[int]:
-    """Queued scans the beat must send (again): those whose origin was busy and whose wait is
-    over, and those a worker never took (see REDISPATCH_AFTER). Sending one twice is harmless.
-
-    Only the longest-waiting scan of each free origin (and location) is sent, and none for an
-    origin with a scan on its way already: the others would find it busy again. Scans of an
-    origin that is busy now are alive, not lost: their start-by deadline moves on, and the
-    worker that frees the origin hands it to the next one (hand_off)."""
-    now = now or timezone.now()
-    busy = OriginLock.objects.filter(expires_at__gt=now).values("origin")
-    # System-wide beat task: every team's waiting scans.
-    queued = ALL_SCANS.filter(status=ScanStatus.QUEUED)
-    queued.filter(origin__in=busy).update(deadline_at=now + QUEUED_GRACE)
-    # A scan sent and not yet taken (or told to wait) is on its way for that origin already.
-    sent = queued.filter(redispatch_at__gt=now).exclude(origin="").values("origin")
-    candidates = (queued.filter(redispatch_at__lte=now).exclude(origin__in=busy)
-                  .exclude(origin__in=sent)
-                  .order_by("queued_at").values_list("pk", "origin", "location")[:5000])
-    firsts: dict[tuple[str, str], int] = {}
-    for pk, origin, location in candidates:
-        key = (origin, location) if origin else ("", str(pk))  # a scan from before origins
-        firsts.setdefault(key, pk)
-    due = []
-    for pk in firsts.values():
-        # Conditional: of two beats racing, one sends it.
-        if queued.filter(pk=pk, redispatch_at__lte=now).update(redispatch_at=now + REDISPATCH_AFTER):
-            due.append(pk)
-    return due
-
-
-def send(scan_id: int, location: str | None = None) -> None:
-    """Hand a queued scan to its location's workers, queue scans.<location> (raises
-    BrokerUnreachable when the broker is down)."""
-    if location is None:
-        # Called by the beat and by tests with an id only; the row says where it runs.
-        location = ALL_SCANS.filter(pk=scan_id).values_list("location", flat=True).first()
-        if location is None:
-            return  # deleted meanwhile
-    queue = scheduling.queue_for(location)
-    # The routing key names the queue in the task's delivery info, also when tasks run eagerly.
-    # Imported here: the task module is where Celery registers run_scan, and it imports this
-    # module (the services it runs), so a module-level import would be a cycle.
-    from scans.tasks import run_scan
-
-    run_scan.apply_async((scan_id,), queue=queue, routing_key=queue)
-
-
-def hand_off(origin: str, location: str) -> int | None:
-    """The origin was just freed: send the longest-waiting queued scan of this origin and
-    location at once instead of at the beat's next pass (which still sends it if this
-    message is lost). Returns the scan sent, if any."""
-    now = timezone.now()
-    with transaction.atomic():
-        # System-wide worker step: the next scan of this origin, whatever its team.
-        waiting = (ALL_SCANS.select_for_update(skip_locked=True)
-                   .filter(status=ScanStatus.QUEUED, origin=origin, location=location)
-                   .order_by("queued_at").values_list("pk", flat=True).first())
-        if waiting is None:
-            return None
-        ALL_SCANS.filter(pk=waiting).update(  # the row just locked above
-            redispatch_at=now + REDISPATCH_AFTER)
-    send(waiting, location)
-    return waiting
-
-
-def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> Scan:
-    """A manual or API scan, at most one per MANUAL_SCAN_COOLDOWN per endpoint, sent to a
-    worker at once. Call it outside a transaction: the scan must be committed before a worker
-    can see it. If the broker refuses it, the scan is deleted and the cooldown given back
-    (ScanNotQueued), so the caller can simply try again."""
-    if endpoint.mode != EndpointMode.SCHEDULED:
-        raise NotScannable("This endpoint is pushed: its scans are uploaded from inside its "
-                           "network (tokvera scan --publish, or POST …/reports), not started here.")
-    now = now or timezone.now()
-    location = scheduling.locations_of(endpoint)[0]
-    with transaction.atomic():
-        # The caller checked access to `endpoint`; these rows are its team's own.
-        endpoints = Endpoint.objects.for_team(endpoint.team_id)
-        scans = Scan.objects.for_team(endpoint.team_id)
-        previous = (endpoints.select_for_update().filter(pk=endpoint.pk)
-                    .values_list("last_manual_scan_at", flat=True).get())
-        if previous is not None and previous > now - MANUAL_SCAN_COOLDOWN:
-            raise ScanRateLimited(previous + MANUAL_SCAN_COOLDOWN - now)
-        endpoints.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
-        scan = scans.create(endpoint=endpoint, trigger=trigger, location=location,
-                            origin=origin_of(endpoint.base_url), deadline_at=now + QUEUED_GRACE,
-                            redispatch_at=now + REDISPATCH_AFTER)
-    try:
-        send(scan.pk, location)
-    except BrokerUnreachable as exc:
-        log.warning("scan-now of endpoint %s not queued: the broker is unreachable (%s)",
-                    endpoint.pk, exc)
-        with transaction.atomic():
-            scans.filter(pk=scan.pk, status=ScanStatus.QUEUED).delete()
-            endpoints.filter(pk=endpoint.pk, last_manual_scan_at=now).update(
-                last_manual_scan_at=previous)
-        raise ScanNotQueued("The task queue is unreachable, so the scan was not started (nothing "
-                            f"was saved); try again in {BROKER_RETRY_AFTER_S} s.") from None
-    return scan
-
-
-# --- running ---------------------------------------------------------------------------------
-
-
-def worst_case_duration(endpoint: Endpoint) -> timedelta:
-    """An upper bound on how long the scan may run: every request of every level timing out
-    one after another, at that level's concurrency."""
-    from scans.grader.plan import default_requests
-
-    seconds = 60.0  # probes (metrics, GPU) and bookkeeping
-    for level in endpoint.levels or [1]:
-        count = endpoint.requests_per_level or default_requests(level)
-        waves = -(-count // level)
-        seconds += waves * endpoint.timeout_s
-    return timedelta(seconds=seconds)
-
-
-def origin_of(base_url: str) -> str:
-    parts = urlsplit(base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
-
-
-def acquire_origin(origin: str, scan_id: int, hold: timedelta) -> bool:
-    """Take the origin's lock for this scan; False while any live scan holds it (including
-    this scan itself: a second delivery must not run it twice)."""
-    now = timezone.now()
-    try:
-        with transaction.atomic():
-            OriginLock.objects.create(origin=origin, scan_id=scan_id, expires_at=now + hold)
-        return True
-    except IntegrityError:
-        # Held already; take it over only once its holder's time is up.
-        taken = OriginLock.objects.filter(origin=origin, expires_at__lt=now).update(
-            scan_id=scan_id, expires_at=now + hold
-        )
-        return bool(taken)
-
-
-def release_origin(origin: str, scan_id: int) -> None:
-    OriginLock.objects.filter(origin=origin, scan_id=scan_id).delete()
-
-
-# What the site will run for a team: our workers must not become anyone's load generator.
-SITE_MAX_LEVEL = 256
-SITE_MAX_LEVELS = 8
-SITE_MAX_REQUESTS_PER_SCAN = 2000
-SITE_MAX_TIMEOUT_S = 300.0
-SITE_MAX_TOKENS = 4096
-SITE_MAX_SCAN_DURATION = timedelta(hours=2)
-
-
-def validate_profile(endpoint: Endpoint) -> None:
-    """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
-    engine's own rules, then the site's limits. Forms and the API both call this."""
-    from scans.grader.plan import PlanError, default_requests
-
-    plan_for(endpoint).validate()
-    levels = endpoint.levels or [1]
-    if len(levels) > SITE_MAX_LEVELS:
-        raise PlanError(f"at most {SITE_MAX_LEVELS} concurrency levels")
-    if max(levels) > SITE_MAX_LEVEL:
-        raise PlanError(f"a concurrency level can be at most {SITE_MAX_LEVEL} here")
-    total = sum(endpoint.requests_per_level or default_requests(level) for level in levels)
-    if total > SITE_MAX_REQUESTS_PER_SCAN:
-        raise PlanError(f"{total} requests per scan; at most {SITE_MAX_REQUESTS_PER_SCAN} here")
-    if endpoint.timeout_s > SITE_MAX_TIMEOUT_S:
-        raise PlanError(f"the timeout can be at most {SITE_MAX_TIMEOUT_S:g} s here")
-    if endpoint.max_tokens > SITE_MAX_TOKENS:
-        raise PlanError(f"max tokens can be at most {SITE_MAX_TOKENS} here")
-    worst = worst_case_duration(endpoint)
-    if worst > SITE_MAX_SCAN_DURATION:
-        hours = worst.total_seconds() / 3600
-        raise PlanError(f"if every request timed out this scan would run {hours:.1f} h; "
-                        f"lower the timeout or the requests (at most 2 h)")
 
 
 def keep_waiting(scan_id: int) -> bool:
@@ -361,8 +109,9 @@ def run_queued(scan_id: int, location: str | None = None) -> str:
 
 
 @contextmanager
-def heartbeat(scan_id: int, team_id: int):
-    """Touch the running scan's row (of team `team_id`) every SCAN_HEARTBEAT_S from a thread
+def liveness(scan_id: int, team_id: int):
+    """The scan's liveness: touch the running scan's row (of team `team_id`) every
+    SCAN_HEARTBEAT_S from a thread
     (with its own database connection), so the reaper can tell a live scan from one whose worker
     died."""
     stop = threading.Event()
@@ -374,12 +123,12 @@ def heartbeat(scan_id: int, team_id: int):
                     Scan.objects.for_team(team_id).filter(
                         pk=scan_id, status=ScanStatus.RUNNING).update(heartbeat_at=timezone.now())
                 except DatabaseError as exc:  # the database is away; try again next beat
-                    log.warning("scan %s: heartbeat not written: %s", scan_id, type(exc).__name__)
+                    log.warning("scan %s: liveness not written: %s", scan_id, type(exc).__name__)
                     connection.close()
         finally:
             connection.close()
 
-    thread = threading.Thread(target=beat, name=f"scan-{scan_id}-heartbeat", daemon=True)
+    thread = threading.Thread(target=beat, name=f"scan-{scan_id}-liveness", daemon=True)
     thread.start()
     try:
         yield
@@ -414,8 +163,6 @@ def fail(scan_id: int, reason: str) -> bool:
         pk=scan_id, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
     ).update(status=ScanStatus.ERRORED, error_reason=reason[:2000], finished_at=timezone.now())
     if won:
-        from scans import alerts
-
         alerts.after_scan(scans.get(pk=scan_id))
     return bool(won)
 
@@ -479,8 +226,6 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             for check in report["checks"]
         )
     scan.refresh_from_db()
-    from scans import alerts
-
     alerts.after_scan(scan)
     return scan
 
@@ -532,8 +277,6 @@ def reap(now: datetime | None = None) -> int:
 
 def prompt_sample(endpoint: Endpoint):
     """The team's prompt sample, decrypted in memory; it only feeds repeat_prompt_share."""
-    from scans.grader.prompts import parse_prompts_text
-
     text = encryption.decrypt(endpoint.prompt_sample_encrypted)
     return parse_prompts_text(text, source="the endpoint's prompt sample") if text else None
 
@@ -546,7 +289,7 @@ def execute(scan: Scan) -> str:
     refuses, or our own failure, is an errored scan with the reason."""
     origin = origin_of(scan.endpoint.base_url)
     try:
-        with heartbeat(scan.pk, scan.endpoint.team_id):
+        with liveness(scan.pk, scan.endpoint.team_id):
             return _measure_and_store(scan)
     finally:
         try:
@@ -560,9 +303,6 @@ def execute(scan: Scan) -> str:
 
 
 def _measure_and_store(scan: Scan) -> str:
-    from scans import outbound
-    from scans.grader import PlanError, run_scan
-    from scans.grader.report import report_from_measurement
 
     endpoint = scan.endpoint
     try:
@@ -598,6 +338,8 @@ def _measure_and_store(scan: Scan) -> str:
 
 
 _budgets: dict[int, StreamBudget] = {}
+
+
 _budgets_lock = threading.Lock()
 
 
@@ -639,22 +381,3 @@ def _when_database_returns(write):
             connection.close()
             time.sleep(pause)
             pause = min(pause * 2, 30.0)
-
-
-def plan_for(endpoint: Endpoint):
-    """The engine's plan for an endpoint (the API key decrypted in memory only)."""
-    from scans.grader.plan import DEFAULT_LEVELS, ScanPlan
-
-    return ScanPlan(
-        base_url=endpoint.base_url,
-        model=endpoint.model,
-        levels=tuple(endpoint.levels or DEFAULT_LEVELS),
-        requests=endpoint.requests_per_level,
-        max_tokens=endpoint.max_tokens,
-        timeout_s=endpoint.timeout_s,
-        api_key=encryption.decrypt(endpoint.api_key_encrypted) or None,
-        use_nvidia_smi=False,  # the site's workers never sample their own GPUs
-        price_input_per_mtok=endpoint.price_input_per_mtok,
-        price_output_per_mtok=endpoint.price_output_per_mtok,
-    )
-
