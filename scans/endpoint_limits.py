@@ -1,5 +1,5 @@
 """The most endpoints one team may have (TEAM_MAX_ENDPOINTS), checked on both ways an endpoint
-is made: the API (scans/api_endpoints.py) and the new-endpoint page (scans/endpoint_forms.py).
+is made: the API (scans/api/endpoints.py) and the new-endpoint page (scans/pages/forms.py).
 
 Each endpoint can be scanned or pushed into, so the cap bounds what one team (or one leaked
 read-write token) can make the site do. It is checked before saving, not under a lock: two

@@ -9,15 +9,16 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from accounts import api
-from scans import api_endpoints
-from scans.metrics import TeamMetricsView
+from scans.api.endpoints import EndpointViewSet
+from scans.api.metrics import TeamMetricsView
+from scans.api.scans import ScanViewSet
 
 router = SimpleRouter(trailing_slash=True)
 # Accept both /report.json and /report.json/ (and …/reports), as the API is documented.
 router.trailing_slash = "/?"
 router.register("teams", api.TeamViewSet, basename="api-team")
-router.register("endpoints", api_endpoints.EndpointViewSet, basename="api-endpoint")
-router.register("scans", api_endpoints.ScanViewSet, basename="api-scan")
+router.register("endpoints", EndpointViewSet, basename="api-endpoint")
+router.register("scans", ScanViewSet, basename="api-scan")
 
 # The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
 RESOURCES = {

@@ -1,7 +1,7 @@
 """The site's own Prometheus metrics at /metrics (HTTP metrics come from django-prometheus).
 
 Process metrics only: requests, Celery tasks, heartbeats. Nothing a team owns is ever put in a
-process registry (a team's gauges are rendered per request by scans/metrics.py), so this page
+process registry (a team's gauges are rendered per request by scans/api/metrics.py), so this page
 holds no team's slug, endpoint name or id even with PROMETHEUS_MULTIPROC_DIR set. It is open by
 default, like most services' /metrics; SITE_METRICS_TOKEN asks scrapers for a bearer token
 (docs/operations.md).

@@ -231,7 +231,7 @@ TEAM: dict[str, list[Case]] = {
 }
 
 
-# --- endpoint and scan pages (scans/views_endpoints.py) --------------------------------------
+# --- endpoint and scan pages (scans/pages/) ---------------------------------------------------
 
 # Public badges: no login, nothing but the grade (tests/pages/test_badges.py).
 PUBLIC |= {"badge-svg", "badge-json"}

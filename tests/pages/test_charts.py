@@ -8,7 +8,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
-from scans import charts
+from scans.pages import charts
 from scans.history import CheckPoint, GradePoint
 
 SVG = "{http://www.w3.org/2000/svg}"

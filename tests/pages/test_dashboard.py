@@ -132,7 +132,7 @@ def test_another_teams_endpoints_are_not_listed(world, owner_client):
 
 def test_a_team_with_many_endpoints_gets_them_a_page_at_a_time(world, owner_client):
     from scans.models import Endpoint
-    from scans.views_endpoints import DASHBOARD_PAGE_SIZE
+    from scans.pages.dashboard import DASHBOARD_PAGE_SIZE
 
     Endpoint.dangerously_unscoped.bulk_create(
         Endpoint(team=world.team, name=f"endpoint {i:03d}", base_url="http://127.0.0.1:9/v1",

@@ -1,14 +1,11 @@
-"""REST API for endpoints and scans (DRF). Every view derives from TeamScopedViewSet, so each
-object is reached through the team scoping layer; writes need a writing role."""
+"""REST API for endpoints (DRF): create, read, update, delete, scan now, an endpoint's scans and
+history, and pushed reports. Every view derives from TeamScopedViewSet, so each object is
+reached through the team scoping layer; writes need a writing role."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -26,6 +23,7 @@ from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from scans import dispatch, endpoint_limits, profile, pushes, scheduling
 from scans import state as endpoint_state
+from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
 from scans.history import check_history
@@ -39,6 +37,8 @@ from scans.models import (
 from tokvera_site.pagination import StrictCursorPagination
 
 DEFAULT_HISTORY_POINTS = 500
+
+
 MAX_HISTORY_POINTS = 5000
 
 
@@ -207,63 +207,10 @@ class EndpointSerializer(serializers.ModelSerializer):
         return instance
 
 
-class ScanSerializer(serializers.ModelSerializer):
-    id = serializers.UUIDField(source="public_id", read_only=True)
-    endpoint = serializers.UUIDField(source="endpoint.public_id", read_only=True)
-    # A number in JSON (100.0), not the string "100.0" a DecimalField gives.
-    points = serializers.FloatField(read_only=True, allow_null=True)
-
-    class Meta:
-        model = Scan
-        fields = [
-            "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
-            "finished_at", "grade", "points", "uncapped_grade", "scoring_version",
-            "provisional", "pushed", "tool_version", "location",
-        ]
-        read_only_fields = fields
-
-
-class ScanCursor(StrictCursorPagination):
-    ordering = "-queued_at"
-    page_size = 50
-    max_page_size = 500
-
-
-def _time_param(request, name: str) -> datetime | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return None
-    try:
-        value = parse_datetime(raw)
-    except ValueError:  # well-formed but impossible, e.g. month 13
-        value = None
-    refused = exceptions.ValidationError(
-        {name: ["expected an ISO 8601 time from 1970 to 9998, e.g. 2026-11-01T00:00:00Z"]})
-    if value is None:
-        raise refused
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)  # the API speaks UTC
-    # A time such as 0180-04-27T14:43:30+23:19 parses, but the database cannot compare with
-    # it (a 500, found by tests/api/test_schema_conformance.py); no scan is that old or new.
-    try:
-        value = value.astimezone(UTC)
-    except OverflowError:
-        raise refused from None
-    if not 1970 <= value.year <= 9998:
-        raise refused
-    return value
-
-
 class EndpointPages(StrictCursorPagination):
     ordering = "created_at"
     page_size = 100
     max_page_size = 500
-
-
-TIME_PARAMS = [
-    OpenApiParameter("since", OpenApiTypes.DATETIME, description="only scans queued at or after"),
-    OpenApiParameter("until", OpenApiTypes.DATETIME, description="only scans queued before"),
-]
 
 
 class EndpointViewSet(
@@ -322,9 +269,9 @@ class EndpointViewSet(
         """The endpoint's scans, newest first (cursor-paginated; filter with since/until)."""
         endpoint = self.get_object()
         queryset = endpoint.scans.select_related("endpoint")
-        if (since := _time_param(request, "since")) is not None:
+        if (since := time_param(request, "since")) is not None:
             queryset = queryset.filter(queued_at__gte=since)
-        if (until := _time_param(request, "until")) is not None:
+        if (until := time_param(request, "until")) is not None:
             queryset = queryset.filter(queued_at__lt=until)
         paginator = ScanCursor()
         page: list[Scan] | None = paginator.paginate_queryset(queryset, request, view=self)
@@ -380,8 +327,8 @@ class EndpointViewSet(
             raise exceptions.ValidationError(
                 {"max_points": [f"expected 1 to {MAX_HISTORY_POINTS}"]})
         try:
-            points = check_history(endpoint, check, since=_time_param(request, "since"),
-                                   until=_time_param(request, "until"), max_points=max_points)
+            points = check_history(endpoint, check, since=time_param(request, "since"),
+                                   until=time_param(request, "until"), max_points=max_points)
         except ValueError as exc:
             raise exceptions.ValidationError({"check": [str(exc)]}) from None
         return Response({"endpoint": endpoint.public_id, "check": check,
@@ -422,21 +369,3 @@ class EndpointViewSet(
         return Response({**ScanSerializer(received.scan).data, "url": url},
                         status=status.HTTP_202_ACCEPTED if received.created else status.HTTP_200_OK,
                         headers={"Location": url})
-
-
-class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
-    """A scan's summary, and its stored report.json."""
-
-    scoped_model = Scan
-    serializer_class = ScanSerializer
-
-    def narrow_queryset(self, queryset):
-        return queryset.select_related("endpoint")
-
-    @extend_schema(responses=OpenApiTypes.OBJECT)
-    @action(detail=True, methods=["get"], url_path="report.json")
-    def report(self, request, public_id=None):
-        scan = self.get_object()
-        if scan.report is None:
-            raise exceptions.NotFound("This scan has no report (it has not finished, or errored).")
-        return Response(scan.report)

@@ -1,0 +1,84 @@
+"""The team dashboard: every endpoint with its state, grade and sparkline, problems first."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import OuterRef, Subquery
+from django.shortcuts import render
+
+from accounts.views import team_for_request
+from scans import history, slo, state
+from scans.models import Endpoint, Scan
+from scans.pages import charts
+from scans.pages.common import can_write
+
+SPARKLINE_SCANS = 30
+
+
+DASHBOARD_PAGE_SIZE = 50
+
+
+@login_required
+def team_dashboard(request, slug):
+    """Every endpoint with its state and cause, latest grade, provisional marker, the sparkline
+    of its last 30 grades, last and next scan, and its 7-day SLO status, a page at a time.
+
+    A summary line counts the states; problems come first (worst state first) unless
+    `?sort=` asks for name, grade or last scan. A fixed number of queries whatever the number
+    of endpoints (states are read for the whole team so the order spans every page)."""
+    team = team_for_request(request, slug)
+    sort = request.GET.get("sort", "state")
+    if sort not in DASHBOARD_SORTS:
+        sort = "state"
+    scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
+        finished_at=None).order_by("-queued_at")
+    everything = list(Endpoint.objects.for_team(team)
+                      .annotate(last_finished_at=Subquery(scans.values("finished_at")[:1]),
+                                last_status=Subquery(scans.values("status")[:1]))
+                      .order_by("name", "pk"))
+    states = state.states_for(everything)
+    summary = {key: 0 for key in state.SEVERITY}
+    for current in states.values():
+        summary[current.state] += 1
+    everything.sort(key=_dashboard_key(sort, states))
+    page = Paginator(everything, DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
+    endpoints = list(page.object_list)
+    latest = history.latest_grades(endpoints, n=SPARKLINE_SCANS)
+    windows = slo.windows_for(endpoints, 7)
+    rows = []
+    for endpoint in endpoints:
+        grades = latest[endpoint.pk]
+        rows.append({
+            "endpoint": endpoint,
+            "state": states[endpoint.pk],
+            "latest": grades[-1] if grades else None,
+            "sparkline": charts.sparkline(grades) if grades else None,
+            "window": windows[endpoint.pk],
+        })
+    return render(request, "scans/endpoint_dashboard.html", {
+        "team": team, "rows": rows, "page": page, "can_write": can_write(request, team.pk),
+        "summary": [(key, state.LABELS[key], summary[key]) for key in state.SEVERITY
+                    if summary[key]],
+        "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
+    })
+
+
+# The dashboard's orders: query value → label.
+DASHBOARD_SORTS = {"state": "problems first", "name": "name", "grade": "grade",
+                   "last_scan": "last scan"}
+
+
+def _dashboard_key(sort: str, states: dict):
+    def key(endpoint):
+        current = states[endpoint.pk]
+        name = (endpoint.name.lower(), endpoint.pk)
+        if sort == "name":
+            return name
+        if sort == "grade":  # best points first, no grade last
+            return (current.points is None, -(current.points or 0.0), *name)
+        if sort == "last_scan":  # most recent first, never scanned last
+            at = endpoint.last_finished_at
+            return (at is None, -(at.timestamp() if at else 0.0), *name)
+        return (current.severity, *name)
+    return key

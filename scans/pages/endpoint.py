@@ -1,0 +1,220 @@
+"""The endpoint's pages: create, edit, delete, scan now, its prompt sample and badge key, and
+the endpoint page (state, history, per-check trends, SLO windows, scans).
+
+Every team-owned object is fetched through tenancy.get_visible_or_404 (outsiders get 404), and
+the role is checked after it is found (viewers get 403 on writes). Writes run in transactions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from accounts.tenancy import Access, require_manage, require_write
+from accounts.views import team_to_create_in
+from scans import dispatch, history, slo, state
+from scans.models import Endpoint, ScanStatus, ScanTrigger, new_badge_key
+from scans.pages import charts
+from scans.pages.common import endpoint_or_404
+from scans.pages.forms import EndpointForm
+
+# The endpoint page's chart ranges: query value → (label, days).
+RANGES = {"1d": ("24 hours", 1), "7d": ("7 days", 7), "30d": ("30 days", 30),
+          "90d": ("90 days", 90)}
+
+
+DEFAULT_RANGE = "30d"
+
+
+# The checks whose trends the endpoint page draws, in this order.
+TREND_CHECKS = ("ttft_p95_at_concurrency_1", "error_rate", "ttft_p99_load_ratio",
+                "generation_rate_load_ratio", "inter_chunk_p95_at_concurrency_1",
+                "error_rate_at_peak")
+
+
+# Points per chart on the endpoint page (downsampled in SQL beyond that): the grade history
+# gets more room than each of the six check trends, which keeps the page light.
+GRADE_CHART_POINTS, CHECK_CHART_POINTS = 200, 120
+
+
+SCANS_PER_PAGE = 25
+
+
+@login_required
+def endpoint_create(request, slug):
+    team = team_to_create_in(request, slug)
+    form = EndpointForm(request.POST or None, request.FILES or None, team=team)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            endpoint = form.save(commit=False)
+            endpoint.team = team
+            endpoint.save()
+        messages.success(request, f"Endpoint {endpoint.name} added.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    return render(request, "scans/endpoint_form.html",
+                  {"team": team, "form": form, "endpoint": None},
+                  status=400 if form.is_bound else 200)
+
+
+@login_required
+def endpoint_edit(request, public_id):
+    endpoint = endpoint_or_404(request, public_id)
+    require_write(request, endpoint)
+    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint,
+                        can_manage=Access.for_request(request).can_manage(endpoint.team_id))
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            form.save()
+        messages.success(request, f"Endpoint {endpoint.name} saved.")
+        for label in form.dropped_secrets:
+            messages.warning(request, f"The stored {label} was removed because its URL now "
+                                      f"points at another server; enter it again if it "
+                                      f"belongs there.")
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    if request.method == "POST":
+        endpoint.refresh_from_db()  # the page shows what is stored, not the rejected input
+    return render(request, "scans/endpoint_form.html",
+                  {"team": endpoint.team, "form": form, "endpoint": endpoint},
+                  status=400 if form.is_bound else 200)
+
+
+@login_required
+def endpoint_delete(request, public_id):
+    """GET: a confirmation page; POST: delete the endpoint with its scans."""
+    endpoint = endpoint_or_404(request, public_id)
+    require_write(request, endpoint)
+    team = endpoint.team
+    if request.method == "POST":
+        with transaction.atomic():
+            Endpoint.objects.for_team(team).filter(pk=endpoint.pk).delete()
+        messages.success(request, f"Endpoint {endpoint.name} and its scans were deleted.")
+        return redirect("team-dashboard", slug=team.slug)
+    return render(request, "scans/endpoint_delete.html", {
+        "team": team, "endpoint": endpoint, "scan_count": endpoint.scans.count()})
+
+
+@login_required
+@require_POST
+def endpoint_prompt_sample_delete(request, public_id):
+    endpoint = endpoint_or_404(request, public_id)
+    require_write(request, endpoint)
+    with transaction.atomic():
+        Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+            prompt_sample_encrypted="")
+    messages.success(request, "The prompt sample was deleted.")
+    return redirect("endpoint-edit", public_id=endpoint.public_id)
+
+
+@login_required
+@require_POST
+def endpoint_badge_rotate(request, public_id):
+    """A new badge key: the old badge URLs stop working at once (owners and admins)."""
+    endpoint = endpoint_or_404(request, public_id)
+    require_manage(request, endpoint)
+    with transaction.atomic():
+        Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+            badge_key=new_badge_key())
+    messages.success(request, "New badge URLs made; the old ones no longer work.")
+    return redirect(reverse("endpoint-detail", kwargs={"public_id": endpoint.public_id})
+                    + "#badges")
+
+
+@login_required
+@require_POST
+def endpoint_scan_now(request, public_id):
+    endpoint = endpoint_or_404(request, public_id)
+    require_write(request, endpoint)
+    try:
+        scan = dispatch.scan_now(endpoint, ScanTrigger.MANUAL)
+    except (dispatch.NotScannable, dispatch.ScanRateLimited) as exc:
+        messages.error(request, str(exc))
+        return redirect("endpoint-detail", public_id=endpoint.public_id)
+    except dispatch.ScanNotQueued as exc:
+        response = render(request, "scans/scan_not_queued.html",
+                          {"endpoint": endpoint, "reason": str(exc)}, status=503)
+        response["Retry-After"] = str(exc.retry_after_s)
+        return response
+    messages.success(request, "Scan queued; it appears below when a worker picks it up.")
+    return redirect("scan-detail", public_id=scan.public_id)
+
+
+@login_required
+def endpoint_detail(request, public_id):
+    endpoint = endpoint_or_404(request, public_id)
+    range_key = request.GET.get("range", DEFAULT_RANGE)
+    if range_key not in RANGES:
+        range_key = DEFAULT_RANGE
+    until = timezone.now()
+    since = until - timedelta(days=RANGES[range_key][1])
+    # An endpoint scanned from several locations has one history per location: `?location=`.
+    locations = sorted(set(endpoint.scans.values_list("location", flat=True).distinct()))
+    location = request.GET.get("location") if len(locations) > 1 else None
+    if location not in locations:
+        location = None
+    grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS,
+                                   location=location)
+    # Every chart's time axis spans the whole chosen range, so its title tells the truth.
+    trends = []
+    for check_id in TREND_CHECKS:
+        points = history.check_history(endpoint, check_id, since, until,
+                                       max_points=CHECK_CHART_POINTS, location=location)
+        reasons = history.unmeasured_reasons(
+            endpoint, check_id, [p.scan_id for p in points if p.value is None and p.scan_id])
+        trends.append({"check_id": check_id, "label": charts.check_label(check_id),
+                       "points": points,
+                       "chart": charts.check_chart(points, check_id, since, until,
+                                                   reasons=reasons)})
+    windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
+    page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
+        request.GET.get("page"))
+    access = Access.for_request(request)
+    badge_svg = request.build_absolute_uri(reverse("badge-svg", args=[endpoint.badge_key]))
+    badge_json = request.build_absolute_uri(reverse("badge-json", args=[endpoint.badge_key]))
+    return render(request, "scans/endpoint_detail.html", {
+        "team": endpoint.team, "endpoint": endpoint,
+        "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
+        "range_label": RANGES[range_key][0],
+        "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
+        "headline_charts": _headline_charts(endpoint, since, until, location),
+        "locations": locations if len(locations) > 1 else [], "location": location,
+        "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
+        "trends": trends, "windows": windows, "page": page,
+        "can_write": access.can_write(endpoint.team_id),
+        "can_manage": access.can_manage(endpoint.team_id),
+        "badge_svg": badge_svg, "badge_json": badge_json,
+        "latest": endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
+        .only("grade", "provisional", "pushed", "queued_at").first(),
+        "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
+        "state": state.current(endpoint), "headline": state.headline(endpoint),
+    })
+
+
+def _headline_charts(endpoint: Endpoint, since, until, location=None) -> list[dict]:
+    """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks."""
+    points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+                                      location=location)
+
+    def series(key: str, label: str, colour: str, dash: str = "") -> charts.Series:
+        return charts.Series(key, label, colour, dash, [
+            charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.scans,
+                               value=p.figures[key], scan_id=p.scan_id) for p in points])
+
+    return [
+        {"key": "ttft", "title": "Time to first token, one request at a time", "points": points,
+         "chart": charts.series_chart(
+             "ttft", "Time to first token", "ms",
+             [series("ttft_p50", "p50", "#2e5aac"), series("ttft_p95", "p95", "#a86400", "6 3")],
+             since, until)},
+        {"key": "tokens", "title": "Output speed per stream, one request at a time",
+         "points": points,
+         "chart": charts.series_chart(
+             "tokens", "Output speed per stream", "tokens/s",
+             [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until)},
+    ]

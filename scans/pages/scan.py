@@ -1,0 +1,91 @@
+"""A scan's pages: the scan page with its live progress, its status as JSON, and its report."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_GET
+
+from scans.grader.report import render_html
+from scans.models import Scan, ScanStatus
+from scans.pages.common import previous_scan, scan_or_404
+
+
+@login_required
+def scan_detail(request, public_id):
+    """The scan under its endpoint's name: status, grade, and the report (framed, sized to its
+    content). While queued or running, the page polls scan-status for live progress."""
+    scan = scan_or_404(request, public_id)
+    endpoint = scan.endpoint
+    report_html = None
+    if scan.report:
+        report_html = render_html(scan.report)
+    return render(request, "scans/scan_detail.html", {
+        "team": endpoint.team, "endpoint": endpoint, "scan": scan,
+        "report_html": report_html, "previous": previous_scan(scan) if scan.report else None,
+        "progress": _progress(scan),
+    })
+
+
+def _progress(scan: Scan, now=None) -> dict:
+    """Where an unfinished scan stands, in words and seconds (scan page and scan-status)."""
+    now = now or timezone.now()
+    finished = scan.status in (ScanStatus.SUCCEEDED, ScanStatus.ERRORED, ScanStatus.REFUSED)
+    if scan.status == ScanStatus.RUNNING and scan.started_at:
+        seconds = int((now - scan.started_at).total_seconds())
+        text = f"Running for {_duration(seconds)}; the page updates itself when it finishes."
+    elif scan.status == ScanStatus.QUEUED:
+        seconds = int((now - scan.queued_at).total_seconds())
+        text = (f"Waiting for a worker for {_duration(seconds)}; the page updates itself when "
+                f"the scan starts.")
+    else:
+        seconds, text = None, ""
+    return {"finished": finished, "seconds": seconds, "text": text}
+
+
+def _duration(seconds: int) -> str:
+    seconds = max(0, seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60} s"
+
+
+@login_required
+@require_GET
+def scan_status(request, public_id):
+    """A scan's status as JSON, for the scan page's live progress (team-scoped like the page)."""
+    scan = scan_or_404(request, public_id)
+    progress = _progress(scan)
+
+    def when(at):
+        return at.isoformat() if at else None
+
+    response = JsonResponse({
+        "id": str(scan.public_id), "status": scan.status,
+        "status_label": scan.get_status_display(), "finished": progress["finished"],
+        "progress": progress["text"], "seconds": progress["seconds"],
+        "queued_at": when(scan.queued_at), "started_at": when(scan.started_at),
+        "finished_at": when(scan.finished_at),
+        "grade": scan.grade or None,
+        "points": float(scan.points) if scan.points is not None else None,
+        "error_reason": scan.error_reason if scan.status == ScanStatus.ERRORED else None,
+    })
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+@xframe_options_sameorigin
+def scan_report_html(request, public_id):
+    """The stored report as the CLI's self-contained report.html (shown framed on the scan
+    page, or on its own)."""
+    scan = scan_or_404(request, public_id)
+    if not scan.report:
+        raise Http404("This scan has no report.")
+    response = HttpResponse(render_html(scan.report), content_type="text/html; charset=utf-8")
+    # The report is self-contained: it needs no script and loads nothing from anywhere.
+    response["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'")
+    return response
