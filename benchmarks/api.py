@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -26,20 +25,19 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import credentials
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
-from benchmarks import flows, hosts, jobs, policy
+from benchmarks import flows, jobs, policy
 from benchmarks.authentication import HostTokenAuthentication, IsHost
+from benchmarks.heartbeat import answer_heartbeat
 from benchmarks.models import Job, JobStatus
-from tokvera_site import auth_failures, parsers, ratelimit
+from tokvera_site import ratelimit
 
 MAX_MESSAGES = 256
+
+
 MAX_RESULT_BYTES = 1_000_000
-
-
-# --- strict fields: a number is a JSON number, never a string or a boolean --------------------
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -60,9 +58,6 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
-# --- host calls ------------------------------------------------------------------------------
-
-
 class CompleteSerializer(serializers.Serializer):
     ttft_ms = StrictFloatField(min_value=0, allow_null=True)
     completion_tokens = StrictIntegerField(min_value=0)
@@ -79,9 +74,6 @@ class CompleteSerializer(serializers.Serializer):
 
 class FailSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=190)
-
-
-# What the host calls answer (documentation: the views build these dicts themselves).
 
 
 class JobMessageSerializer(serializers.Serializer):
@@ -115,6 +107,8 @@ class CompletedJobSerializer(JobStateSerializer):
 
 JOB_CONFLICT = OpenApiResponse(description="The job is not in a state this call can change "
                                            "(e.g. already settled).")
+
+
 NOT_YOUR_JOB = OpenApiResponse(description="No such job, or it is not leased to this host.")
 
 
@@ -143,43 +137,6 @@ class HostView(APIView):
         return self.request.auth
 
 
-def _heartbeat_body(raw: bytes) -> dict:
-    """The heartbeat's fields, checked as strictly as the API's serializers check numbers (a
-    JSON number, never a string or a boolean); raises ValueError with a message for the caller."""
-    data = parsers.loads(raw or b"null")  # the API parser's rules; UnacceptableJSON is a ValueError
-    if not isinstance(data, dict):
-        raise ValueError("expected a JSON object")
-    models = data.get("models")
-    if not isinstance(models, list) or len(models) > 64 or not all(
-            isinstance(m, str) and 0 < len(m.strip()) <= 64 for m in models):
-        raise ValueError("models: a list of at most 64 catalog ids")
-    hardware = data.get("hardware", {})
-    if not isinstance(hardware, dict):
-        raise ValueError("hardware: expected an object")
-    checked = {}
-    for name, kind in hosts.HARDWARE_FIELDS.items():
-        if name not in hardware:
-            continue
-        value = hardware[name]
-        if kind is str and not (isinstance(value, str) and len(value.strip()) <= 100):
-            raise ValueError(f"hardware.{name}: at most 100 characters")
-        if kind is int and not _whole(value, 0, 2**31 - 1):
-            raise ValueError(f"hardware.{name}: a whole number from 0 to {2**31 - 1}")
-        checked[name] = value.strip() if kind is str else int(value)
-    slots = data.get("slots", 1)
-    limit = policy.value("NETWORK_MAX_SLOTS")
-    if not _whole(slots, 1, limit):
-        raise ValueError(f"slots: a whole number from 1 to {limit}")
-    return {"models": [m.strip() for m in models], "hardware": checked, "slots": int(slots)}
-
-
-def _whole(value, low: int, high: int) -> bool:
-    """A JSON number that is whole and within [low, high] (never a string or a boolean)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return (isinstance(value, int) or value.is_integer()) and low <= value <= high
-
-
 @csrf_exempt
 @require_POST
 def heartbeat(request):
@@ -199,12 +156,6 @@ def heartbeat(request):
     for name, value in headers.items():
         answer[name] = value
     return answer
-
-
-HEARTBEAT_MAX_BYTES = 64 * 1024  # 64 catalog ids and the hardware fit many times over
-
-
-# The heartbeat in the API schema: what `_heartbeat_body` takes and `answer_heartbeat` gives.
 
 
 class HeartbeatHardwareSerializer(serializers.Serializer):
@@ -254,61 +205,6 @@ class HeartbeatSchemaView(APIView):
 
 
 heartbeat.openapi_view = HeartbeatSchemaView.as_view()  # type: ignore[attr-defined]
-
-
-def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
-                     address: str) -> tuple[int, dict, dict[str, str]]:
-    """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
-
-    The most frequent call of the network: one cache round trip for the rate limit and, for a
-    steady host, one UPDATE; no DRF request, negotiation or serializer. The body is read only
-    after the token's form and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
-    (`read_body(limit)` gives None for a longer one). Failed authentications are counted per
-    `address` (the client's), and an address over that limit is refused first.
-    """
-    if not authorization:
-        return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
-    if (blocked_for := auth_failures.blocked(address)) is not None:
-        return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
-            "Retry-After": str(blocked_for)}
-    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
-    if token is None:
-        auth_failures.record(address)
-        return 401, {"detail": "Malformed host token."}, _CHALLENGE
-    # Counted before any database work, per token digest: only the token's holder can spend
-    # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
-    # prefix kept the real host offline). Garbage tokens fail and count against their address.
-    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
-    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
-    allowed, retry_after = ratelimit.allow("heartbeat", credentials.digest(token), limit, window)
-    if not allowed:
-        return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
-                     f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
-    raw_body = read_body(HEARTBEAT_MAX_BYTES)
-    if raw_body is None:
-        return 400, {"detail": f"A heartbeat body is at most {HEARTBEAT_MAX_BYTES} bytes."}, {}
-    try:
-        body = _heartbeat_body(raw_body)
-    except ValueError as exc:
-        return 400, {"detail": str(exc)}, {}
-    try:
-        recorded = flows.heartbeat(token, body["models"], body["hardware"], body["slots"])
-    except hosts.UnknownModels as exc:
-        return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
-    if recorded is None:
-        auth_failures.record(address)
-        return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
-    return 200, {
-        "online": recorded.online,
-        "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
-        "models": recorded.models,
-        "slots": recorded.slots,
-        "trust_level": recorded.trust_level,
-        "suspended": recorded.suspended,
-    }, {}
-
-
-_CHALLENGE = {"WWW-Authenticate": HostTokenAuthentication.keyword}
 
 
 def _job_for_host(job: Job) -> dict:
@@ -413,9 +309,6 @@ class JobFailView(HostView):
         except jobs.JobError as exc:
             return _job_error(exc)
         return Response(_job_state(job))
-
-
-# --- buyer calls -----------------------------------------------------------------------------
 
 
 class MessageSerializer(serializers.Serializer):

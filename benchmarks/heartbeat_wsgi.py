@@ -4,7 +4,7 @@ Heartbeats are most of the network's traffic (every host, every 15 s) and the ch
 one cache round trip and one UPDATE. Through Django's middleware stack (sessions, CSRF,
 messages, axes, Prometheus, host validation) and its per-request database health check, the
 stack cost more than the work. This WSGI wrapper answers `POST /v1/hosts/heartbeat` itself with
-the same function the Django view calls (`benchmarks.api.answer_heartbeat`) and hands every
+the same function the Django view calls (`benchmarks.heartbeat.answer_heartbeat`) and hands every
 other request to Django unchanged.
 
 What the middleware did that still matters is done here or in `answer_heartbeat`: a body size
@@ -29,7 +29,7 @@ from http import HTTPStatus
 from django.db import InterfaceError, OperationalError, connection
 from prometheus_client import Counter
 
-from benchmarks.api import answer_heartbeat
+from benchmarks.heartbeat import answer_heartbeat
 from tokvera_site import errors
 
 PATH = "/v1/hosts/heartbeat"

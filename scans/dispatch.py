@@ -20,8 +20,11 @@ from scans import scheduling
 from scans.models import Endpoint, EndpointMode, OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.origins import origin_of
 from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
+from tokvera_site.celery import app as celery_app
 
 log = logging.getLogger(__name__)
+
+RUN_SCAN_TASK = "scans.tasks.run_scan"  # the task a queued scan is sent to (scans/tasks.py)
 
 
 # How long a queued scan may wait for a worker before the reaper calls it lost.
@@ -142,11 +145,8 @@ def send(scan_id: int, location: str | None = None) -> None:
             return  # deleted meanwhile
     queue = scheduling.queue_for(location)
     # The routing key names the queue in the task's delivery info, also when tasks run eagerly.
-    # Imported here: the task module is where Celery registers run_scan, and it imports this
-    # module (the services it runs), so a module-level import would be a cycle.
-    from scans.tasks import run_scan
-
-    run_scan.apply_async((scan_id,), queue=queue, routing_key=queue)
+    # By name: the task module imports this one (the services its tasks run).
+    celery_app.tasks[RUN_SCAN_TASK].apply_async((scan_id,), queue=queue, routing_key=queue)
 
 
 def hand_off(origin: str, location: str) -> int | None:

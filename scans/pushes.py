@@ -48,6 +48,7 @@ from scans.grader import proof
 from scans.models import Endpoint, EndpointMode, PushedReportBody, Scan, ScanStatus, ScanTrigger
 from scans.system_wide import ALL_SCANS
 from tokvera_site import parsers, ratelimit
+from tokvera_site.celery import app as celery_app
 
 __all__ = [
     "PROOF_QUEUE",
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 SCHEMA_PATH = Path(proof.__file__).resolve().parent / "report.schema.json"
 # The Celery queue of the proof workers (`celery -A tokvera_site worker -Q proofs`).
 PROOF_QUEUE = "proofs"
+PROVE_TASK = "scans.tasks.prove_pushed_report"  # the task a pushed report is sent to
 
 DEFAULTS = {
     # A default scan's report is about 100 KB; 2,000 requests of 128 tokens at each of four
@@ -217,10 +219,9 @@ def receive_report(endpoint: Endpoint, body: bytes) -> Received:
 
 
 def send_proof(scan_id: int) -> None:
-    # Imported here: the task module imports this one (the service it runs).
-    from scans.tasks import prove_pushed_report
-
-    prove_pushed_report.apply_async((scan_id,), queue=PROOF_QUEUE, routing_key=PROOF_QUEUE)
+    # By name: the task module imports this one (the service its task runs).
+    celery_app.tasks[PROVE_TASK].apply_async((scan_id,), queue=PROOF_QUEUE,
+                                             routing_key=PROOF_QUEUE)
 
 
 # --- on the proof worker ---------------------------------------------------------------------

@@ -6,6 +6,8 @@ from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
+from tokvera_site.celery import app
+
 
 def _database() -> str:
     try:
@@ -17,8 +19,6 @@ def _database() -> str:
 
 
 def _broker() -> str:
-    from tokvera_site.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=2)

@@ -101,3 +101,12 @@ def _team():
     from tests.conftest import make_user
 
     return teams.create_team("celery-team", "Celery Team", owner=make_user())
+
+
+def test_the_tasks_services_send_by_name_are_registered_under_those_names():
+    """dispatch and pushes send their tasks by name (the task module imports them): a renamed
+    task must fail here, not silently in production."""
+    from scans import dispatch, pushes
+
+    app.loader.import_default_modules()
+    assert dispatch.RUN_SCAN_TASK in app.tasks and pushes.PROVE_TASK in app.tasks

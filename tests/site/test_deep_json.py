@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import hosts
-from benchmarks.api import HEARTBEAT_MAX_BYTES
+from benchmarks.heartbeat import HEARTBEAT_MAX_BYTES
 from tests.conftest import bearer
 from tests.factories import make_endpoint
 from tokvera_site.parsers import MAX_JSON_DEPTH, TOO_DEEP

@@ -22,6 +22,7 @@ from scans.grader.cli import UsageError
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.report import cli_notes, report_from_measurement, write_report
+from scans.grader.stats import percentile
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
     from rich.progress import TaskID
@@ -173,8 +174,6 @@ class _Running:
             self.tokens += record.completion_tokens
 
     def ttft_text(self) -> str:
-        from scans.grader.stats import percentile
-
         return fmt.ms(percentile(self.ttft, 50)) if self.ttft else "—"
 
     def rate_text(self) -> str:

@@ -1,0 +1,109 @@
+"""The host heartbeat, whatever serves it: the Django view (benchmarks/api.py) or, under gunicorn,
+the WSGI fast path in front of Django's middleware (benchmarks/heartbeat_wsgi.py). Both call
+`answer_heartbeat`, which holds the whole protocol: the token's form, the failed-authentication
+limit of the address, the host's own rate limit, the body's size and fields, and recording it.
+No DRF here: the fast path must not import the API views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accounts import credentials
+from benchmarks import flows, hosts, policy
+from tokvera_site import auth_failures, parsers, ratelimit
+
+
+def parse_body(raw: bytes) -> dict:
+    """The heartbeat's fields, checked as strictly as the API's serializers check numbers (a
+    JSON number, never a string or a boolean); raises ValueError with a message for the caller."""
+    data = parsers.loads(raw or b"null")  # the API parser's rules; UnacceptableJSON is a ValueError
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    models = data.get("models")
+    if not isinstance(models, list) or len(models) > 64 or not all(
+            isinstance(m, str) and 0 < len(m.strip()) <= 64 for m in models):
+        raise ValueError("models: a list of at most 64 catalog ids")
+    hardware = data.get("hardware", {})
+    if not isinstance(hardware, dict):
+        raise ValueError("hardware: expected an object")
+    checked = {}
+    for name, kind in hosts.HARDWARE_FIELDS.items():
+        if name not in hardware:
+            continue
+        value = hardware[name]
+        if kind is str and not (isinstance(value, str) and len(value.strip()) <= 100):
+            raise ValueError(f"hardware.{name}: at most 100 characters")
+        if kind is int and not _whole(value, 0, 2**31 - 1):
+            raise ValueError(f"hardware.{name}: a whole number from 0 to {2**31 - 1}")
+        checked[name] = value.strip() if kind is str else int(value)
+    slots = data.get("slots", 1)
+    limit = policy.value("NETWORK_MAX_SLOTS")
+    if not _whole(slots, 1, limit):
+        raise ValueError(f"slots: a whole number from 1 to {limit}")
+    return {"models": [m.strip() for m in models], "hardware": checked, "slots": int(slots)}
+
+
+def _whole(value, low: int, high: int) -> bool:
+    """A JSON number that is whole and within [low, high] (never a string or a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or value.is_integer()) and low <= value <= high
+
+
+HEARTBEAT_MAX_BYTES = 64 * 1024  # 64 catalog ids and the hardware fit many times over
+
+
+def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
+                     address: str) -> tuple[int, dict, dict[str, str]]:
+    """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
+
+    The most frequent call of the network: one cache round trip for the rate limit and, for a
+    steady host, one UPDATE; no DRF request, negotiation or serializer. The body is read only
+    after the token's form and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
+    (`read_body(limit)` gives None for a longer one). Failed authentications are counted per
+    `address` (the client's), and an address over that limit is refused first.
+    """
+    if not authorization:
+        return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
+    if (blocked_for := auth_failures.blocked(address)) is not None:
+        return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
+            "Retry-After": str(blocked_for)}
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
+    if token is None:
+        auth_failures.record(address)
+        return 401, {"detail": "Malformed host token."}, _CHALLENGE
+    # Counted before any database work, per token digest: only the token's holder can spend
+    # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
+    # prefix kept the real host offline). Garbage tokens fail and count against their address.
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
+    allowed, retry_after = ratelimit.allow("heartbeat", credentials.digest(token), limit, window)
+    if not allowed:
+        return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
+                     f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
+    raw_body = read_body(HEARTBEAT_MAX_BYTES)
+    if raw_body is None:
+        return 400, {"detail": f"A heartbeat body is at most {HEARTBEAT_MAX_BYTES} bytes."}, {}
+    try:
+        body = parse_body(raw_body)
+    except ValueError as exc:
+        return 400, {"detail": str(exc)}, {}
+    try:
+        recorded = flows.heartbeat(token, body["models"], body["hardware"], body["slots"])
+    except hosts.UnknownModels as exc:
+        return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
+    if recorded is None:
+        auth_failures.record(address)
+        return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
+    return 200, {
+        "online": recorded.online,
+        "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
+        "models": recorded.models,
+        "slots": recorded.slots,
+        "trust_level": recorded.trust_level,
+        "suspended": recorded.suspended,
+    }, {}
+
+
+# What HostTokenAuthentication answers on the DRF host calls (its `keyword`).
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
