@@ -13,7 +13,7 @@ from celery import shared_task
 from django.core.cache import cache
 from django.db import transaction
 
-from benchmarks import ewma, jobs, routing
+from benchmarks import ewma, jobs, public_cache, routing
 from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 
@@ -60,3 +60,12 @@ def network_tick() -> int:
     """Periodic: expire leases, fail jobs past the queue deadline, run an assignment pass."""
     jobs.housekeeping()
     return routing.assignment_pass()
+
+
+@shared_task(ignore_result=True)
+def refresh_public_benchmarks() -> str:
+    """Rebuild the public snapshot behind /benchmarks (and the live JSON) so no visitor pays
+    for it (every REFRESH_EVERY_S, from the beat). Safe to run twice: each run builds a fresh
+    snapshot at its own coordinator time and replaces the cached one; it writes nothing to the
+    database."""
+    return public_cache.refresh()["generated_at"]

@@ -12,8 +12,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 app = Celery("tokvera")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-# The public benchmarks' rebuild task lives beside the network's tasks, in its own module.
-app.autodiscover_tasks(["benchmarks"], related_name="public_tasks")
 
 
 class CountdownTooLong(ValueError):

@@ -8,8 +8,8 @@ import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
-from scans.pages import charts
 from scans.history import CheckPoint, GradePoint
+from scans.pages import charts
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

@@ -215,7 +215,7 @@ def measure(runs: int, verbose: bool, http: bool) -> None:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from benchmarks import public_views, snapshot
+    from benchmarks import public_cache, snapshot
     from benchmarks.models import Host, Job
 
     with connection.cursor() as cur:
@@ -252,7 +252,7 @@ def measure(runs: int, verbose: bool, http: bool) -> None:
           f"7d {alpha['windows']['7d']}, online {alpha['online_hosts']}")
 
     print(f"cache backend: {cache.__class__.__name__}")
-    public_views.refresh()
+    public_cache.refresh()
     client = Client()
     sizes = {}
     for url in ("/benchmarks", "/v1/slo", "/v1/stats"):

@@ -12,7 +12,7 @@ import json
 import pytest
 from django.utils import timezone
 
-from benchmarks import public_views
+from benchmarks import public_cache
 from tests.browser import ARTIFACTS, offline
 from tests.public.conftest import build_network
 from tests.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server):  # noqa: F811
     now = timezone.now()
     build_network(now)
-    built = public_views.refresh(now)  # what the periodic task does
+    built = public_cache.refresh(now)  # what the periodic task does
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     refused = offline(page, live_server)
@@ -87,7 +87,7 @@ def test_a_quiet_network_shows_the_banner_in_the_browser(browser, live_server): 
     from tests.public.conftest import make_model
 
     make_model("alpha-q4")
-    public_views.refresh()
+    public_cache.refresh()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     offline(page, live_server)
     page.goto(f"{live_server.url}/benchmarks")

@@ -21,7 +21,7 @@ import pytest
 import time_machine
 
 from accounts import teams
-from benchmarks import public_views
+from benchmarks import public_cache
 from tests.conftest import database_url, make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
 
@@ -64,7 +64,7 @@ def test_while_one_request_rebuilds_a_stale_page_every_other_request_gets_the_pr
         first = client.get(page)
         assert first.status_code == 200
         previous = _generated_at(first.text)
-        clock.shift(timedelta(seconds=public_views.PAGE_CACHE_S + 1))  # the copy is stale now
+        clock.shift(timedelta(seconds=public_cache.PAGE_CACHE_S + 1))  # the copy is stale now
 
         with _catalog_locked() as lock:
             builder = pool.submit(client.get, page)

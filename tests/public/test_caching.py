@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from accounts import teams
-from benchmarks import public_tasks, public_views
+from benchmarks import public_cache, tasks
 from scans.schedules import PERIODIC_TASKS
 from tests.conftest import make_user
 from tests.public.conftest import T0, make_host, make_job, make_model
@@ -65,7 +65,7 @@ def test_the_page_keeps_its_snapshot_until_the_task_rebuilds_it(small):
         clock.shift(timedelta(seconds=20))
         assert _hosts_on_page(client) == "1"  # the page's snapshot: up to 300 s old
         assert client.get("/v1/stats").json()["online_hosts"] == 2  # live: at most 15 s old
-        public_tasks.refresh_public_benchmarks.apply()
+        tasks.refresh_public_benchmarks.apply()
         assert _hosts_on_page(client) == "2"
 
 
@@ -108,16 +108,16 @@ def test_refresh_benchmarks_rebuilds_the_snapshot_at_once(small):
 
 
 def test_the_periodic_rebuild_is_scheduled_before_the_snapshot_lapses():
-    entry = [e for e in PERIODIC_TASKS if e[1] == "benchmarks.public_tasks.refresh_public_benchmarks"]
+    entry = [e for e in PERIODIC_TASKS if e[1] == "benchmarks.tasks.refresh_public_benchmarks"]
     assert len(entry) == 1
-    assert entry[0][2] == public_views.REFRESH_EVERY_S < public_views.PAGE_CACHE_S
+    assert entry[0][2] == public_cache.REFRESH_EVERY_S < public_cache.PAGE_CACHE_S
 
 
 def test_a_worker_knows_the_periodic_rebuild_task():
     """A worker imports the apps' task modules only; the rebuild task must be among them."""
     code = ("import django; django.setup(); from tokvera_site.celery import app; "
             "app.loader.import_default_modules(); "
-            "print('benchmarks.public_tasks.refresh_public_benchmarks' in app.tasks)")
+            "print('benchmarks.tasks.refresh_public_benchmarks' in app.tasks)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "tokvera_site.settings"})
     assert done.stdout.strip().splitlines()[-1:] == ["True"], done.stderr[-2000:]
@@ -129,20 +129,20 @@ def test_a_request_that_finds_another_building_takes_its_result(small, monkeypat
 
     def sleep(_seconds):  # the other builder finishes while we wait
         if not built:
-            built["entry"] = public_views.build_page_entry(T0)
-            cache.set(public_views.PAGE_KEY, built["entry"], 300)
+            built["entry"] = public_cache.build_page_entry(T0)
+            cache.set(public_cache.PAGE_KEY, built["entry"], 300)
 
     with time_machine.travel(T0, tick=False):
-        cache.add(f"{public_views.PAGE_KEY}:lock", 1, 30)
-        monkeypatch.setattr(public_views.time, "sleep", sleep)
-        assert public_views.page_entry() is not None
-        assert cache.get(public_views.PAGE_KEY)["html"] == built["entry"]["html"]
+        cache.add(f"{public_cache.PAGE_KEY}:lock", 1, 30)
+        monkeypatch.setattr(public_cache.time, "sleep", sleep)
+        assert public_cache.page_entry() is not None
+        assert cache.get(public_cache.PAGE_KEY)["html"] == built["entry"]["html"]
 
 
 def test_a_request_builds_the_snapshot_itself_when_the_builder_never_finishes(small, monkeypatch):
-    monkeypatch.setattr(public_views.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(public_cache.time, "sleep", lambda _s: None)
     with time_machine.travel(T0, tick=False):
-        cache.add(f"{public_views.PAGE_KEY}:lock", 1, 30)
+        cache.add(f"{public_cache.PAGE_KEY}:lock", 1, 30)
         response = Client().get("/benchmarks")
     assert response.status_code == 200
     assert b'data-model-id="alpha-q4"' in response.content

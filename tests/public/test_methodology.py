@@ -9,11 +9,11 @@ import pytest
 from django.test import Client
 
 from benchmarks import ewma as folding
-from benchmarks import public_views, snapshot
+from benchmarks import public_cache, public_page, snapshot
 from benchmarks.models import Host, Job
 from scans.schedules import PERIODIC_TASKS
 
-DOC = public_views.METHODOLOGY_PATH.read_text(encoding="utf-8")
+DOC = public_page.METHODOLOGY_PATH.read_text(encoding="utf-8")
 
 
 def _constants() -> dict[str, str]:
@@ -33,7 +33,7 @@ def test_the_constants_table_states_what_the_code_uses():
     windows = [_days(span) for span in snapshot.WINDOWS.values()]
     refresh = [e for e in PERIODIC_TASKS if e[1].endswith("refresh_public_benchmarks")][0][2]
     percentiles = " and ".join(f"p{p}" for p in snapshot.LATENCY_PERCENTILES)
-    max_age = public_views.PAGE_MAX_AGE_S
+    max_age = public_cache.PAGE_MAX_AGE_S
 
     assert _constants() == {
         "Success and latency windows": " and ".join(f"{d} days" for d in windows),
@@ -45,23 +45,23 @@ def test_the_constants_table_states_what_the_code_uses():
         "Browser and shared cache":
             f"`Cache-Control: public, max-age={max_age}` ({max_age} s)",
         "Server-side page snapshot":
-            f"kept {public_views.PAGE_CACHE_S} s, rebuilt every {refresh} s",
-        "Live JSON reuse": f"at most {public_views.LIVE_CACHE_S} s",
+            f"kept {public_cache.PAGE_CACHE_S} s, rebuilt every {refresh} s",
+        "Live JSON reuse": f"at most {public_cache.LIVE_CACHE_S} s",
         "Operators behind a published GPU name or tier cell": f"at least {snapshot.MIN_OPERATORS}",
         "Hosts behind a published tier cell": f"at least {snapshot.MIN_HOSTS_PER_CELL}",
     }
     assert list(snapshot.WINDOWS) == [f"{d}d" for d in windows] == ["7d", "30d"]
-    assert (snapshot.online_window_s(), snapshot.EWMA_ALPHA, public_views.PAGE_MAX_AGE_S) == (45, 0.3, 300)
+    assert (snapshot.online_window_s(), snapshot.EWMA_ALPHA, public_cache.PAGE_MAX_AGE_S) == (45, 0.3, 300)
 
 
 def test_every_figure_the_prose_mentions_is_one_the_code_uses():
     alphas = set(re.findall(r"α = ([0-9.]+)", DOC))
     assert alphas == {str(snapshot.EWMA_ALPHA)}
     ages = {int(a) for a in re.findall(r"max-age=(\d+)", DOC)}
-    assert ages == {public_views.PAGE_MAX_AGE_S, public_views.LIVE_MAX_AGE_S}
+    assert ages == {public_cache.PAGE_MAX_AGE_S, public_cache.LIVE_MAX_AGE_S}
     seconds = {int(s) for s in re.findall(r"\b(\d+)\s?s\b", DOC)}
     assert seconds == {snapshot.online_window_s(), snapshot.online_window_s() + 1,  # 46 s: offline
-                       public_views.PAGE_CACHE_S, public_views.REFRESH_EVERY_S, public_views.LIVE_CACHE_S}
+                       public_cache.PAGE_CACHE_S, public_cache.REFRESH_EVERY_S, public_cache.LIVE_CACHE_S}
     days = {int(d) for d in re.findall(r"\b(\d+)[ -]days?\b", DOC)}
     assert days == {_days(span) for span in snapshot.WINDOWS.values()}
     assert "Not enough samples yet" in DOC and "[100, 300], p50 is 100 and p95 is 300" in DOC

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import public_views, snapshot
+from benchmarks import public_cache, snapshot
 from tests.public.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -29,8 +29,8 @@ BODY_COLUMNS = ("request_json", "result_json")
 def _outputs(client) -> dict[str, str]:
     with time_machine.travel(T0, tick=False):
         found = {url: client.get(url).content.decode() for url in URLS}
-        found["cached page entry"] = repr(cache.get(public_views.PAGE_KEY))
-        found["cached live entry"] = repr(cache.get(public_views.LIVE_KEY))
+        found["cached page entry"] = repr(cache.get(public_cache.PAGE_KEY))
+        found["cached live entry"] = repr(cache.get(public_cache.LIVE_KEY))
     return found
 
 
@@ -63,7 +63,7 @@ def test_no_query_behind_any_surface_mentions_a_body_column(network):
     with time_machine.travel(T0, tick=False), CaptureQueriesContext(connection) as queries:
         for url in URLS:
             assert Client().get(url).status_code == 200
-        public_views.refresh()
+        public_cache.refresh()
         snapshot.build_snapshot(T0)
 
     job_queries = [q["sql"] for q in queries.captured_queries if "benchmarks_job" in q["sql"]]
