@@ -9,11 +9,12 @@ class ScansConfig(AppConfig):
     verbose_name = "Endpoints and scans"
 
     def ready(self):
-        # shared_task binds to the current app: load the project's before any task is sent or run.
-        import tokvera_site.celery  # noqa: F401
         # Registered by name before anything is sent: dispatch and pushes send these tasks by
         # name, because the task module imports them (the services its tasks run).
         import scans.tasks  # noqa: F401
+
+        # shared_task binds to the current app: load the project's before any task is sent or run.
+        import tokvera_site.celery  # noqa: F401
         from scans.schedules import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)
