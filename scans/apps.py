@@ -9,11 +9,10 @@ class ScansConfig(AppConfig):
     verbose_name = "Endpoints and scans"
 
     def ready(self):
-        # Registered by name before anything is sent: dispatch and pushes send these tasks by
-        # name, because the task module imports them (the services its tasks run).
+        # Register the tasks, which dispatch and pushes send by name (the task module imports
+        # them, so they cannot import it); importing them loads the project's Celery app first
+        # (scans.dispatch imports it), which shared_task binds to.
         import scans.tasks  # noqa: F401
-
-        # shared_task binds to the current app: load the project's before any task is sent or run.
         import tokvera_site.celery  # noqa: F401
         from scans.schedules import ensure_periodic_tasks
 
