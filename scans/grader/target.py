@@ -18,15 +18,17 @@ import collections
 import contextlib
 import json
 import random
+import re
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-__all__ = ["REASONING_FIELDS", "StreamTiming", "TargetConfig", "TargetServer",
-           "running_target"]
+__all__ = ["OPENAI_PARAMS", "REASONING_FIELDS", "PrefixCache", "StreamTiming", "TargetConfig",
+           "TargetServer", "count_tokens", "render_chat", "running_target", "tokenize"]
 
 _WORDS = (
     " the", " model", " streams", " a", " token", " at", " steady", " pace", " while", " load",
@@ -53,6 +55,92 @@ class TargetConfig:
     #: reasoning parser, llama-server) or "reasoning" (OpenRouter, newer vLLM).
     reasoning_tokens: int = 0
     reasoning_field: str = "reasoning_content"
+    #: Prefill time per 1,000 prompt tokens not served from the prefix cache (0: none).
+    prefill_ms_per_1k_tokens: float = 0.0
+    #: The automatic prefix cache (cached_tokens in usage.prompt_tokens_details).
+    prefix_cache: bool = True
+    cache_block_tokens: int = 16
+    cache_max_blocks: int = 200_000
+    #: Serve ``POST /tokenize`` (vLLM's shape: ``messages`` or ``prompt`` in; ``count``,
+    #: ``max_model_len`` and ``tokens`` out).
+    tokenize: bool = False
+    #: The context length: listed in /models and /tokenize, and a prompt plus max_tokens over it
+    #: is refused with 400. None: unlimited and not listed.
+    max_model_len: int | None = None
+    #: Refuse request parameters OpenAI's API does not know (ignore_eos, min_tokens...) with 400.
+    strict_params: bool = False
+
+
+#: The chat-completions parameters OpenAI's API accepts (strict_params refuses any other).
+OPENAI_PARAMS = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options",
+    "temperature", "top_p", "n", "stop", "seed", "user", "presence_penalty",
+    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "response_format", "tools",
+    "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier",
+    "reasoning_effort", "prediction", "modalities", "audio", "functions", "function_call",
+})
+
+_TOKEN = re.compile(r"<\|[a-z_]+\|>| ?[A-Za-z]{1,4}|\d{1,3}|\s|[^\sA-Za-z\d]")
+
+
+def tokenize(text: str) -> list[str]:
+    """The target's tokenizer: special tokens, a leading space with up to four letters, digits
+    in threes, every other character alone. Deterministic, and not one token per word."""
+    return _TOKEN.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN.findall(text))
+
+
+def _message_text(message: object) -> tuple[str, str]:
+    if not isinstance(message, dict):
+        return "user", ""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(message.get("role") or "user"), content if isinstance(content, str) else ""
+
+
+def render_chat(messages: object, add_generation_prompt: bool = True) -> str:
+    """The target's chat template, applied to `messages` (what its tokenizer counts)."""
+    parts = []
+    if isinstance(messages, list):
+        for message in messages:
+            role, content = _message_text(message)
+            parts.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+class PrefixCache:
+    """Blocks of `block` tokens, each keyed by the hash of all tokens up to its end (a chain,
+    as vLLM's automatic prefix caching does), least recently used dropped past `max_blocks`."""
+
+    def __init__(self, block: int, max_blocks: int) -> None:
+        self.block = max(1, block)
+        self.max_blocks = max_blocks
+        self._blocks: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    def lookup_and_insert(self, tokens: list[str]) -> int:
+        """How many leading tokens were cached (never the last one: it is always computed);
+        then every full block of `tokens` is cached."""
+        block, blocks = self.block, self._blocks
+        cached = 0
+        chain = 0
+        hit = True
+        for start in range(0, len(tokens) - block + 1, block):
+            chain = hash((chain, *tokens[start:start + block]))
+            if hit and chain in blocks:
+                blocks.move_to_end(chain)
+                cached = start + block
+            else:
+                hit = False
+                blocks[chain] = None
+        while len(blocks) > self.max_blocks:
+            blocks.popitem(last=False)
+        return min(cached, max(0, len(tokens) - 1))
 
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -83,6 +171,11 @@ class TargetServer:
             asyncio.Semaphore(self.config.max_concurrency) if self.config.max_concurrency else None
         )
         self._counter = 0
+        self.prefix_cache = (PrefixCache(self.config.cache_block_tokens,
+                                         self.config.cache_max_blocks)
+                             if self.config.prefix_cache else None)
+        #: Every chat request body the target parsed, last ones first out (for tests).
+        self.received: collections.deque[dict] = collections.deque(maxlen=4096)
         #: The last streams served, on the target's clock (for calibration and tests).
         self.stream_timings: collections.deque[StreamTiming] = collections.deque(maxlen=4096)
         self.registry = CollectorRegistry(auto_describe=True)
@@ -161,12 +254,39 @@ class TargetServer:
                           content_type=b"text/plain; version=0.0.4; charset=utf-8",
                           close=not keep_alive)
         elif method == "GET" and path.endswith("/models"):
-            data = {"object": "list", "data": [{"id": "tokvera-target", "object": "model"}]}
+            entry: dict = {"id": "tokvera-target", "object": "model"}
+            if self.config.max_model_len:
+                entry["max_model_len"] = self.config.max_model_len
+            data = {"object": "list", "data": [entry]}
             _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
+        elif method == "POST" and path.endswith("/tokenize") and self.config.tokenize:
+            self._tokenize(body, writer, keep_alive)
         elif method == "POST" and path.endswith("/chat/completions"):
             await self._chat(body, writer, keep_alive)
         else:
             _write_simple(writer, 404, b'{"error":{"message":"not found"}}', close=not keep_alive)
+
+    def _tokenize(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
+        try:
+            req = json.loads(body)
+            if not isinstance(req, dict):
+                raise ValueError
+        except ValueError:
+            _write_simple(writer, 400, b'{"error":{"message":"body is not JSON"}}',
+                          close=not keep_alive)
+            return
+        if isinstance(req.get("messages"), list):
+            text = render_chat(req["messages"], bool(req.get("add_generation_prompt", True)))
+        elif isinstance(req.get("prompt"), str):
+            text = req["prompt"]
+        else:
+            _write_simple(writer, 400, b'{"error":{"message":"messages or prompt required"}}',
+                          close=not keep_alive)
+            return
+        tokens = [zlib.crc32(t.encode()) % 100_000 for t in tokenize(text)]
+        data = {"count": len(tokens), "max_model_len": self.config.max_model_len or 0,
+                "tokens": tokens}
+        _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
 
     async def _chat(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
         received_at = time.perf_counter()
@@ -180,12 +300,28 @@ class TargetServer:
             _write_simple(writer, 400, b'{"error":{"message":"body is not JSON"}}',
                           close=not keep_alive)
             return
+        self.received.append(req)
+        if cfg.strict_params:
+            unknown = sorted(k for k in req if k not in OPENAI_PARAMS)
+            if unknown:
+                self._m_requests.labels("400").inc()
+                message = json.dumps({"error": {
+                    "message": f"Unrecognized request argument supplied: {unknown[0]}",
+                    "type": "invalid_request_error", "param": None, "code": None}})
+                _write_simple(writer, 400, message.encode(), close=not keep_alive)
+                return
         if cfg.error_rate and self._rng.random() < cfg.error_rate:
             self._m_requests.labels("500").inc()
             _write_simple(writer, 500, b'{"error":{"message":"simulated failure",'
                           b'"type":"server_error"}}', close=not keep_alive)
             return
-        wanted = cfg.reasoning_tokens + cfg.tokens
+        wanted = cfg.reasoning_tokens + cfg.tokens  # where the reply ends by itself
+        if req.get("ignore_eos") is True and (req.get("max_tokens")
+                                               or req.get("max_completion_tokens")):
+            wanted = 1_000_000  # no natural end: max_tokens ends it
+        min_tokens = req.get("min_tokens")
+        if type(min_tokens) is int and min_tokens > wanted:
+            wanted = min_tokens
         max_tokens = req.get("max_tokens") or req.get("max_completion_tokens") or wanted
         try:
             n_tokens = max(0, min(wanted, int(max_tokens)))
@@ -194,7 +330,17 @@ class TargetServer:
         n_thinking = min(cfg.reasoning_tokens, n_tokens)
         finish = "length" if n_tokens < wanted else "stop"
         model = str(req.get("model") or "tokvera-target")
-        prompt_tokens = _count_prompt_words(req.get("messages"))
+        prompt = tokenize(render_chat(req.get("messages")))
+        prompt_tokens = len(prompt)
+        if cfg.max_model_len and prompt_tokens + n_tokens > cfg.max_model_len:
+            self._m_requests.labels("400").inc()
+            message = json.dumps({"error": {
+                "message": f"This model's maximum context length is {cfg.max_model_len} "
+                           f"tokens. However, you requested {prompt_tokens + n_tokens} tokens "
+                           f"({prompt_tokens} in the messages, {n_tokens} in the completion).",
+                "type": "BadRequestError", "code": 400}})
+            _write_simple(writer, 400, message.encode(), close=not keep_alive)
+            return
         stream = bool(req.get("stream"))
         include_usage = cfg.usage and bool((req.get("stream_options") or {}).get("include_usage"))
 
@@ -206,11 +352,14 @@ class TargetServer:
                 self._m_waiting.dec()
         self._m_running.inc()
         try:
+            cached = (self.prefix_cache.lookup_and_insert(prompt)
+                      if self.prefix_cache is not None else None)
+            prefill_s = cfg.prefill_ms_per_1k_tokens * (prompt_tokens - (cached or 0)) / 1e6
             self._counter += 1
             ident = f"chatcmpl-tv{self._counter}"
             if not stream:
-                await self._sleep_until(time.perf_counter() + (cfg.ttft_ms + cfg.itl_ms *
-                                        max(0, n_tokens - 1)) / 1000.0)
+                await self._sleep_until(time.perf_counter() + prefill_s + (
+                    cfg.ttft_ms + cfg.itl_ms * max(0, n_tokens - 1)) / 1000.0)
                 words = [_WORDS[i % len(_WORDS)] for i in range(n_tokens)]
                 message = {"role": "assistant", "content": "".join(words[n_thinking:])}
                 if n_thinking:
@@ -221,11 +370,12 @@ class TargetServer:
                     "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                 }
                 if cfg.usage:
-                    data["usage"] = _usage(prompt_tokens, n_tokens, n_thinking)
+                    data["usage"] = _usage(prompt_tokens, n_tokens, n_thinking, cached)
                 _write_simple(writer, 200, json.dumps(data).encode(), close=not keep_alive)
             else:
                 await self._stream(writer, ident, model, (n_tokens, n_thinking), finish,
-                                   prompt_tokens, include_usage, keep_alive, received_at)
+                                   (prompt_tokens, cached, prefill_s), include_usage, keep_alive,
+                                   received_at)
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
         finally:
@@ -234,10 +384,13 @@ class TargetServer:
                 self._slots.release()
 
     async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str,
-                      tokens: tuple[int, int], finish: str, prompt_tokens: int,
+                      tokens: tuple[int, int], finish: str,
+                      prompt: tuple[int, int | None, float],
                       include_usage: bool, keep_alive: bool, received_at: float) -> None:
-        """Stream `tokens` = (all, thinking first) on the absolute schedule."""
+        """Stream `tokens` = (all, thinking first) on the absolute schedule; `prompt` is
+        (prompt tokens, of them cached or None, prefill seconds)."""
         cfg = self.config
+        prompt_tokens, cached, prefill_s = prompt
         n_tokens, n_thinking = tokens
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
@@ -250,7 +403,7 @@ class TargetServer:
             '"choices":[{"index":0,"delta":' % (ident, int(time.time()), json.dumps(model))
         )
         t0 = time.perf_counter()
-        ttft = cfg.ttft_ms / 1000.0
+        ttft = cfg.ttft_ms / 1000.0 + prefill_s
         itl = cfg.itl_ms / 1000.0
         jitter = cfg.jitter_ms / 1000.0
         rng = self._rng
@@ -277,7 +430,8 @@ class TargetServer:
         self.stream_timings.append(StreamTiming(received_at, first_output_at, first_answer_at))
         _write_event(writer, prefix + '{},"finish_reason":"%s"}]}' % finish)
         if include_usage:
-            usage = json.dumps(_usage(prompt_tokens, n_tokens, n_thinking), separators=(",", ":"))
+            usage = json.dumps(_usage(prompt_tokens, n_tokens, n_thinking, cached),
+                               separators=(",", ":"))
             _write_event(
                 writer,
                 '{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
@@ -293,22 +447,15 @@ class TargetServer:
             await asyncio.sleep(delay)
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict:
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0,
+           cached_tokens: int | None = None) -> dict:
     usage: dict = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                    "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if reasoning_tokens:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return usage
-
-
-def _count_prompt_words(messages: object) -> int:
-    total = 0
-    if isinstance(messages, list):
-        for message in messages:
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, str):
-                total += len(content.split())
-    return max(1, total)
 
 
 def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:

@@ -37,6 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default="reasoning_content",
                         help="the delta field the thinking goes in: reasoning_content (vLLM, "
                              "SGLang, llama-server; the default) or reasoning (OpenRouter)")
+    parser.add_argument("--prefill-ms-per-1k", type=float, default=0.0, metavar="MS",
+                        help="prefill time per 1,000 prompt tokens not served from the prefix "
+                             "cache, added to the time to first token (default 0)")
+    parser.add_argument("--no-prefix-cache", action="store_true",
+                        help="no automatic prefix cache (by default blocks of 16 tokens are "
+                             "cached and usage reports prompt_tokens_details.cached_tokens)")
+    parser.add_argument("--tokenize", action="store_true",
+                        help="serve POST /tokenize as vLLM does (messages or prompt in, count "
+                             "and max_model_len out)")
+    parser.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                        help="context length: listed in /models and /tokenize; a prompt plus "
+                             "max_tokens over it is refused with 400")
+    parser.add_argument("--strict-params", action="store_true",
+                        help="refuse request parameters OpenAI's API does not know "
+                             "(ignore_eos, min_tokens...) with 400, as OpenAI does")
 
 
 def _config(args: argparse.Namespace) -> TargetConfig:
@@ -49,12 +64,19 @@ def _config(args: argparse.Namespace) -> TargetConfig:
         raise UsageError("--error-rate must be between 0 and 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise UsageError("--max-concurrency must be at least 1")
+    if args.prefill_ms_per_1k < 0:
+        raise UsageError("--prefill-ms-per-1k must not be negative")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise UsageError("--max-model-len must be at least 1")
     return TargetConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
                         jitter_ms=args.jitter_ms, error_rate=args.error_rate,
                         usage=not args.no_usage, metrics=not args.no_metrics,
                         role_chunk=args.role_chunk, max_concurrency=args.max_concurrency,
                         seed=args.seed, reasoning_tokens=args.reasoning_tokens,
-                        reasoning_field=args.reasoning_field)
+                        reasoning_field=args.reasoning_field,
+                        prefill_ms_per_1k_tokens=args.prefill_ms_per_1k,
+                        prefix_cache=not args.no_prefix_cache, tokenize=args.tokenize,
+                        max_model_len=args.max_model_len, strict_params=args.strict_params)
 
 
 async def _serve(config: TargetConfig, host: str, port: int) -> None:
