@@ -15,6 +15,9 @@ needed role get 403.
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -161,3 +164,11 @@ def require_write(request, obj) -> None:
 def require_manage(request, obj) -> None:
     if not Access.for_request(request).can_manage(team_id_of(obj)):
         raise PermissionDenied("Only owners and admins can do this.")
+
+
+def scoped_to_teams(model, team_ids: Iterable[int]):
+    """`model`'s rows of these teams through the scoped manager (one `for_team` per team)."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return model.objects.for_team(None).none()
+    return functools.reduce(operator.or_, (model.objects.for_team(t) for t in team_ids))

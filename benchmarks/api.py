@@ -9,7 +9,7 @@ Buyer calls (a team API token or a session, through the foundation's scoping lay
     POST /v1/jobs   (202 with the job id; 429 over the team's limits)
     GET /v1/jobs/{id}   (own team only: else 404)
 
-Views only parse, call the flow's service (benchmarks/flows.py) and shape the answer.
+Views only parse, call the flow's service (benchmarks/services.py) and shape the answer.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
-from benchmarks import flows, jobs, policy
+from benchmarks import jobs, policy, services
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.heartbeat import answer_heartbeat
 from benchmarks.models import Job, JobStatus
@@ -237,7 +237,7 @@ class LeaseView(HostView):
         sent = request.data if request.content_type.startswith("application/json") else {}
         body = LeaseSerializer(data=sent if isinstance(sent, dict) else {})
         body.is_valid(raise_exception=True)
-        job = flows.lease(self.host, start=body.validated_data["start"])
+        job = services.lease(self.host, start=body.validated_data["start"])
         if job is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(_job_for_host(job))
@@ -268,7 +268,7 @@ class JobStartView(HostView):
         404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
         try:
-            job = flows.start(self.host, job_id)
+            job = services.start(self.host, job_id)
         except jobs.JobError as exc:
             return _job_error(exc)
         return Response(_job_state(job))
@@ -287,7 +287,7 @@ class JobCompleteView(HostView):
             elapsed_ms=data["elapsed_ms"],
         )
         try:
-            job, following = flows.complete(self.host, job_id, figures, data.get("result"),
+            job, following = services.complete(self.host, job_id, figures, data.get("result"),
                                             lease_next=data["lease_next"])
         except jobs.JobError as exc:
             return _job_error(exc)
@@ -305,7 +305,7 @@ class JobFailView(HostView):
         body = FailSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job = flows.fail(self.host, job_id, body.validated_data["reason"])
+            job = services.fail(self.host, job_id, body.validated_data["reason"])
         except jobs.JobError as exc:
             return _job_error(exc)
         return Response(_job_state(job))
@@ -394,7 +394,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            job = flows.submit(team, data["model"], [dict(m) for m in data["messages"]],
+            job = services.submit(team, data["model"], [dict(m) for m in data["messages"]],
                               data["max_tokens"])
         except jobs.UnknownCatalogModel as exc:
             raise exceptions.ValidationError({"model": str(exc)}) from exc

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from accounts import credentials
-from benchmarks import flows, hosts, policy
+from benchmarks import hosts, policy, services
 from tokvera_site import auth_failures, parsers, ratelimit
 
 
@@ -89,7 +89,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     except ValueError as exc:
         return 400, {"detail": str(exc)}, {}
     try:
-        recorded = flows.heartbeat(token, body["models"], body["hardware"], body["slots"])
+        recorded = services.heartbeat(token, body["models"], body["hardware"], body["slots"])
     except hosts.UnknownModels as exc:
         return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
     if recorded is None:

@@ -14,7 +14,7 @@ both win. Locks are always taken host row first, then job row (never the other w
 Completion records the job first; the host's EWMAs are folded later (benchmarks/ewma.py).
 
 This module knows jobs and hosts' rows only: it never runs an assignment pass
-(benchmarks/routing.py) and never queues a task (benchmarks/tasks.py); benchmarks/flows.py
+(benchmarks/routing.py) and never queues a task (benchmarks/tasks.py); benchmarks/services.py
 strings the steps of each HTTP call together.
 """
 
@@ -100,7 +100,7 @@ class Figures:
 
 
 def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime | None = None) -> Job:
-    """Queue a job (the caller then runs an assignment pass: benchmarks/flows.py)."""
+    """Queue a job (the caller then runs an assignment pass: benchmarks/services.py)."""
     catalog = CatalogModel.objects.filter(pk=model_id, active=True).first()
     if catalog is None:
         raise UnknownCatalogModel(f"unknown or inactive catalog id: {model_id}")
@@ -139,7 +139,7 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
     the host a `start` call. SKIP LOCKED lets concurrent lease calls of one host (several
     slots) take different jobs instead of waiting on each other; the conditional UPDATE makes
     sure only one of them wins. The assignment pass that fills the host's queue runs before
-    this, in benchmarks/flows.py.
+    this, in benchmarks/services.py.
     """
     now = now or timezone.now()
     if host.suspended:

@@ -144,7 +144,7 @@ def assignment_pass(now: datetime | None = None) -> int:
     """Assign queued jobs to hosts. Returns how many jobs were assigned.
 
     A pass already running is never waited for: it (or the next one) takes these jobs, and a
-    host that found nothing asks again (benchmarks/flows.py). Lease expiry and the queue
+    host that found nothing asks again (benchmarks/services.py). Lease expiry and the queue
     deadline are enforced by the caller first (jobs.housekeeping).
     """
     now = now or timezone.now()

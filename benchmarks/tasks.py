@@ -4,7 +4,7 @@ They are acknowledged on receipt (the project default): a task lost with a dying
 covered by the periodic sweep and tick, which redo whatever it left undone.
 
 Imports go one way: tasks use jobs, routing and ewma; none of those imports this module
-(benchmarks/flows.py queues the fold after a completion).
+(benchmarks/services.py queues the fold after a completion).
 """
 
 from __future__ import annotations

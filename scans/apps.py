@@ -14,7 +14,7 @@ class ScansConfig(AppConfig):
         # (scans.dispatch imports it), which shared_task binds to.
         import scans.tasks  # noqa: F401
         import tokvera_site.celery  # noqa: F401
-        from scans.schedules import ensure_periodic_tasks
+        from scans.periodic_tasks import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)
         # Request lines carry invitation secrets. Here rather than in accounts, which may not

@@ -18,9 +18,7 @@ Only succeeded scans have grades and check rows; errored scans are not part of a
 
 from __future__ import annotations
 
-import functools
 import math
-import operator
 import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -47,6 +45,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from accounts.tenancy import scoped_to_teams
 from scans.grader import scoring
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
@@ -60,7 +59,6 @@ __all__ = [
     "grade_history",
     "headline_history",
     "latest_grades",
-    "scoped_to_teams",
     "unmeasured_reasons",
 ]
 
@@ -185,14 +183,6 @@ def _versions(rows) -> int:
 def _check_max_points(max_points: int) -> None:
     if max_points < 1:
         raise ValueError(f"max_points must be at least 1, got {max_points!r}")
-
-
-def scoped_to_teams(model, team_ids: Iterable[int]):
-    """`model`'s rows of these teams through the scoped manager (one `for_team` per team)."""
-    team_ids = sorted(set(team_ids))
-    if not team_ids:
-        return model.objects.for_team(None).none()
-    return functools.reduce(operator.or_, (model.objects.for_team(t) for t in team_ids))
 
 
 # --- grades ----------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ from django.db.models import BooleanField, ExpressionWrapper, F, FilteredRelatio
 from django.db.models.functions import Lead
 from django.utils import timezone
 
+from accounts.tenancy import scoped_to_teams
 from scans.grader import scoring
-from scans.history import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus
 
 __all__ = ["BURN_SPANS_H", "WINDOW_DAYS", "SloWindow", "TargetResult", "duration_text", "window",

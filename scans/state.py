@@ -33,10 +33,10 @@ from typing import Any
 from django.db.models import F, Q
 from django.db.models.fields.json import KT
 
+from accounts.tenancy import scoped_to_teams
 from scans.grader import formatting as fmt
 from scans.grader.report import CHECK_LABELS
 from scans.grader.scoring import is_below_floor
-from scans.history import scoped_to_teams
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "headline", "of_scan",

@@ -24,8 +24,8 @@ from accounts.validators import validate_one_line
 from scans import dispatch, endpoint_limits, profile, pushes, scheduling
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
-from scans.endpoint_secrets import url_changes
 from scans.grader.plan import PlanError
+from scans.guarded_urls import url_changes
 from scans.history import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
@@ -154,7 +154,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         return attrs
 
     def _check_url_changes(self, attrs) -> None:
-        """Stored secrets follow their URL's origin (scans/endpoint_secrets.py)."""
+        """Stored secrets follow their URL's origin (scans/guarded_urls.py)."""
         self._dropped = []
         if self.instance is None:
             return

@@ -22,9 +22,8 @@ from prometheus_client.registry import Collector
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.views import APIView
 
-from accounts.tenancy import Access
+from accounts.tenancy import Access, scoped_to_teams
 from scans import state
-from scans.history import scoped_to_teams
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["GRADE_NUMBERS", "TeamMetricsView", "render"]

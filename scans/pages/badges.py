@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from scans.history import scoped_to_teams
+from accounts.tenancy import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus
 from scans.pages import charts
 

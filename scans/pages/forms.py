@@ -5,7 +5,7 @@ rendered back: their inputs are password fields that do not echo a value, even w
 is shown again with errors, and the page only says whether one is stored. A blank secret field
 keeps what is stored; a "clear" box removes it. The webhook URL is write-only the same way (it
 often carries its own secret). Changing a URL whose secret is stored follows
-scans/endpoint_secrets.py: members are refused, and a new origin drops the secret.
+scans/guarded_urls.py: members are refused, and a new origin drops the secret.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from django.db import models
 from accounts import encryption
 from accounts.validators import validate_one_line
 from scans import endpoint_limits, profile, scheduling
-from scans.endpoint_secrets import GuardedURL, url_changes
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
+from scans.guarded_urls import GuardedURL, url_changes
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]

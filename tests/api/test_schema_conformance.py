@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from benchmarks import flows, hosts
+from benchmarks import hosts, services
 from tests.benchmarks.conftest import make_catalog
 from tests.conftest import build_world, free_port
 from tests.factories import make_endpoint, make_scan
@@ -76,8 +76,8 @@ def _seed():
     scan = make_scan(endpoint)
     make_catalog("tiny-q4")
     _, host_token = hosts.create_host(world.team, "rig-1", "software")
-    flows.heartbeat(host_token, ["tiny-q4"], {}, 2)  # online: a job can be submitted
-    job = flows.submit(world.team, "tiny-q4", [{"role": "user", "content": "hi"}], 8)
+    services.heartbeat(host_token, ["tiny-q4"], {}, 2)  # online: a job can be submitted
+    job = services.submit(world.team, "tiny-q4", [{"role": "user", "content": "hi"}], 8)
     real = {"slug": world.team.slug, "job_id": str(job.id)}
     return world.read_write_token, host_token, real, endpoint, scan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from scans.schedules import PERIODIC_TASKS, all_periodic_tasks, ensure_periodic_tasks
+from scans.periodic_tasks import PERIODIC_TASKS, all_periodic_tasks, ensure_periodic_tasks
 
 
 def test_the_tick_and_the_fold_sweep_are_in_the_schedule():

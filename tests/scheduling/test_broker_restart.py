@@ -15,7 +15,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan, ScanStatus
-from scans.schedules import ensure_periodic_tasks
+from scans.periodic_tasks import ensure_periodic_tasks
 from tests.factories import make_endpoint
 from tests.scheduling.workers import ROOT, start_worker, stop, wait_for, worker_env
 from tokvera_site.devservices import EmbeddedRedis

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from accounts.models import Invitation
-from scans.schedules import PERIODIC_TASKS, ensure_periodic_tasks
+from scans.periodic_tasks import PERIODIC_TASKS, ensure_periodic_tasks
 from tests.conftest import database_url
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
 

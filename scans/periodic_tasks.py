@@ -12,8 +12,6 @@ PERIODIC_TASKS: list[tuple[str, str, int]] = [
     ("Delete expired invitations", "scans.tasks.delete_expired_invitations", 3600),
     ("Enqueue due scans", "scans.tasks.enqueue_due_scans", 60),
     ("Reap dead scans", "scans.tasks.reap_scans", 60),
-    # Rebuilt a little before the cached snapshot (300 s) lapses (benchmarks/public_cache.py).
-    ("Public benchmarks: rebuild the snapshot", "benchmarks.tasks.refresh_public_benchmarks", 240),
 ]
 
 

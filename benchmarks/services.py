@@ -8,7 +8,7 @@
     complete   record the figures, queue the EWMA fold; optionally lease the next job
     fail       record the failure, queue the fold (reputation)
 
-Imports go one way: flows -> tasks -> routing and jobs (and hosts -> jobs) -> models; routing
+Imports go one way: services -> tasks -> routing and jobs (and hosts -> jobs) -> models; routing
 and jobs do not import each other, and only the API views import this module.
 """
 
