@@ -113,6 +113,7 @@ class RequestRecord(StreamTally):
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "finish_reason": self.finish_reason,
             "retried": self.retried,
             "error": self.error,
@@ -330,6 +331,9 @@ class Measurement:
     scanner: dict = field(default_factory=dict)
     #: The /models answer and the probe request; None in measurements built without one.
     preflight: Preflight | None = None
+    #: What the load sent and how its prompts were sized (``workload.PreparedWorkload``'s
+    #: ``public_dict``; report.json's ``plan.workload``); empty when not recorded.
+    workload: dict = field(default_factory=dict)
 
     @property
     def all_requests(self) -> list[RequestRecord]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from .workload import Workload, WorkloadError
+
 __all__ = [
     "DEFAULT_LEVELS",
     "DEFAULT_MAX_TOKENS",
@@ -77,6 +79,9 @@ class ScanPlan:
     price_input_per_mtok: Decimal | None = None
     price_output_per_mtok: Decimal | None = None
     extra_headers: tuple[tuple[str, str], ...] = ()
+    #: What the load sends (issue 21): sized prompts, reply lengths, a shared prefix, a
+    #: dataset, warm-up. The default is built-in prompts capped by max_tokens (with a nonce).
+    workload: Workload = field(default_factory=Workload)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
@@ -121,6 +126,10 @@ class ScanPlan:
         self._validate_target()
         self._validate_levels()
         self._validate_limits()
+        try:
+            self.workload.validate(self.max_tokens)
+        except WorkloadError as exc:
+            raise PlanError(str(exc)) from None
         return self
 
     def _validate_target(self) -> None:

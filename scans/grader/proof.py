@@ -63,6 +63,8 @@ __all__ = [
 
 #: RequestRecord fields that report.json does not carry and no check reads.
 NOT_PUBLISHED = frozenset({"reused_connection", "ignored_lines", "stream_error"})
+#: RequestRecord fields that reports of older scanners lack (None when missing).
+ADDED_SINCE = frozenset({"cached_tokens"})  # issue 21
 #: Never recomputable from a report, so never counted for a pushed one.
 UNPROVABLE_CHECKS = {
     "repeat_prompt_share": ("a pushed report does not carry its prompt sample, so the site "
@@ -113,7 +115,7 @@ def _record(where: str, concurrency: int, timeline: Any, limit_ms: float) -> Req
         key = timeline_key(name, hint)
         here = f"{where}.{key}"
         if key not in timeline:
-            if name in NOT_PUBLISHED:
+            if name in NOT_PUBLISHED or name in ADDED_SINCE:
                 continue
             raise ImpossibleReport(f"{here} is missing: the site recomputes every check from "
                                    "the per-request timelines (publish with a current tokvera)")

@@ -64,6 +64,31 @@ def _percentiles(samples: Sequence[float]) -> dict | None:
             "p99": _r(percentile(samples, 99)), "n": len(samples)}
 
 
+def _spread(values: Sequence[int]) -> dict | None:
+    """{p50, min, max, n} of token counts; None without any."""
+    if not values:
+        return None
+    return {"p50": _r(percentile(values, 50)), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def workload_figures(level: LevelResult) -> dict:
+    """What a level's successful requests carried, as the server counted it (issue 21):
+    prompt and output tokens, and the share of prompt tokens it said were cached."""
+    succeeded = level.succeeded
+    prompts = [r.prompt_tokens for r in succeeded if r.prompt_tokens is not None]
+    outputs = [r.completion_tokens for r in succeeded if r.completion_tokens is not None]
+    cached = [(r.cached_tokens, r.prompt_tokens) for r in succeeded
+              if r.cached_tokens is not None and r.prompt_tokens]
+    total = sum(p for _, p in cached)
+    return {
+        "prompt_tokens": _spread(prompts),
+        "output_tokens": _spread(outputs),
+        "cached_prompt_share": _r(sum(c for c, _ in cached) / total, 4) if total else None,
+        "cached_reported": len(cached),
+    }
+
+
 def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
     ttft = level.ttft_samples_ms()
     gaps = level.gap_samples_ms()
@@ -98,6 +123,7 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
         "duration_s": _r(level.duration_s),
         "scanner_cpu_s": _r(level.cpu_s),
         "output_chunks": level.output_chunks,
+        **workload_figures(level),
         "ttft_samples_ms": [_r(t, 2) for t in ttft],
         # every chunk's arrival too, so a site can recompute the checks (scans/grader/proof.py)
         "request_timelines": [{**r.timeline_ms(origin), **sample_times_ms(r, origin)}
@@ -153,7 +179,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "target": {"base_url": measurement.base_url, "model": measurement.model},
         "started_at": measurement.started_at,
         "finished_at": measurement.finished_at,
-        "plan": plan.public_dict(),
+        "plan": {**plan.public_dict(), "workload": measurement.workload or None},
         "preflight": preflight,
         "failure_summary": headline.scan_failure_summary(levels, preflight),
         "levels": levels,

@@ -35,13 +35,14 @@ import httpx
 
 from .budget import StreamBudget
 from .measurement import LevelResult, Measurement, RequestRecord
-from .openai_chat import chat_request_body, encode_body, read_sse, user_message
-from .plan import ScanPlan
+from .openai_chat import read_sse
+from .plan import ScanPlan, builtin_prompt
 from .preflight import run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .sse import SSEDecoder
 from .stream import JSON_IMPL, StreamParser, classify_end
 from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
+from .workload import LoadBodies, PreparedWorkload, initial_workload, prepare_workload
 
 __all__ = [
     "LOOP_LAG_INTERVAL_S",
@@ -102,12 +103,34 @@ class _Scan:
         self.url = plan.chat_url
         self.timeout = plan.timeout_s
         self._next_prompt = 0
+        self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens)
+        # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
+        self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
+                                 dataset=plan.workload.dataset, prompts=plan.prompts,
+                                 builtin=builtin_prompt)
 
     def _body(self) -> bytes:
         index = self._next_prompt
         self._next_prompt += 1
-        return encode_body(chat_request_body(self.plan.model, user_message(self.plan.prompt(index)),
-                                             self.plan.max_tokens))
+        return self.bodies.body(index)
+
+    async def prepare(self) -> None:
+        """Ask the server what the workload needs (reply-length parameters, prompt sizes)."""
+        self.bodies = await prepare_workload(
+            self.workload, self.bodies, client=self.client, base_url=self.plan.base_url,
+            chat_url=self.url, model=self.plan.model, timeout=self.timeout)
+
+    async def warm_up(self, concurrency: int, count: int) -> None:
+        """`count` requests at up to `concurrency` at once, before a level; not counted."""
+        if count <= 0:
+            return
+        pending = iter(range(count))
+
+        async def worker() -> None:
+            for i in pending:
+                await self.request(RequestRecord(level=concurrency, index=-1 - i))
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
 
     # -- a level -------------------------------------------------------------------------------
     async def run_level(self, concurrency: int, total: int) -> LevelResult:
@@ -353,6 +376,8 @@ async def run_scan_async(
                      precise_stale_detection=isinstance(own_transport, ScanTransport))
         preflight = await run_preflight(plan, client, scan.request)
         levels: list[LevelResult] = []
+        if not (preflight.stopped or preflight_only):
+            await scan.prepare()  # WorkloadError (one line) before any load
         if preflight.stopped or preflight_only:
             levels, gpu = preflight.without_load(lag_threshold_ms)
         else:
@@ -368,6 +393,7 @@ async def run_scan_async(
                                 else contextlib.nullcontext()):
                         if wait_left is not None:
                             wait_left = max(0.0, wait_left - (time.perf_counter() - waiting_since))
+                        await scan.warm_up(concurrency, plan.workload.warmup)
                         sampler.level = concurrency
                         levels.append(await scan.run_level(concurrency,
                                                            plan.requests_at(concurrency)))
@@ -395,6 +421,7 @@ async def run_scan_async(
         loop_lag_threshold_ms=lag_threshold_ms,
         origin_time=origin_time,
         preflight=preflight,
+        workload=scan.workload.public_dict(),
         scanner={
             "tool": TOOL_NAME,
             "version": _tool_version(),

@@ -18,7 +18,7 @@ usage, "the stream is complete" and "the stream is a reply" are defined once, he
 * ``[DONE]`` (surrounding whitespace ignored) marks the stream done; events after it are
   still read (usage sometimes comes last).
 * Usage: ``usage.completion_tokens`` (and ``prompt_tokens``,
-  ``completion_tokens_details.reasoning_tokens``) when the server states it; otherwise the
+  ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``) when the server states it; otherwise the
   output chunks stand in for tokens and ``usage_reported`` says so.
 * A stream is **complete** when it said ``[DONE]`` or gave a ``finish_reason``; a complete
   stream is a **reply** when it produced any output (``empty_reply`` otherwise), so a model
@@ -80,6 +80,9 @@ class StreamTally:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     reasoning_tokens: int | None = None
+    #: ``usage.prompt_tokens_details.cached_tokens``: prompt tokens served from the server's
+    #: prefix cache, where it says so.
+    cached_tokens: int | None = None
     ignored_lines: int = 0
     stream_error: str | None = None
 
@@ -256,6 +259,11 @@ class StreamParser:
         prompt_tokens = usage.get("prompt_tokens")
         if type(prompt_tokens) is int and prompt_tokens >= 0:
             tally.prompt_tokens = prompt_tokens
+            prompt_details = usage.get("prompt_tokens_details")
+            cached = (prompt_details.get("cached_tokens") if type(prompt_details) is dict
+                      else None)
+            if type(cached) is int and 0 <= cached <= prompt_tokens:
+                tally.cached_tokens = cached
         details = usage.get("completion_tokens_details")
         reasoning = details.get("reasoning_tokens") if type(details) is dict else None
         if type(reasoning) is int and 0 <= reasoning <= tokens:
