@@ -17,21 +17,21 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from accounts import encryption, teams
+from accounts import teams
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from scans import dispatch, endpoint_limits, profile, pushes, scheduling
+from scans import dispatch, endpoint_limits, endpoints, profile, pushes, scheduling
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.grader.plan import PlanError
-from scans.guarded_urls import url_changes
 from scans.history import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
     Endpoint,
     Scan,
+    ScanStatus,
     ScanTrigger,
 )
 from tokvera_site.pagination import StrictCursorPagination
@@ -118,7 +118,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         if latest is not None:  # a list page: fetched for the whole page in one query
             scan = latest.get(endpoint.pk)
         else:
-            scan = endpoint.scans.exclude(status__in=["queued", "running"]).first()
+            scan = endpoint.scans.exclude(status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]).first()
         return ScanSerializer(scan).data if scan else None
 
     def validate_slo_objective(self, value):
@@ -138,17 +138,15 @@ class EndpointSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(str(exc)) from None
 
     def validate_base_url(self, value):
-        if not value.startswith(("http://", "https://")):
-            raise serializers.ValidationError("expected an http(s) URL such as https://host/v1")
-        return value.rstrip("/")
+        try:
+            return endpoints.clean_base_url(value)
+        except endpoints.InvalidURL as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def validate(self, attrs):
         self._check_url_changes(attrs)
-        merged = {**self._current(), **attrs}
         try:
-            candidate = Endpoint(**{k: v for k, v in merged.items()
-                                    if k not in {"api_key", "webhook_secret", "team"}})
-            profile.validate_profile(candidate)
+            endpoints.check_profile({**self._current(), **attrs})
         except PlanError as exc:
             raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
         return attrs
@@ -159,7 +157,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         if self.instance is None:
             return
         request = self.context["request"]
-        changes = url_changes(
+        changes = endpoints.url_changes(
             self.instance,
             {name: attrs[name] for name in ("base_url", "webhook_url") if name in attrs},
             {f"{name}_encrypted" for name in ("api_key", "webhook_secret") if name in attrs},
@@ -172,39 +170,34 @@ class EndpointSerializer(serializers.ModelSerializer):
     def _current(self) -> dict:
         if self.instance is None:
             return {}
-        names = ["name", "base_url", "model", "levels", "requests_per_level", "max_tokens",
-                 "timeout_s", "price_input_per_mtok", "price_output_per_mtok"]
-        return {name: getattr(self.instance, name) for name in names}
+        return {name: getattr(self.instance, name) for name in endpoints.PROFILE_FIELDS}
 
-    def _encrypt_secrets(self, validated):
-        if "api_key" in validated:
-            validated["api_key_encrypted"] = encryption.encrypt(validated.pop("api_key"))
-        if "webhook_secret" in validated:
-            validated["webhook_secret_encrypted"] = encryption.encrypt(
-                validated.pop("webhook_secret"))
-        return validated
+    @staticmethod
+    def _secrets(endpoint, validated) -> list[str]:
+        """Set the secrets the request gave ("" removes one); the fields written."""
+        given = [name for name in ("api_key", "webhook_secret") if name in validated]
+        for name in given:
+            endpoints.set_secret(endpoint, name, validated.pop(name))
+        return [endpoints.SECRET_FIELDS[name] for name in given]
 
     def create(self, validated):
-        validated = self._encrypt_secrets(validated)
-        validated.setdefault("levels", [1, 4, 16])
-        endpoint = Endpoint(**validated)
-        scheduling.apply_schedule(endpoint, None)  # first scan at the next beat
-        endpoint.save()
-        return endpoint
+        secrets = {name: validated.pop(name) for name in ("api_key", "webhook_secret")
+                   if name in validated}
+        endpoint = Endpoint(**{"levels": list(endpoints.DEFAULT_LEVELS), **validated})
+        self._secrets(endpoint, secrets)
+        return endpoints.save(endpoint, None)  # first scan at the next beat
 
     def update(self, instance, validated):
         validated.pop("team", None)  # an endpoint never moves between teams
-        validated = self._encrypt_secrets(validated)
-        for guarded in self._dropped:  # the URL moved to another origin: its secret stays behind
-            validated[guarded.secret_field] = ""
         old_interval = instance.interval_minutes
+        written = self._secrets(instance, validated)
+        # The URL moved to another origin: its secret stays behind.
+        endpoints.drop_secrets(instance, self._dropped)
+        written += [guarded.secret_field for guarded in self._dropped]
         for name, value in validated.items():
             setattr(instance, name, value)
-        scheduling.apply_schedule(instance, old_interval)  # enabling or un-pushing schedules it
         # Save only what was sent: alert state and the like belong to the workers.
-        if validated:
-            instance.save(update_fields=[*validated, "next_scan_at"])
-        return instance
+        return endpoints.save(instance, old_interval, [*validated, *written])
 
 
 class EndpointPages(StrictCursorPagination):

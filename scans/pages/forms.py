@@ -16,15 +16,14 @@ from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from accounts import encryption
 from accounts.validators import validate_one_line
-from scans import endpoint_limits, profile, scheduling
+from scans import endpoint_limits, endpoints, scheduling
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
-from scans.guarded_urls import GuardedURL, url_changes
+from scans.guarded_urls import GuardedURL
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
 
-__all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm", "apply_schedule"]
+__all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm"]
 
 MAX_PROMPT_SAMPLE_BYTES = 5 * 1024 * 1024
 MAX_SECRET_CHARS = 4000
@@ -158,10 +157,10 @@ class EndpointForm(forms.ModelForm):
         return levels
 
     def clean_base_url(self) -> str:
-        url = self.cleaned_data["base_url"].strip()
-        if not url.startswith(("http://", "https://")):
-            raise forms.ValidationError("Expected an http(s) URL such as https://host/v1.")
-        return url.rstrip("/")
+        try:
+            return endpoints.clean_base_url(self.cleaned_data["base_url"])
+        except endpoints.InvalidURL as exc:
+            raise forms.ValidationError(f"{str(exc).capitalize()}.") from None
 
     def clean_slo_error_rate(self):
         value = self.cleaned_data["slo_error_rate"]
@@ -219,15 +218,14 @@ class EndpointForm(forms.ModelForm):
         self._check_url_changes(cleaned)
         if self.errors:
             return cleaned
-        candidate = Endpoint(
-            base_url=cleaned["base_url"], model=cleaned.get("model", ""),
-            levels=cleaned["levels_text"], requests_per_level=cleaned.get("requests_per_level"),
-            max_tokens=cleaned.get("max_tokens") or 0, timeout_s=cleaned["timeout_s"],
-            price_input_per_mtok=cleaned.get("price_input_per_mtok"),
-            price_output_per_mtok=cleaned.get("price_output_per_mtok"),
-        )
         try:
-            profile.validate_profile(candidate)
+            endpoints.check_profile({
+                "base_url": cleaned["base_url"], "model": cleaned.get("model", ""),
+                "levels": cleaned["levels_text"],
+                "requests_per_level": cleaned.get("requests_per_level"),
+                "max_tokens": cleaned.get("max_tokens") or 0, "timeout_s": cleaned["timeout_s"],
+                "price_input_per_mtok": cleaned.get("price_input_per_mtok"),
+                "price_output_per_mtok": cleaned.get("price_output_per_mtok")})
         except PlanError as exc:
             raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
         return cleaned
@@ -243,7 +241,7 @@ class EndpointForm(forms.ModelForm):
             given.add("api_key_encrypted")
         if cleaned.get("webhook_secret") or cleaned.get("clear_webhook_secret"):
             given.add("webhook_secret_encrypted")
-        changes = url_changes(
+        changes = endpoints.url_changes(
             self.instance,
             {"base_url": cleaned["base_url"], "webhook_url": self._new_webhook_url(cleaned)},
             given, self.can_manage)
@@ -264,33 +262,25 @@ class EndpointForm(forms.ModelForm):
         endpoint.levels = cleaned["levels_text"]
         endpoint.locations = cleaned["locations_text"]
         endpoint.webhook_url = self._new_webhook_url(cleaned)
-        for guarded in self._dropped:  # the URL moved to another origin
-            setattr(endpoint, guarded.secret_field, "")
-            self.dropped_secrets.append(guarded.secret_label)
-        if cleaned.get("clear_api_key"):
-            endpoint.api_key_encrypted = ""
-        elif cleaned.get("api_key"):
-            endpoint.api_key_encrypted = encryption.encrypt(cleaned["api_key"])
-        if cleaned.get("clear_webhook_secret"):
-            endpoint.webhook_secret_encrypted = ""
-        elif cleaned.get("webhook_secret"):
-            endpoint.webhook_secret_encrypted = encryption.encrypt(cleaned["webhook_secret"])
+        # The URL moved to another origin: its secret stays behind.
+        self.dropped_secrets += endpoints.drop_secrets(endpoint, self._dropped)
+        for name in ("api_key", "webhook_secret"):  # a blank field keeps the stored secret
+            if cleaned.get(f"clear_{name}"):
+                endpoints.set_secret(endpoint, name, "")
+            elif cleaned.get(name):
+                endpoints.set_secret(endpoint, name, cleaned[name])
         if cleaned.get("prompt_sample"):
-            endpoint.prompt_sample_encrypted = encryption.encrypt(cleaned["prompt_sample"])
-        apply_schedule(endpoint, self.initial.get("interval_minutes"))
+            endpoints.set_secret(endpoint, "prompt_sample", cleaned["prompt_sample"])
         if commit:
-            if endpoint.pk is None:
-                endpoint.save()
-            else:
-                # Only what this form owns: alert state, badge key and manual-scan time are
-                # written by workers and other pages meanwhile.
-                endpoint.save(update_fields=[*self.Meta.fields, *FORM_EXTRA_FIELDS])
+            # Only what this form owns: alert state, badge key and manual-scan time are
+            # written by workers and other pages meanwhile.
+            endpoints.save(endpoint, self.initial.get("interval_minutes"),
+                           [*self.Meta.fields, *FORM_EXTRA_FIELDS])
+        else:
+            scheduling.apply_schedule(endpoint, self.initial.get("interval_minutes"))
         return endpoint
 
 
 FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url",
                      "webhook_secret_encrypted", "prompt_sample_encrypted", "next_scan_at")
 
-
-# next_scan_at is computed in one place: the scheduling service.
-apply_schedule = scheduling.apply_schedule

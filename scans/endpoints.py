@@ -1,0 +1,76 @@
+"""Writing an endpoint: the rules the endpoint pages and the API share, in one place.
+
+Each surface parses its own input (the page's checkboxes, where a blank secret keeps the
+stored one; the API's JSON, where an empty string removes it) into these calls:
+
+- `clean_base_url`: an http(s) URL without its trailing slash;
+- `check_profile`: the scan profile runs here (the engine's rules, then the site's limits);
+- `url_changes` (scans/guarded_urls.py): who may point a URL with a stored secret elsewhere,
+  and which secrets stay behind when it moves to another origin;
+- `set_secret`: store a secret encrypted, or remove it;
+- `save`: keep the schedule consistent, then write (a new endpoint whole, an edit only the
+  fields its surface owns: alert state and the like belong to the workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from accounts import encryption
+from scans import profile, scheduling
+from scans.grader.plan import DEFAULT_LEVELS
+from scans.guarded_urls import GuardedURL, url_changes
+from scans.models import Endpoint
+
+__all__ = ["DEFAULT_LEVELS", "PROFILE_FIELDS", "SECRET_FIELDS", "InvalidURL", "check_profile",
+           "clean_base_url", "drop_secrets", "save", "set_secret", "url_changes"]
+
+# What a scan profile is made of (validated together by check_profile).
+PROFILE_FIELDS = ("base_url", "model", "levels", "requests_per_level", "max_tokens",
+                  "timeout_s", "price_input_per_mtok", "price_output_per_mtok")
+# A secret as people give it → the field that stores it encrypted.
+SECRET_FIELDS = {"api_key": "api_key_encrypted", "webhook_secret": "webhook_secret_encrypted",
+                 "prompt_sample": "prompt_sample_encrypted"}
+
+
+class InvalidURL(ValueError):
+    pass
+
+
+def clean_base_url(url: str) -> str:
+    url = url.strip()
+    if not url.startswith(("http://", "https://")):
+        raise InvalidURL("expected an http(s) URL such as https://host/v1")
+    return url.rstrip("/")
+
+
+def check_profile(fields: dict) -> None:
+    """Raise PlanError (one line) unless this scan profile can run here."""
+    profile.validate_profile(Endpoint(**{name: fields[name] for name in PROFILE_FIELDS
+                                         if name in fields}))
+
+
+def set_secret(endpoint: Endpoint, name: str, value: str) -> None:
+    """Store secret `name` (api_key, webhook_secret, prompt_sample) encrypted; "" removes it."""
+    setattr(endpoint, SECRET_FIELDS[name], encryption.encrypt(value) if value else "")
+
+
+def drop_secrets(endpoint: Endpoint, dropped: Iterable[GuardedURL]) -> list[str]:
+    """Forget the secrets of URLs that moved to another origin; their labels, for the user."""
+    labels = []
+    for guarded in dropped:
+        setattr(endpoint, guarded.secret_field, "")
+        labels.append(guarded.secret_label)
+    return labels
+
+
+def save(endpoint: Endpoint, old_interval: int | None, fields: Iterable[str] | None = None,
+         ) -> Endpoint:
+    """Schedule (next_scan_at follows enabled, mode and interval), then save: all of a new
+    endpoint, only `fields` of an existing one. `old_interval` is None for a new endpoint."""
+    scheduling.apply_schedule(endpoint, old_interval)
+    if endpoint.pk is None or fields is None:
+        endpoint.save()
+    else:
+        endpoint.save(update_fields=[*dict.fromkeys([*fields, "next_scan_at"])])
+    return endpoint
