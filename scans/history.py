@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_POINTS = 200
-LETTERS = tuple(letter for letter, _ in scoring.BANDS)
+LETTERS = scoring.GRADES
 # Worst first: the status a bucket shows is the worst of the statuses it holds.
 _STATUS_ORDER = ("fail", "warn", "pass", scoring.INSUFFICIENT_EVIDENCE, "preview")
 

@@ -16,8 +16,9 @@ from django.db.models import Q
 
 from accounts.models import Team
 from accounts.tenancy import TeamOwned
+from scans.grader.scoring import GRADES
 
-GRADE_CHOICES = [(g, g) for g in ("A", "B", "C", "D", "F")]
+GRADE_CHOICES = [(g, g) for g in GRADES]
 MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 5, 24 * 60
 
 
@@ -203,7 +204,7 @@ class Scan(TeamOwned):
 
     @property
     def has_letter(self) -> bool:
-        return self.grade in {"A", "B", "C", "D", "F"}
+        return self.grade in GRADES
 
 
 class PushedReportBody(TeamOwned):

@@ -24,12 +24,13 @@ from rest_framework.views import APIView
 
 from accounts.tenancy import Access, scoped_to_teams
 from scans import state
+from scans.grader.scoring import GRADES
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["GRADE_NUMBERS", "TeamMetricsView", "render"]
 
-# A grade as a number: higher is better; 0 is no letter (insufficient evidence).
-GRADE_NUMBERS = {"A": 5, "B": 4, "C": 3, "D": 2, "F": 1}
+# A grade as a number: higher is better (A=5 … F=1); 0 is no letter (insufficient evidence).
+GRADE_NUMBERS = {letter: len(GRADES) - i for i, letter in enumerate(GRADES)}
 TTFT_CHECK, ERROR_RATE_CHECK = "ttft_p95_at_concurrency_1", "error_rate"
 LABELS = ("endpoint", "endpoint_id", "team")
 # The classic text format generate_latest writes, which every Prometheus version reads.
