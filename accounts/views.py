@@ -57,7 +57,7 @@ def home(request):
     current = visible.filter(slug=request.session.get(CURRENT_TEAM_SESSION_KEY)).first()
     current = current or visible.first()
     if current is None:
-        return render(request, "scans/no_team.html")
+        return render(request, "accounts/no_team.html")
     return redirect("team-dashboard", slug=current.slug)
 
 
@@ -72,7 +72,7 @@ def team_members(request, slug):
         "roles": Role.choices,
         "can_manage": access.can_manage(team.pk),
     }
-    return render(request, "scans/team_members.html", context)
+    return render(request, "accounts/team_members.html", context)
 
 
 @login_required
@@ -157,7 +157,7 @@ def team_tokens(request, slug):
         "scopes": TokenScope.choices,
         "can_manage": Access.for_request(request).can_manage(team.pk),
     }
-    return render(request, "scans/team_tokens.html", context)
+    return render(request, "accounts/team_tokens.html", context)
 
 
 @login_required
@@ -171,7 +171,7 @@ def team_settings(request, slug):
         team.save(update_fields=["badge_site_measured_only"])
         messages.success(request, "Settings saved.")
         return redirect("team-settings", slug=team.slug)
-    return render(request, "scans/team_settings.html", {"team": team, "can_manage": can_manage})
+    return render(request, "accounts/team_settings.html", {"team": team, "can_manage": can_manage})
 
 
 @never_cache  # the page carries the new token: no cache may keep it
@@ -189,7 +189,7 @@ def token_create(request, slug):
         messages.error(request, str(exc))
         return redirect("team-tokens", slug=team.slug)
     # Shown once, on this response only; never stored or logged.
-    return render(request, "scans/token_created.html", {"team": team, "token": token, "secret": secret})
+    return render(request, "accounts/token_created.html", {"team": team, "token": token, "secret": secret})
 
 
 @login_required
@@ -216,9 +216,9 @@ def invite_accept(request, secret):
     (the new account's email is the invited address). Any other account is refused."""
     invitation = teams.find_invitation(secret)
     if invitation is None:
-        return render(request, "scans/invite_invalid.html", status=404)
+        return render(request, "accounts/invite_invalid.html", status=404)
     if request.user.is_authenticated and not teams.is_invitee(invitation, request.user):
-        return render(request, "scans/invite_wrong_account.html",
+        return render(request, "accounts/invite_wrong_account.html",
                       {"invitation": invitation}, status=403)
     form = None
     if not request.user.is_authenticated:
@@ -231,7 +231,7 @@ def invite_accept(request, secret):
     if request.method == "POST":
         if form is not None and not form.is_valid():
             return render(
-                request, "scans/invite_accept.html",
+                request, "accounts/invite_accept.html",
                 {"invitation": invitation, "form": form}, status=400,
             )
         with transaction.atomic():  # a new account exists only if the invitation was used
@@ -243,9 +243,9 @@ def invite_accept(request, secret):
             membership = teams.accept_invitation(secret, user)
             if membership is None:
                 transaction.set_rollback(True)
-                return render(request, "scans/invite_invalid.html", status=404)
+                return render(request, "accounts/invite_invalid.html", status=404)
         if form is not None:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, f"You joined {membership.team.name}.")
         return redirect("team-dashboard", slug=membership.team.slug)
-    return render(request, "scans/invite_accept.html", {"invitation": invitation, "form": form})
+    return render(request, "accounts/invite_accept.html", {"invitation": invitation, "form": form})

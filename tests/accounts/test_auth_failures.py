@@ -101,6 +101,10 @@ def test_host_calls_through_drf_count_failures_per_address(small_limit):
     assert codes == [401] * LIMIT + [429]
 
 
+def _loopback() -> str:
+    return f"127.{secrets.randbelow(250) + 1}.{secrets.randbelow(250)}.{secrets.randbelow(250) + 2}"
+
+
 @contextmanager
 def _gunicorn(tmp_path):
     port = free_port()
@@ -117,15 +121,14 @@ def _gunicorn(tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_under_gunicorn_a_prefix_flood_from_one_address_leaves_the_host_online(tmp_path):
     """The heartbeat's WSGI fast path, from two loopback addresses: the flooder is refused 429
-    once over the limit; the real host (127.0.0.1) keeps heartbeating."""
+    once over the limit; the real host, from another address, keeps heartbeating."""
     make_catalog("tiny-q4")
     team = teams.create_team(f"ops-{uuid.uuid4().hex[:6]}", "Ops", owner=make_user())
     host, token = hosts.create_host(team, "rig-1")
-    # An address of its own per run (all of 127/8 is loopback): gunicorn's counters live in
-    # the shared cache, and an earlier run's within the same minute must not count.
-    address = f"127.{secrets.randbelow(250) + 1}.{secrets.randbelow(250)}.{secrets.randbelow(250) + 2}"
-    flooder = httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
-    honest = httpx.Client(timeout=30)
+    # Addresses of their own per run (all of 127/8 is loopback): gunicorn's counters live in
+    # the shared cache, where other tests' failures from 127.0.0.1 in the same minute count.
+    flooder = httpx.Client(transport=httpx.HTTPTransport(local_address=_loopback()), timeout=30)
+    honest = httpx.Client(transport=httpx.HTTPTransport(local_address=_loopback()), timeout=30)
     with _gunicorn(tmp_path) as site, flooder, honest:
         flood = [flooder.post(f"{site}/v1/hosts/heartbeat", json=BEAT,
                               headers={"Authorization": f"Bearer {_garbage_like(token, n)}"})
