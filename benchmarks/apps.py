@@ -16,7 +16,7 @@ class BenchmarksConfig(AppConfig):
     )
 
     def ready(self):
-        from benchmarks.hosts import forget_advertised, forget_catalog_ids
+        from benchmarks.catalog import forget_advertised, forget_catalog_ids
         from benchmarks.models import CatalogModel
 
         post_save.connect(forget_catalog_ids, sender=CatalogModel,

@@ -13,21 +13,18 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts import credentials
 from accounts.validators import validate_one_line
-from benchmarks import audit, jobs
-from benchmarks.models import GRANTABLE_TRUST, CatalogModel, Host, TrustLevel
+from benchmarks import audit, catalog, jobs
+from benchmarks.models import GRANTABLE_TRUST, Host, TrustLevel
 from benchmarks.system_wide import ALL_HOSTS
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
 TOKEN_KIND = "tkh"  # noqa: S105 - the token kind prefix, not a secret
 HARDWARE_FIELDS = {"gpu_model": str, "vram_mb": int, "cpu_model": str, "ram_mb": int}
-_CATALOG_IDS_KEY = "benchmarks:catalog-ids"
 
 
 class HostError(ValueError):
@@ -145,50 +142,6 @@ def set_connect_ready(host: Host, ready: bool, actor=None) -> None:
     host.connect_ready = ready
 
 
-# --- the catalog -----------------------------------------------------------------------------
-
-
-def catalog_ids() -> frozenset[str]:
-    """Every catalog id (active or not), cached briefly: heartbeats check against it."""
-    try:
-        ids = cache.get(_CATALOG_IDS_KEY)
-    except CACHE_ERRORS as exc:  # heartbeats keep working without the cache
-        warn("catalog ids read from the database", exc)
-        return frozenset(CatalogModel.objects.values_list("id", flat=True))
-    if ids is None:
-        ids = frozenset(CatalogModel.objects.values_list("id", flat=True))
-        try:
-            cache.set(_CATALOG_IDS_KEY, ids, timeout=30)
-        except CACHE_ERRORS as exc:
-            warn("catalog ids not cached", exc)
-    return ids
-
-
-def forget_catalog_ids(**_kwargs) -> None:
-    cache.delete(_CATALOG_IDS_KEY)
-
-
-@transaction.atomic
-def add_catalog_model(model_id: str, quant: str, context_len: int, display_name: str = "",
-                      active: bool = True, actor=None) -> CatalogModel:
-    if CatalogModel.objects.filter(pk=model_id).exists():
-        raise HostError(f"catalog id {model_id!r} already exists")
-    row = CatalogModel(id=model_id, display_name=display_name or model_id, quant=quant,
-                       context_len=context_len, active=active)
-    row.full_clean()
-    row.save()
-    audit.record(actor, row, "create", {
-        "quant": [None, quant], "context_len": [None, context_len], "active": [None, active]})
-    return row
-
-
-def forget_advertised(sender, instance, **_kwargs) -> None:
-    """A catalog model is being deleted: its hosts' next heartbeat must rewrite their model
-    links (record_heartbeat only rewrites a list that changed), or a model re-created with the
-    same id would never see those hosts again."""
-    ALL_HOSTS.filter(catalog_models=instance).update(advertised=[])
-
-
 # --- heartbeats ------------------------------------------------------------------------------
 
 
@@ -254,7 +207,7 @@ def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
     if changed_models:
         # Checked when the list changes; an unchanged list was checked when it was stored
         # (and a catalog row referenced by jobs cannot be deleted, only deactivated).
-        unknown = sorted(set(wanted) - catalog_ids())
+        unknown = sorted(set(wanted) - catalog.catalog_ids())
         if unknown:
             raise UnknownModels(unknown)
     fields: dict = {"last_heartbeat_at": now, "slots": slots}

@@ -58,7 +58,7 @@ def main() -> None:
     from django.test import Client
 
     from accounts import teams
-    from benchmarks import hosts
+    from benchmarks import catalog, hosts
     from tests.conftest import make_user
     from tokvera_site import ratelimit
     from tokvera_site.celery import app
@@ -68,7 +68,7 @@ def main() -> None:
                  "NETWORK_MAX_UNSETTLED_PER_TEAM"):
         setattr(settings, name, 10**9)  # measure the calls, not the limits
     app.conf.task_always_eager = True  # the fold runs in the completing call, as a worker would
-    hosts.add_catalog_model("bench-q4", "Q4_K_M", 4096)
+    catalog.add_catalog_model("bench-q4", "Q4_K_M", 4096)
     operator = teams.create_team("ops", "Ops", owner=make_user("ops-owner"))
     buyer = teams.create_team("buyer", "Buyer", owner=make_user("buyer-owner"))
     _, buyer_token = teams.issue_token(buyer, "read-write")

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import TokenScope
 from accounts.teams import issue_token
-from benchmarks import ewma, hosts
+from benchmarks import catalog, ewma, hosts
 from benchmarks.models import Host, Job, JobStatus
 from scans import dispatch, origins
 from scans.grader.target import TargetConfig, running_target
@@ -265,7 +265,7 @@ def _folded_once(host: Host) -> Host:
 
 def test_two_webs_and_two_workers_fold_every_settled_job_exactly_once(world, tmp_path):
     _, buyer = issue_token(world.team, TokenScope.READ_WRITE)
-    hosts.add_catalog_model(FOLD_MODEL, "Q4_K_M", 4096)
+    catalog.add_catalog_model(FOLD_MODEL, "Q4_K_M", 4096)
     fleet = [hosts.create_host(world.other_team, f"fold-{i}", "software") for i in range(FOLD_HOSTS)]
     env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1")
     _purge(*FOLD_WORKERS.values())

@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from benchmarks import hosts
+from benchmarks import catalog
 from benchmarks.models import CatalogModel
 from benchmarks.system_wide import ALL_HOSTS
 
@@ -23,11 +23,11 @@ class Command(BaseCommand):
     def handle(self, action, **options):
         if action == "add":
             try:
-                row = hosts.add_catalog_model(
+                row = catalog.add_catalog_model(
                     options["id"], options["quant"], options["context_len"], options["name"],
                     active=not options["inactive"], actor="command catalog add",
                 )
-            except hosts.HostError as exc:
+            except catalog.CatalogError as exc:
                 raise CommandError(str(exc)) from exc
             except ValidationError as exc:  # full_clean: a bad id, a bad context length
                 problems = "; ".join(f"{field}: {' '.join(errors)}"
