@@ -34,10 +34,13 @@ __all__ = [
     "REPEAT_PROMPT_NOTE",
     "build_report",
     "cli_notes",
+    "comparability",
     "level_entry",
     "regrade",
     "render_html",
     "report_from_measurement",
+    "workload_key",
+    "workload_lines",
     "write_report",
 ]
 
@@ -319,6 +322,89 @@ def cli_notes(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _tokens(value: Any) -> str:
+    return f"{value:,.0f}" if isinstance(value, int | float) else "—"
+
+
+def workload_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the load sent, as `tokvera scan` prints it: "A at 1/4/16 × 20, 4,000 → 256
+    tokens", then what the server said it got, and whether the reply length held."""
+    plan = report.get("plan") or {}
+    work = plan.get("workload") or {}
+    score = report.get("score") or {}
+    grade = score.get("grade") if score.get("grade") in scoring.GRADES else "no grade"
+    levels = "/".join(str(lv) for lv in plan.get("levels") or [])
+    counts = plan.get("requests_per_level")
+    counts = counts if isinstance(counts, list) else [counts]
+    per = str(counts[0]) if len(set(counts)) == 1 else "/".join(str(c) for c in counts)
+    dataset = work.get("dataset") or {}
+    if work.get("input_tokens"):
+        sent_in = _tokens(work["input_tokens"])
+    elif dataset:
+        sent_in = f"{dataset.get('name')} ({dataset.get('lines')} prompts)"
+    else:
+        sent_in = "built-in prompts"
+    if work.get("shared_prefix_tokens"):
+        sent_in += f" ({_tokens(work['shared_prefix_tokens'])} shared)"
+    out = (_tokens(work["output_tokens"]) if work.get("output_tokens")
+           else f"≤ {_tokens(plan.get('max_tokens'))}")
+    lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens"]
+    achieved = []
+    for lv in report.get("levels") or []:
+        prompt = (lv.get("prompt_tokens") or {}).get("p50")
+        output = (lv.get("output_tokens") or {}).get("p50")
+        if prompt is None and output is None:
+            continue
+        share = lv.get("cached_prompt_share")
+        cached = f", {fmt.percent(share)} cached" if isinstance(share, int | float) else ""
+        achieved.append(f"{lv.get('concurrency')}: {_tokens(prompt)} → {_tokens(output)}{cached}")
+    if achieved:
+        lines.append("server counted (p50) at " + "; ".join(achieved))
+    length = work.get("output_length") or {}
+    if work.get("output_tokens") and length.get("note"):
+        lines.append(f"reply length {length['note']}")
+    return lines
+
+
+def workload_key(report: Mapping[str, Any]) -> dict:
+    """What must match for two reports' figures to be compared: the workload asked (not the
+    nonce's value, not how prompts were sized). A report from before issue 21 sent the same
+    built-in prompts every scan, without a nonce."""
+    plan = report.get("plan") or {}
+    work = plan.get("workload")
+    if not isinstance(work, Mapping):
+        return {"nonce": False, "input_tokens": None, "output_tokens": None,
+                "shared_prefix_tokens": None, "dataset": None,
+                "max_tokens": plan.get("max_tokens"), "warmup": 0}
+    dataset = work.get("dataset") or None
+    return {"nonce": True, "input_tokens": work.get("input_tokens"),
+            "output_tokens": work.get("output_tokens"),
+            "shared_prefix_tokens": work.get("shared_prefix_tokens"),
+            "dataset": ({"lines": dataset.get("lines"), "sha256": dataset.get("sha256")}
+                        if isinstance(dataset, Mapping) else None),
+            "max_tokens": plan.get("max_tokens"), "warmup": work.get("warmup", 0)}
+
+
+def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Why reports `a` and `b` are not comparable (empty when they are): a different scoring
+    version or a different workload."""
+    reasons = []
+    va = (a.get("score") or {}).get("scoring_version")
+    vb = (b.get("score") or {}).get("scoring_version")
+    if va != vb:
+        reasons.append(f"scoring versions differ ({va} and {vb}): re-grade the older one")
+    ka, kb = workload_key(a), workload_key(b)
+    differ = [name for name in ka if ka[name] != kb[name]]
+    if differ:
+        shown = ", ".join(f"{name} {ka[name]!r} vs {kb[name]!r}" for name in differ
+                          if name != "nonce")
+        if "nonce" in differ:
+            shown = ("one report is from before every prompt carried a nonce (its prompts may "
+                     "have been served from a prefix cache)" + (f"; {shown}" if shown else ""))
+        reasons.append(f"workloads differ: {shown}")
+    return reasons
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """One self-contained HTML file for `report` (inline CSS and SVG; no network)."""
     score = report.get("score", {})
@@ -386,5 +472,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         "ttft_basis_text": _ttft_basis_text(measurements),
         "target": report.get("target", {}),
         "plan": report.get("plan", {}),
+        "workload_lines": workload_lines(report),
+        "workload": (report.get("plan") or {}).get("workload") or {},
     }
     return rendering.render("report/report.html", context)

@@ -18,8 +18,9 @@ usage, "the stream is complete" and "the stream is a reply" are defined once, he
 * ``[DONE]`` (surrounding whitespace ignored) marks the stream done; events after it are
   still read (usage sometimes comes last).
 * Usage: ``usage.completion_tokens`` (and ``prompt_tokens``,
-  ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``) when the server states it; otherwise the
-  output chunks stand in for tokens and ``usage_reported`` says so.
+  ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``)
+  when the server states it; otherwise the output chunks stand in for tokens and
+  ``usage_reported`` says so.
 * A stream is **complete** when it said ``[DONE]`` or gave a ``finish_reason``; a complete
   stream is a **reply** when it produced any output (``empty_reply`` otherwise), so a model
   still thinking when ``max_tokens`` ran out has replied.

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 __all__ = ["OPENAI_PARAMS", "REASONING_FIELDS", "PrefixCache", "StreamTiming", "TargetConfig",
-           "TargetServer", "count_tokens", "render_chat", "running_target", "tokenize"]
+           "TargetServer", "count_tokens", "render_chat", "running_target", "serving_target",
+           "tokenize"]
 
 _WORDS = (
     " the", " model", " streams", " a", " token", " at", " steady", " pace", " while", " load",
@@ -305,10 +306,10 @@ class TargetServer:
             unknown = sorted(k for k in req if k not in OPENAI_PARAMS)
             if unknown:
                 self._m_requests.labels("400").inc()
-                message = json.dumps({"error": {
+                refusal = json.dumps({"error": {
                     "message": f"Unrecognized request argument supplied: {unknown[0]}",
                     "type": "invalid_request_error", "param": None, "code": None}})
-                _write_simple(writer, 400, message.encode(), close=not keep_alive)
+                _write_simple(writer, 400, refusal.encode(), close=not keep_alive)
                 return
         if cfg.error_rate and self._rng.random() < cfg.error_rate:
             self._m_requests.labels("500").inc()
@@ -334,12 +335,12 @@ class TargetServer:
         prompt_tokens = len(prompt)
         if cfg.max_model_len and prompt_tokens + n_tokens > cfg.max_model_len:
             self._m_requests.labels("400").inc()
-            message = json.dumps({"error": {
+            refusal = json.dumps({"error": {
                 "message": f"This model's maximum context length is {cfg.max_model_len} "
                            f"tokens. However, you requested {prompt_tokens + n_tokens} tokens "
                            f"({prompt_tokens} in the messages, {n_tokens} in the completion).",
                 "type": "BadRequestError", "code": 400}})
-            _write_simple(writer, 400, message.encode(), close=not keep_alive)
+            _write_simple(writer, 400, refusal.encode(), close=not keep_alive)
             return
         stream = bool(req.get("stream"))
         include_usage = cfg.usage and bool((req.get("stream_options") or {}).get("include_usage"))
@@ -504,6 +505,16 @@ def running_target(
 
     For tests and demos that drive the scanner synchronously from the main thread.
     """
+    with serving_target(config, host) as (_, bound_host, bound_port):
+        yield bound_host, bound_port
+
+
+@contextlib.contextmanager
+def serving_target(
+    config: TargetConfig | None = None, host: str = "127.0.0.1"
+) -> Iterator[tuple[TargetServer, str, int]]:
+    """Like ``running_target``, yielding ``(server, host, port)``: the server's record of what
+    it received and its own clock (``stream_timings``) are there to read."""
     loop = asyncio.new_event_loop()
     server = TargetServer(config)
     ready = threading.Event()
@@ -526,7 +537,7 @@ def running_target(
     if not ready.wait(10):
         raise RuntimeError("the target did not start")
     try:
-        yield bound["addr"]
+        yield server, *bound["addr"]
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)

@@ -136,8 +136,8 @@ def load_dataset(path: str | Path) -> Dataset:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise DatasetError(f"dataset {path}, line {line}: not UTF-8 text") from None
+        bad_line = raw[:exc.start].count(b"\n") + 1
+        raise DatasetError(f"dataset {path}, line {bad_line}: not UTF-8 text") from None
     items: list[tuple[Mapping[str, Any], ...]] = []
     shape = '{"prompt": "..."} or {"messages": [{"role": ..., "content": ...}]}'
     for number, line in enumerate(text.splitlines(), start=1):
@@ -225,9 +225,10 @@ class LoadBodies:
         self._templates: dict[int, tuple[bytes, bytes] | None] = {}
 
     def with_changes(self, **changes: Any) -> LoadBodies:
-        fields = {"params": self.params, "prefix": self.prefix, "text": self.text,
-                  "dataset": self.dataset, "prompts": self.prompts, "builtin": self.builtin,
-                  "max_tokens": self.max_tokens}
+        fields: dict[str, Any] = {"params": self.params, "prefix": self.prefix,
+                                  "text": self.text, "dataset": self.dataset,
+                                  "prompts": self.prompts, "builtin": self.builtin,
+                                  "max_tokens": self.max_tokens}
         fields.update(changes)
         max_tokens = fields.pop("max_tokens")
         return LoadBodies(self.model, max_tokens, self.scan_nonce, **fields)
@@ -541,8 +542,8 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
     prepared.enforced = False
     prepared.sent = ["max_tokens"]
     prepared.output_note = ("not enforced: the server refused ignore_eos and min_tokens "
-                            f"({', '.join(tried)}); max_tokens alone is sent, so replies may "
-                            "end early")
+                            f"({', '.join(sorted(set(tried)))}); max_tokens alone is sent, so "
+                            "replies may end early")
     return {}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from scans.grader import scoring
 from scans.grader.cli import UsageError
-from scans.grader.report import regrade, write_report
+from scans.grader.report import comparability, regrade, workload_lines, write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", default=None,
                         help="write the re-graded report.json to FILE ('-' for stdout, "
                              "then without the summary line)")
+    parser.add_argument("--against", metavar="OTHER.json", type=Path, default=None,
+                        help="another report: say whether the two are comparable (the same "
+                             "scoring version and the same workload)")
 
 
 def _summary(old: dict, new: dict) -> str:
@@ -35,15 +38,22 @@ def _summary(old: dict, new: dict) -> str:
             f"{before.get('scoring_version', 'unknown')}")
 
 
-def run(args: argparse.Namespace) -> int:
+def _read(path: Path) -> dict:
     try:
-        report = json.loads(args.report.read_text(encoding="utf-8"))
+        report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {args.report}: {exc}") from None
+        raise UsageError(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
-        raise UsageError(f"{args.report} is not JSON: {exc}") from None
+        raise UsageError(f"{path} is not JSON: {exc}") from None
     if not isinstance(report, dict) or not isinstance(report.get("checks"), list):
-        raise UsageError(f"{args.report} is not a tokvera report (no checks list)")
+        raise UsageError(f"{path} is not a tokvera report (no checks list)")
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    report = _read(args.report)
+    # --against: comparable only with the same scoring version and the same workload
+    other = _read(args.against) if getattr(args, "against", None) is not None else None
     try:
         new = regrade(report)
     except (KeyError, TypeError, ValueError) as exc:
@@ -64,4 +74,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write the re-graded report: {exc.strerror or exc}") from None
     where = f"; written: {', '.join(written)}" if written else ""
     sys.stdout.write(f"tokvera regrade: {_summary(report, new)}{where}\n")
+    if other is not None:
+        sys.stdout.write(f"tokvera regrade: workload: {workload_lines(new)[0]}; other: "
+                         f"{workload_lines(other)[0]}\n")
+        reasons = comparability(new, regrade(other))
+        if reasons:
+            for reason in reasons:
+                sys.stdout.write(f"tokvera regrade: not comparable with {args.against}: "
+                                 f"{reason}\n")
+        else:
+            sys.stdout.write(f"tokvera regrade: comparable with {args.against}: same "
+                             "scoring version and workload\n")
     return 0

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import textwrap
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +23,9 @@ from scans.grader import formatting as fmt
 from scans.grader.cli import UsageError
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
-from scans.grader.report import cli_notes, report_from_measurement, write_report
+from scans.grader.report import cli_notes, report_from_measurement, workload_lines, write_report
 from scans.grader.stats import percentile
+from scans.grader.workload import Workload, WorkloadError, load_dataset
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
     from rich.progress import TaskID
@@ -46,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "each level needs at least as many requests as its concurrency")
     parser.add_argument("--requests", metavar="N", type=int, default=None,
                         help="requests per level (default: max(20, 4 x level))")
-    parser.add_argument("--max-tokens", metavar="N", type=int, default=DEFAULT_MAX_TOKENS,
-                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS}); a "
+    parser.add_argument("--max-tokens", metavar="N", type=int, default=None,
+                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS}, or "
+                             "--output-tokens); a ceiling, replies end where the model stops; a "
                              "reasoning model's thinking counts against it, often hundreds of "
                              "tokens, so give those a larger budget (the report suggests one)")
     parser.add_argument("--timeout", metavar="SECONDS", type=float, default=DEFAULT_TIMEOUT_S,
@@ -55,7 +59,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"included (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--prompts", metavar="FILE", type=Path, default=None,
                         help="your real prompt sample (JSONL or plain text), read locally "
-                             "and never sent, for repeat_prompt_share")
+                             "and never sent, for repeat_prompt_share (to send prompts as the "
+                             "load, use --dataset)")
+    parser.add_argument("--dataset", metavar="FILE", type=Path, default=None,
+                        help='JSONL prompts SENT as the load, cycled, one {"prompt": ...} or '
+                             '{"messages": [...]} per line; each gets the scan\'s nonce')
+    parser.add_argument("--input-tokens", metavar="N", type=int, default=None,
+                        help="prompts of N tokens as the server counts them (chat template "
+                             "included), sized with its /tokenize or by probes")
+    parser.add_argument("--output-tokens", metavar="M", type=int, default=None,
+                        help="replies of M tokens: max_tokens M plus ignore_eos and "
+                             "min_tokens where the server accepts them (probed first; the "
+                             "report says whether the length was enforced)")
+    parser.add_argument("--shared-prefix-tokens", metavar="P", type=int, default=None,
+                        help="the first P prompt tokens are the same for every request of "
+                             "the scan (the nonce follows them); the report gives the share "
+                             "cached")
+    parser.add_argument("--warmup", metavar="N", type=int, default=0,
+                        help="N requests before each level's measurement, not counted "
+                             "(default 0)")
     parser.add_argument("--dcgm-url", metavar="URL", default=None,
                         help="a DCGM exporter's metrics URL (DCGM_FI_DEV_GPU_UTIL)")
     parser.add_argument("--price-input", metavar="USD", default=None,
@@ -219,6 +241,10 @@ def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
     elif cause:
         example = f" (e.g. {cause['example']})" if cause.get("example") else ""
         say(f"tokvera scan: what failed: {cause['sentence']}{example}\n")
+    width = max(40, shutil.get_terminal_size().columns - len("tokvera scan: "))
+    for line in workload_lines(report):  # what was sent: "A at 1/4/16 × 20, 4,000 → 256 tokens"
+        for i, part in enumerate(textwrap.wrap(line, width - 2) or [""]):
+            say(f"tokvera scan: {'  ' if i else ''}{part}\n")
     for line in cli_notes(report):  # which TTFT was graded; thinking and the budget hint
         say(f"tokvera scan: {line}\n")
     _print_table(report)
@@ -248,14 +274,32 @@ def _preflight_lines(preflight: dict, model: str) -> list[str]:
     return [first, second]
 
 
+def _workload(args: argparse.Namespace) -> Workload:
+    dataset = None
+    if getattr(args, "dataset", None) is not None:
+        try:
+            dataset = load_dataset(args.dataset)
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+    return Workload(input_tokens=getattr(args, "input_tokens", None),
+                    output_tokens=getattr(args, "output_tokens", None),
+                    shared_prefix_tokens=getattr(args, "shared_prefix_tokens", None),
+                    warmup=getattr(args, "warmup", 0) or 0, dataset=dataset)
+
+
 def build_plan(args: argparse.Namespace) -> ScanPlan:
+    workload = _workload(args)
+    max_tokens = args.max_tokens
+    if max_tokens is None:
+        max_tokens = workload.output_tokens or DEFAULT_MAX_TOKENS
     plan = ScanPlan(
         base_url=args.base_url,
         model=args.model,
         levels=_levels(args.concurrency),
         requests=args.requests,
-        max_tokens=args.max_tokens,
+        max_tokens=max_tokens,
         timeout_s=args.timeout,
+        workload=workload,
         api_key=_api_key(args.api_key_env),
         dcgm_url=args.dcgm_url,
         price_input_per_mtok=_price("--price-input", args.price_input),
@@ -282,11 +326,14 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
 
-    if args.quiet or not sys.stderr:
-        measurement = run_scan(plan)
-    else:
-        with _Progress() as progress:
-            measurement = run_scan(plan, progress=progress)
+    try:
+        if args.quiet or not sys.stderr:
+            measurement = run_scan(plan)
+        else:
+            with _Progress() as progress:
+                measurement = run_scan(plan, progress=progress)
+    except WorkloadError as exc:  # found out before any load: one line, nothing measured
+        raise UsageError(f"stopped before any load: {exc}") from None
 
     report = report_from_measurement(plan, measurement, sample)
     try:
