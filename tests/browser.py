@@ -1,12 +1,18 @@
-"""Shared browser-test helpers: Playwright driving Debian's Chromium (never a downloaded
-browser), headless, and kept offline: every request not to the live server is refused.
+"""Shared browser-test helpers: Playwright driving a headless Chromium, kept offline: every
+request not to the live server is refused.
 
-Skipped with the reason when /usr/bin/chromium is missing, except under
-TOKVERA_REQUIRE_SERVICES=1 (CI), where that is a failure.
+Which Chromium, looked up once per session: $TOKVERA_CHROMIUM if set, else Debian's
+/usr/bin/chromium, else Playwright's own build (installed by `playwright install chromium` the
+first time, where the network allows it). With none, the browser tests are skipped with one
+reason, except under TOKVERA_REQUIRE_SERVICES=1 (CI), where that is a failure.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +20,7 @@ from django.db import connections
 
 from tests.conftest import REQUIRE_SERVICES
 
-CHROMIUM = Path("/usr/bin/chromium")
+SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # the checkout's test-artifacts/
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
@@ -22,19 +28,51 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 
 
 
+def _playwrights_chromium() -> str | None:
+    """Playwright's own Chromium, installed once if missing; None where it cannot be had."""
+    from playwright.sync_api import sync_playwright
+
+    def installed() -> str | None:
+        with sync_playwright() as playwright:
+            path = playwright.chromium.executable_path
+        return path if path and Path(path).exists() else None
+
+    if (path := installed()) is not None:
+        return path
+    try:
+        done = subprocess.run([sys.executable, "-m", "playwright", "install", "chromium"],
+                              capture_output=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return installed() if done.returncode == 0 else None
+
+
+@functools.cache
+def chromium_path() -> tuple[str | None, str]:
+    """(the Chromium to drive, or None; why there is none)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return None, "needs the playwright package (pip install playwright)"
+    if chosen := os.environ.get("TOKVERA_CHROMIUM"):
+        return (chosen, "") if Path(chosen).exists() else (
+            None, f"TOKVERA_CHROMIUM={chosen} does not exist")
+    if SYSTEM_CHROMIUM.exists():
+        return str(SYSTEM_CHROMIUM), ""
+    if (path := _playwrights_chromium()) is not None:
+        return path, ""
+    return None, ("needs a Chromium: apt-get install chromium, or `playwright install chromium`"
+                  " (which could not download one here)")
+
+
 @pytest.fixture
 def browser(monkeypatch):
-    if not CHROMIUM.exists():
-        reason = "needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+    executable, reason = chromium_path()
+    if executable is None:
         if REQUIRE_SERVICES:
             pytest.fail(f"CI requires the browser: {reason}")
         pytest.skip(reason)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if REQUIRE_SERVICES:
-            pytest.fail("CI requires the browser: the playwright package is not installed")
-        pytest.skip("needs the playwright package (pip install playwright)")
+    from playwright.sync_api import sync_playwright
     # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
     # between page steps are still synchronous and safe.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -44,7 +82,7 @@ def browser(monkeypatch):
     # be dropped at the end of the session.
     connections.close_all()
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:

@@ -60,6 +60,29 @@ def pytest_configure(config):
         }
 
 
+def pytest_collection_modifyitems(config, items):
+    """Without a Chromium to drive (tests/browser.py says where one is looked for), the browser
+    tests are left out and say so in one line at the end; CI (TOKVERA_REQUIRE_SERVICES=1)
+    keeps them, so that a missing browser fails there."""
+    marked = [item for item in items if item.get_closest_marker("browser")]
+    if not marked or REQUIRE_SERVICES:
+        return
+    from tests.browser import chromium_path
+
+    executable, reason = chromium_path()
+    if executable is not None:
+        return
+    config.hook.pytest_deselected(items=marked)
+    items[:] = [item for item in items if not item.get_closest_marker("browser")]
+    config._tokvera_browser_note = f"{len(marked)} browser tests not run: {reason}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    note = getattr(config, "_tokvera_browser_note", None)
+    if note:
+        terminalreporter.write_line(note, yellow=True)
+
+
 @pytest.fixture(autouse=True)
 def _service_markers(request):
     if request.node.get_closest_marker("redis") and _redis_url() is None:
