@@ -61,13 +61,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without a Chromium to drive (tests/browser.py says where one is looked for), the browser
+    """Without a Chromium to drive (tests/helpers/browser.py says where one is looked for), the browser
     tests are left out and say so in one line at the end; CI (TOKVERA_REQUIRE_SERVICES=1)
     keeps them, so that a missing browser fails there."""
     marked = [item for item in items if item.get_closest_marker("browser")]
     if not marked or REQUIRE_SERVICES:
         return
-    from tests.browser import chromium_path
+    from tests.helpers.browser import chromium_path
 
     executable, reason = chromium_path()
     if executable is not None:
@@ -212,4 +212,4 @@ def eager_tasks():
     app.conf.task_eager_propagates = False
 
 
-from tests.browser import browser  # noqa: E402, F401 - the shared Playwright fixture
+from tests.helpers.browser import browser  # noqa: E402, F401 - the shared Playwright fixture

@@ -60,7 +60,7 @@ def time_param(request, name: str) -> datetime | None:
     if timezone.is_naive(value):
         value = timezone.make_aware(value, UTC)  # the API speaks UTC
     # A time such as 0180-04-27T14:43:30+23:19 parses, but the database cannot compare with
-    # it (a 500, found by tests/api/test_schema_conformance.py); no scan is that old or new.
+    # it (a 500, found by tests/site/test_schema_conformance.py); no scan is that old or new.
     try:
         value = value.astimezone(UTC)
     except OverflowError:

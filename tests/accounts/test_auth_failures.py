@@ -21,8 +21,8 @@ from accounts import credentials, teams
 from benchmarks import hosts
 from tests.benchmarks.conftest import make_catalog
 from tests.conftest import bearer, free_port, make_user
-from tests.processes import accepts, running, wait_for
-from tests.scheduling.workers import worker_env
+from tests.helpers.processes import accepts, running, wait_for
+from tests.helpers.workers import worker_env
 
 LIMIT = 5
 BEAT = {"models": ["tiny-q4"], "slots": 1}

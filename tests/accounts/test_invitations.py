@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.core import mail
@@ -22,8 +21,7 @@ from django.urls import reverse
 from accounts import teams
 from accounts.models import Invitation, Membership, Role
 from tests.conftest import database_url, free_port, make_user
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.processes import ROOT
 
 
 def invite_link(world, email: str, role: str = Role.ADMIN) -> tuple[str, str]:

@@ -11,11 +11,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.conftest import scratch_database
+from tests.helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 MOVED = {"scans_team": "accounts_team", "scans_membership": "accounts_membership",
          "scans_invitation": "accounts_invitation", "scans_apitoken": "accounts_apitoken"}
 

@@ -17,8 +17,8 @@ from django.urls import reverse
 from accounts.models import ApiToken, Team
 from benchmarks import hosts
 from scans.models import Endpoint
-from tests.factories import make_endpoint, make_scan
-from tests.pages.test_endpoint_form import form_data
+from tests.helpers.factories import make_endpoint, make_scan
+from tests.scans.pages.test_endpoint_form import form_data
 
 pytestmark = pytest.mark.django_db
 

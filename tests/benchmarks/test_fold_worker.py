@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -16,9 +15,9 @@ from django.conf import settings
 from benchmarks.models import Job
 from tests.benchmarks.conftest import build_net, make_catalog
 from tests.conftest import database_url
+from tests.helpers.processes import ROOT
 from tokvera_site.celery import app
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 

@@ -21,8 +21,8 @@ from benchmarks import hosts
 from benchmarks.models import Host
 from tests.benchmarks.conftest import make_catalog
 from tests.conftest import database_url, free_port, make_user
-from tests.processes import accepts, wait_for
-from tests.scheduling.workers import ROOT, worker_env
+from tests.helpers.processes import accepts, wait_for
+from tests.helpers.workers import ROOT, worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

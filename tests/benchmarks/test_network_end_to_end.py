@@ -19,9 +19,8 @@ import pytest
 
 from scans.grader.stats import ewma
 from tests.conftest import free_port, scratch_database
-from tests.processes import running, wait_for
+from tests.helpers.processes import ROOT, running, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "e2e-q4"
 FLAKY_MODEL = "flaky-q4"  # served only by the agent whose upstream always fails
 # name → (ttft_ms, itl_ms) of its upstream

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from scans.grader import scoring
+from tests.helpers.processes import ROOT
 from tokvera_site import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 SITE_ONLY = ("django", "celery", "kombu", "billiard", "rest_framework", "drf_spectacular",
              "django_celery_beat", "accounts", "tokvera_site.celery", "tokvera_site.settings")
 SUBCOMMAND_MODULES = {name: module for name, (module, _help) in cli.SUBCOMMANDS.items()}

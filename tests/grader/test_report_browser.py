@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scans.grader.target import TargetConfig, running_target
-from tests.browser import ARTIFACTS
+from tests.helpers.browser import ARTIFACTS
 from tokvera_site.cli import main
 
 pytestmark = pytest.mark.browser

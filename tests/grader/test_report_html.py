@@ -7,12 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from scans.grader.report import render_html
 from tests.grader.test_report_schema import minimal_report
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.processes import ROOT
 
 
 def test_rendering_report_html_imports_no_django_and_needs_no_settings(tmp_path):

@@ -1,11 +1,10 @@
 import argparse
-from pathlib import Path
 
 from scans.grader import scoring
 from scans.grader.cli import scoring_table
+from tests.helpers.processes import ROOT
 from tokvera_site import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "scoring.md"
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from accounts.models import ApiToken, Invitation, Membership, Role, Team
 from scans.models import Endpoint, Scan
-from tests.factories import make_endpoint, make_scan, measured_report
+from tests.helpers.factories import make_endpoint, make_scan, measured_report
 
 PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept",
           "api-root", "api-redoc"}
@@ -233,7 +233,7 @@ TEAM: dict[str, list[Case]] = {
 
 # --- endpoint and scan pages (scans/pages/) ---------------------------------------------------
 
-# Public badges: no login, nothing but the grade (tests/pages/test_badges.py).
+# Public badges: no login, nothing but the grade (tests/scans/pages/test_badges.py).
 PUBLIC |= {"badge-svg", "badge-json"}
 
 # Public benchmarks: aggregates only, no login (tests/public/).

@@ -25,9 +25,8 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
-from tests.processes import accepts, running
+from tests.helpers.processes import ROOT, accepts, running
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("accounts", "scans", "benchmarks", "tokvera_site")
 MODEL = "tiny"
 

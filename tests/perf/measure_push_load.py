@@ -108,7 +108,7 @@ def main() -> None:
     from accounts import teams
     from scans import pushes
     from scans.models import Endpoint, Scan
-    from tests.processes import accepts, wait_for
+    from tests.helpers.processes import accepts, wait_for
 
     call_command("migrate", verbosity=0)
     cache.clear()

@@ -1,7 +1,7 @@
 """/benchmarks and its methodology in a real browser: Playwright driving Debian's Chromium,
 headless, on loopback. Screenshots go to test-artifacts/ (benchmarks*.png, methodology.png).
 
-Uses the browser fixture of tests/pages/test_browser.py (skipped with the reason when
+Uses the browser fixture of tests/scans/pages/test_browser.py (skipped with the reason when
 /usr/bin/chromium or playwright is missing, a failure under TOKVERA_REQUIRE_SERVICES=1).
 """
 
@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from benchmarks import public_cache
-from tests.browser import ARTIFACTS, offline
+from tests.helpers.browser import ARTIFACTS, offline
 from tests.public.conftest import build_network
 from tests.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from datetime import timedelta
 from io import StringIO
-from pathlib import Path
 
 import pytest
 import time_machine
@@ -20,10 +19,10 @@ from accounts import teams
 from benchmarks import public_cache, tasks
 from scans.periodic_tasks import all_periodic_tasks
 from tests.conftest import make_user
+from tests.helpers.processes import ROOT
 from tests.public.conftest import T0, make_host, make_job, make_model
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser import ARTIFACTS, offline
+from tests.helpers.browser import ARTIFACTS, offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -18,9 +17,8 @@ from django_celery_beat.models import PeriodicTask
 from accounts.models import Invitation
 from scans.periodic_tasks import PERIODIC_TASKS, ensure_periodic_tasks
 from tests.conftest import database_url
+from tests.helpers.processes import ROOT
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Tasks that may be acknowledged late because running them twice is harmless. A task added with
 # acks_late=True must be listed here with the reason it is idempotent.

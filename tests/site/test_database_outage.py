@@ -11,14 +11,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 
 from tests.conftest import free_port
+from tests.helpers.processes import ROOT
 from tokvera_site.devservices import EmbeddedPostgres
 
-ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ("/benchmarks", "/v1/slo", "/v1/stats")
 
 

@@ -10,7 +10,7 @@ import pytest
 from benchmarks import hosts
 from benchmarks.heartbeat import HEARTBEAT_MAX_BYTES
 from tests.conftest import bearer
-from tests.factories import make_endpoint
+from tests.helpers.factories import make_endpoint
 from tokvera_site.parsers import MAX_JSON_DEPTH, TOO_DEEP
 
 pytestmark = pytest.mark.django_db

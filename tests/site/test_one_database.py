@@ -18,9 +18,8 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
+from tests.helpers.processes import ROOT
 from tokvera_site.devservices import EmbeddedPostgres, ServiceError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _devservices(*args, env=None, timeout=120) -> subprocess.CompletedProcess:

@@ -1,0 +1,147 @@
+"""The team dashboard: every endpoint with its latest grade, provisional marker, sparkline,
+last and next scan and 7-day SLO status; empty states that say what is missing."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.helpers.factories import make_endpoint
+from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
+
+pytestmark = pytest.mark.django_db
+
+
+def dashboard(client, world) -> str:
+    response = client.get(reverse("team-dashboard", args=[world.team.slug]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def row(body: str, endpoint) -> str:
+    match = re.search(rf'<tr data-endpoint="{endpoint.public_id}">(.*?)</tr>', body, re.S)
+    assert match, "the endpoint has a row"
+    return match[1]
+
+
+def test_a_team_without_endpoints_is_told_so_and_offered_the_form(world, owner_client):
+    body = dashboard(owner_client, world)
+
+    assert "No endpoints yet." in body
+    assert reverse("endpoint-create", args=[world.team.slug]) in body
+
+
+def test_a_viewer_is_not_offered_the_form(world, viewer_client):
+    make_endpoint(world.team)
+
+    assert reverse("endpoint-create", args=[world.team.slug]) not in dashboard(viewer_client,
+                                                                                world)
+
+
+def test_an_endpoint_never_scanned_says_no_scan_yet_instead_of_a_grade(world, owner_client):
+    endpoint = make_endpoint(world.team, next_scan_at=timezone.now())
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    assert cells.count("no scan yet") == 3  # latest grade, sparkline, last scan
+    assert "data-grade" not in cells and "<svg" not in cells
+    assert 'data-slo="not-enough"' in cells
+    assert "no scan covers the last 7 days" in cells
+
+
+def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owner_client):
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", slo_objective=0.8,
+                             next_scan_at=timezone.now() + timedelta(minutes=30))
+    now = timezone.now()
+    for hours, values in ((6, GRADE_A), (5, GRADE_B), (4, CAPPED_C), (3, GRADE_A),
+                          (2, GRADE_A), (1, GRADE_B)):
+        scan_at(endpoint, now - timedelta(hours=hours), values)
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    assert re.search(r'<span class="grade grade-B" data-grade="B">B</span>', cells)
+    assert "provisional" in cells and "scoring 0.9.0" in cells
+    assert 'data-chart="sparkline"' in cells and 'data-grades="A B C A A B"' in cells
+    assert "ago" in cells  # the last scan
+    assert endpoint.next_scan_at.strftime("%Y-%m-%d %H:%M") in cells
+    # six hourly scans, one below the floor: 1 h of bad time against a budget of 20 % of 7 d
+    assert 'data-slo="met"' in cells and "1 d 9 h of 7 d allowed, 1 h used" in cells
+    assert "scans cover 6 h of 7 d (3.6%)" in cells
+
+
+def test_an_endpoint_below_its_objective_says_so(world, owner_client):
+    endpoint = make_endpoint(world.team, slo_grade_floor="A", slo_objective=0.999)
+    now = timezone.now()
+    for hours in range(1, 6):
+        scan_at(endpoint, now - timedelta(hours=hours), GRADE_B)
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    # five hours below the floor against 0.1 % of 7 days (about 10 min)
+    assert 'data-slo="missed"' in cells and "10 min of 7 d allowed, 5 h used" in cells
+
+
+def test_a_pushed_or_paused_endpoint_has_no_next_scan_time(world, owner_client):
+    pushed = make_endpoint(world.team, name="pushed one", mode="pushed")
+    paused = make_endpoint(world.team, name="paused one", enabled=False)
+
+    body = dashboard(owner_client, world)
+
+    assert "pushed from inside its network" in row(body, pushed)
+    assert "paused" in row(body, paused)
+
+
+def test_an_errored_last_scan_is_marked(world, owner_client):
+    endpoint = make_endpoint(world.team)
+    scan_at(endpoint, timezone.now() - timedelta(hours=2), GRADE_A)
+    scan_at(endpoint, timezone.now() - timedelta(hours=1), status="errored")
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    assert "errored" in cells
+    assert 'data-grade="A"' in cells  # the grade is still the last graded scan's
+
+
+def test_the_dashboard_runs_the_same_queries_for_one_endpoint_or_many(world, owner_client):
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            dashboard(owner_client, world)
+        return len(queries.captured_queries)
+
+    first = make_endpoint(world.team, name="first")
+    scan_at(first, timezone.now() - timedelta(hours=1), GRADE_A)
+    one = count_queries()
+    for i in range(5):
+        endpoint = make_endpoint(world.team, name=f"more {i}")
+        scan_at(endpoint, timezone.now() - timedelta(hours=1), GRADE_B)
+
+    assert count_queries() == one
+
+
+def test_another_teams_endpoints_are_not_listed(world, owner_client):
+    make_endpoint(world.other_team, name="globex secret endpoint")
+
+    assert "globex secret endpoint" not in dashboard(owner_client, world)
+
+
+def test_a_team_with_many_endpoints_gets_them_a_page_at_a_time(world, owner_client):
+    from scans.models import Endpoint
+    from scans.pages.dashboard import DASHBOARD_PAGE_SIZE
+
+    Endpoint.dangerously_unscoped.bulk_create(
+        Endpoint(team=world.team, name=f"endpoint {i:03d}", base_url="http://127.0.0.1:9/v1",
+                 model="m", levels=[1]) for i in range(DASHBOARD_PAGE_SIZE + 3))
+
+    first = dashboard(owner_client, world)
+    second = owner_client.get(reverse("team-dashboard", args=[world.team.slug]) + "?page=2")
+
+    assert first.count("<tr data-endpoint=") == DASHBOARD_PAGE_SIZE
+    assert f"endpoints 1–{DASHBOARD_PAGE_SIZE} of {DASHBOARD_PAGE_SIZE + 3}" in first
+    assert second.content.decode().count("<tr data-endpoint=") == 3
+    assert "endpoint 052" in second.content.decode()

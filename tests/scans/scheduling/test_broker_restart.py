@@ -1,0 +1,82 @@
+"""Redis restarted under a running worker and beat: scheduled scans resume within 2 minutes
+without restarting either. A real Redis (an embedded one this test starts and restarts; never
+the machine's), the real `celery beat` on the database schedule, the run command's worker, the
+real database and a target on loopback. The broker keeps nothing across the restart, so any
+message in it is lost: the scans are rows, and the beat sends them again."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from scans.grader.target import TargetConfig, running_target
+from scans.models import Endpoint, Scan, ScanStatus
+from scans.periodic_tasks import ensure_periodic_tasks
+from tests.helpers.factories import make_endpoint
+from tests.helpers.workers import ROOT, start_worker, stop, wait_for, worker_env
+from tokvera_site.devservices import EmbeddedRedis
+
+pytestmark = pytest.mark.django_db(transaction=True)
+RESUME_WITHIN_S = 120
+
+
+def _beat_every_five_seconds() -> None:
+    """The site's periodic tasks, with the enqueue and reap passes every 5 s instead of 60 s
+    so the test does not wait minutes for the first pass."""
+    ensure_periodic_tasks()
+    every_5s, _ = IntervalSchedule.objects.get_or_create(every=5, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.filter(task__in=["scans.tasks.enqueue_due_scans",
+                                          "scans.tasks.reap_scans"]).update(interval=every_5s)
+    PeriodicTask.objects.exclude(task__in=["scans.tasks.enqueue_due_scans",
+                                           "scans.tasks.reap_scans"]).update(enabled=False)
+
+
+def _start_beat(env: dict, tmp_path):
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "beat", "-l", "INFO",
+         "--pidfile", str(tmp_path / "beat.pid"), "--schedule", str(tmp_path / "beat.db")],
+        cwd=ROOT, env=env, start_new_session=True,
+        stdout=open(tmp_path / "beat.log", "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+
+
+def _succeeded(endpoint) -> int:
+    return Scan.dangerously_unscoped.filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED).count()
+
+
+def test_scheduled_scans_resume_within_2_minutes_of_a_redis_restart_without_restarting_workers(
+        world, tmp_path):
+    _beat_every_five_seconds()
+    redis = EmbeddedRedis()
+    with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=4)) as (host, port):
+        endpoint = make_endpoint(world.team, base_url=f"http://{host}:{port}/v1", levels=[1],
+                                 requests_per_level=1, interval_minutes=5,
+                                 next_scan_at=timezone.now() - timedelta(seconds=1))
+        with redis:
+            env = worker_env(CELERY_BROKER_URL=redis.url(0))
+            worker = start_worker(env=env, log=tmp_path / "worker.log")
+            beat = _start_beat(env, tmp_path)
+            try:
+                wait_for(lambda: _succeeded(endpoint) == 1, 90, "the first scheduled scan")
+
+                redis.stop()  # every message in it is gone with it
+                time.sleep(5)
+                redis.start()  # same port, empty
+                Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(
+                    next_scan_at=timezone.now())  # the next slot is due
+                restarted = time.monotonic()
+                wait_for(lambda: _succeeded(endpoint) == 2, RESUME_WITHIN_S + 30,
+                         "a scheduled scan after the restart")
+                resumed_after = time.monotonic() - restarted
+                assert worker.poll() is None and beat.poll() is None  # neither was restarted
+            finally:
+                stop(beat)
+                stop(worker)
+    log = (tmp_path / "worker.log").read_text()
+    assert resumed_after < RESUME_WITHIN_S, log[-3000:]
