@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scans import profile as load_profile
 from scans.grader import scoring
-from scans.grader.report import CHECK_LABELS
+from scans.grader.report import CHECK_LABELS, comparability
 
 __all__ = ["FLAG_RELATIVE_CHANGE", "CheckChange", "Comparison", "FigureChange", "PillarChange",
            "compare"]
@@ -166,6 +167,15 @@ class Comparison:
     reasons: tuple[str, ...] = field(default=())
     regraded_previous: dict | None = None  # the previous score under this site's version
     figures: tuple[FigureChange, ...] = field(default=())
+    # The load each scan ran (report.plan, scans/profile.py) and, when they differ, why: the
+    # grader's comparability() on the workload, and the levels or requests.
+    before_profile: str = ""
+    after_profile: str = ""
+    load_differences: tuple[str, ...] = field(default=())
+
+    @property
+    def same_load(self) -> bool:
+        return not self.load_differences
 
     @property
     def flagged(self) -> tuple[CheckChange | FigureChange, ...]:
@@ -256,10 +266,25 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Comparison:
             regraded = scoring.grade(scoring.values_from_checks(before["checks"])).score
         except (ValueError, KeyError):
             regraded = None  # a check this version does not know: nothing comparable to show
+    comparison = Comparison(**{**comparison.__dict__,
+                               "before_profile": load_profile.profile_of(before.get("plan")).label,
+                               "after_profile": load_profile.profile_of(after.get("plan")).label,
+                               "load_differences": _load_differences(before, after)})
     return Comparison(**{**comparison.__dict__, "reasons": _reasons(comparison, a_score,
                                                                       b_score),
                          "regraded_previous": regraded,
                          "figures": _figures(before, after)})
+
+
+def _load_differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """Why the two scans' loads are not the same (empty when they are)."""
+    differences = [reason for reason in comparability(before, after)
+                   if reason.startswith("workloads differ")]
+    b_plan, a_plan = before.get("plan") or {}, after.get("plan") or {}
+    for key, words in (("levels", "levels"), ("requests_per_level", "requests per level")):
+        if b_plan.get(key) != a_plan.get(key):
+            differences.append(f"{words} differ: {b_plan.get(key)!r} vs {a_plan.get(key)!r}")
+    return tuple(differences)
 
 
 def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ...]:
@@ -298,6 +323,10 @@ def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ..
                        f"{pillar.contribution_delta:+.1f} points to the total.")
     summary = ("The grade held at " + after if before == after
                else f"The grade went from {before} to {after}")
+    if c.same_version and not c.same_load:
+        summary = (f"The scans ran different loads ({c.before_profile}; {c.after_profile}): "
+                   f"their grades are not comparable. {summary}, but across loads that says "
+                   "little; compare the measured values below with that in mind")
     if not c.same_version:
         summary = (f"The scans were graded under different scoring versions "
                    f"({c.before_version} and {c.after_version}): their grades are not "

@@ -22,15 +22,20 @@ from scans.grader.plan import DEFAULT_LEVELS
 from scans.guarded_urls import GuardedURL, url_changes
 from scans.models import Endpoint
 
-__all__ = ["DEFAULT_LEVELS", "PROFILE_FIELDS", "SECRET_FIELDS", "InvalidURL", "check_profile",
-           "clean_base_url", "drop_secrets", "save", "set_secret", "url_changes"]
+__all__ = ["DEFAULT_LEVELS", "PROFILE_FIELDS", "SECRET_FIELDS", "WORKLOAD_FIELDS", "InvalidURL",
+           "check_profile", "clean_base_url", "drop_secrets", "save", "set_secret", "url_changes"]
 
 # What a scan profile is made of (validated together by check_profile).
 PROFILE_FIELDS = ("base_url", "model", "levels", "requests_per_level", "max_tokens",
-                  "timeout_s", "price_input_per_mtok", "price_output_per_mtok")
+                  "timeout_s", "price_input_per_mtok", "price_output_per_mtok",
+                  "input_tokens", "output_tokens", "shared_prefix_tokens", "warmup",
+                  "load_dataset_encrypted")
+# The workload's own fields (issue 21), without the dataset (a secret, below).
+WORKLOAD_FIELDS = ("input_tokens", "output_tokens", "shared_prefix_tokens", "warmup")
 # A secret as people give it → the field that stores it encrypted.
 SECRET_FIELDS = {"api_key": "api_key_encrypted", "webhook_secret": "webhook_secret_encrypted",
-                 "prompt_sample": "prompt_sample_encrypted"}
+                 "prompt_sample": "prompt_sample_encrypted",
+                 "load_dataset": "load_dataset_encrypted"}
 
 
 class InvalidURL(ValueError):
@@ -45,13 +50,17 @@ def clean_base_url(url: str) -> str:
 
 
 def check_profile(fields: dict) -> None:
-    """Raise PlanError (one line) unless this scan profile can run here."""
-    profile.validate_profile(Endpoint(**{name: fields[name] for name in PROFILE_FIELDS
-                                         if name in fields}))
+    """Raise PlanError (one line) unless this scan profile can run here. A new load dataset
+    may be given as text (`load_dataset`, "" for none) instead of its stored ciphertext."""
+    endpoint = Endpoint(**{name: fields[name] for name in PROFILE_FIELDS if name in fields})
+    if "load_dataset" in fields:
+        set_secret(endpoint, "load_dataset", fields["load_dataset"])
+    profile.validate_profile(endpoint)
 
 
 def set_secret(endpoint: Endpoint, name: str, value: str) -> None:
-    """Store secret `name` (api_key, webhook_secret, prompt_sample) encrypted; "" removes it."""
+    """Store secret `name` (api_key, webhook_secret, prompt_sample, load_dataset) encrypted;
+    "" removes it."""
     setattr(endpoint, SECRET_FIELDS[name], encryption.encrypt(value) if value else "")
 
 

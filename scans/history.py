@@ -46,6 +46,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from accounts.tenancy import scoped_to_teams
+from scans import profile as load_profile
 from scans.grader import scoring
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
@@ -121,6 +122,10 @@ class GradePoint:
     scoring_version: str
     provisional: bool
     scan_id: uuid.UUID | None = None
+    #: The load the scan ran (report.plan, scans/profile.py): grades of different loads are
+    #: not comparable either, so charts break where `profile_key` changes.
+    profile: str = ""
+    profile_key: str = ""
 
     @property
     def has_letter(self) -> bool:
@@ -155,6 +160,8 @@ class CheckPoint:
     unmeasured: int
     scoring_version: str
     scan_id: uuid.UUID | None = None
+    profile: str = ""
+    profile_key: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -176,8 +183,17 @@ def _bucket_width_s(since: datetime, until: datetime, buckets: int) -> int:
     return max(1, math.ceil((span + 1) / max(1, buckets)))
 
 
-def _versions(rows) -> int:
-    return max(1, rows.values("scoring_version").distinct().count())
+def _versions(rows, profile_names: Iterable[str] = ()) -> int:
+    """How many series the range holds: scoring versions × loads (each is bucketed apart)."""
+    return max(1, rows.values("scoring_version", *profile_names).distinct().count())
+
+
+_PROFILE_NAMES = [f"pf_{name}" for name in load_profile.PLAN_PATHS]
+
+
+def _profile_fields(row) -> dict:
+    loaded = load_profile.profile_of_row(row)
+    return {"profile": loaded.label, "profile_key": loaded.key}
 
 
 def _check_max_points(max_points: int) -> None:
@@ -209,7 +225,8 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
     _check_max_points(max_points)
     scans = _graded_scans(endpoint, location)
     since, until = _window(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
-    rows = scans.filter(queued_at__gte=since, queued_at__lte=until)
+    rows = scans.filter(queued_at__gte=since, queued_at__lte=until).annotate(
+        **load_profile.plan_annotations())
     if rows.count() <= max_points:
         return [
             GradePoint(
@@ -221,16 +238,17 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 caps=tuple(c.get("id", "") for c in (r["caps"] or []) if isinstance(c, dict)),
                 no_letter=int(r["grade"] not in LETTERS),
                 scoring_version=r["scoring_version"], provisional=r["provisional"],
-                scan_id=r["public_id"],
+                scan_id=r["public_id"], **_profile_fields(r),
             )
             for r in rows.order_by("queued_at").values(
                 "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
-                "provisional", "public_id", caps=F("report__score__caps_applied"))
+                "provisional", "public_id", *_PROFILE_NAMES,
+                caps=F("report__score__caps_applied"))
         ]
-    width = _bucket_width_s(since, until, max_points // _versions(rows))
+    width = _bucket_width_s(since, until, max_points // _versions(rows, _PROFILE_NAMES))
     bucketed = (
         rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width))
-        .values("bucket", "scoring_version")
+        .values("bucket", "scoring_version", *_PROFILE_NAMES)
         .annotate(
             at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
             mean=Avg("points", output_field=FloatField()), low=Min("points"), high=Max("points"),
@@ -251,6 +269,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
             points_min=_float(r["low"]), points_max=_float(r["high"]), grade=r["worst"],
             uncapped_grade="", capped=r["capped"] or 0, caps=(), no_letter=r["no_letter"] or 0,
             scoring_version=r["scoring_version"], provisional=bool(r["provisional_any"]),
+            **_profile_fields(r),
         )
         for r in bucketed
     ]
@@ -290,7 +309,8 @@ def _latest_rows_postgresql(endpoints, team_ids, n: int):
         scoped_to_teams(Scan, team_ids)
         .filter(endpoint_id=OuterRef("pk"), status=ScanStatus.SUCCEEDED)
         .order_by("-queued_at", "-pk")
-        .values(row=JSONObject(**{f: f for f in _LATEST_FIELDS}))[:n]
+        .values(row=JSONObject(**{f: f for f in _LATEST_FIELDS},
+                               **load_profile.plan_annotations()))[:n]
     )
     per_endpoint = (
         scoped_to_teams(Endpoint, team_ids).filter(pk__in=[e.pk for e in endpoints])
@@ -322,7 +342,7 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
             uncapped_grade=r["uncapped_grade"],
             capped=int(_is_capped(r["grade"], r["uncapped_grade"])), caps=(),
             no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
-            provisional=r["provisional"], scan_id=r["public_id"],
+            provisional=r["provisional"], scan_id=r["public_id"], **_profile_fields(r),
         ))
     for series in result.values():
         series.sort(key=lambda p: p.at)
@@ -356,7 +376,8 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         results = results.filter(scan__location=location)
     since, until = _window(since, until,
                            lambda: results.aggregate(t=Min("measured_at"))["t"])
-    rows = results.filter(measured_at__gte=since, measured_at__lte=until)
+    rows = results.filter(measured_at__gte=since, measured_at__lte=until).annotate(
+        **load_profile.plan_annotations("scan__report"))
     if rows.count() <= max_points:
         return [
             CheckPoint(
@@ -366,11 +387,13 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
                 failed=int(r["status"] == "fail"),
                 unmeasured=int(r["status"] not in ("pass", "warn", "fail")),
                 scoring_version=r["scoring_version"], scan_id=r["scan__public_id"],
+                **_profile_fields(r),
             )
             for r in rows.order_by("measured_at", "pk").values(
-                "measured_at", "value", "status", "scoring_version", "scan__public_id")
+                "measured_at", "value", "status", "scoring_version", "scan__public_id",
+                *_PROFILE_NAMES)
         ]
-    width = _bucket_width_s(since, until, max_points // _versions(rows))
+    width = _bucket_width_s(since, until, max_points // _versions(rows, _PROFILE_NAMES))
 
     def count(status_q: Q):
         return Sum(Case(When(status_q, then=Value(1)), default=Value(0),
@@ -378,7 +401,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
 
     bucketed = (
         rows.annotate(bucket=_TimeBucket("measured_at", since.timestamp(), width))
-        .values("bucket", "scoring_version")
+        .values("bucket", "scoring_version", *_PROFILE_NAMES)
         .annotate(
             at=Min("measured_at"), last_at=Max("measured_at"), scans=Count("pk"),
             mean=Avg("value"), low=Min("value"), high=Max("value"),
@@ -400,6 +423,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
             value_min=_float(r["low"]), value_max=_float(r["high"]), status=status,
             passed=r["passed"], warned=r["warned"], failed=r["failed"],
             unmeasured=r["unmeasured"], scoring_version=r["scoring_version"],
+            **_profile_fields(r),
         ))
     return points
 

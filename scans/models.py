@@ -70,6 +70,14 @@ class Endpoint(TeamOwned):
                                                 blank=True)
     # The team's export of real traffic: never sent anywhere; only for repeat_prompt_share.
     prompt_sample_encrypted = models.TextField(blank=True, default="")
+    # The workload (issue 21; scans/profile.py): None is the default plan (built-in prompts,
+    # replies capped by max_tokens). The load dataset is JSONL prompts, stored encrypted like
+    # the prompt sample and decrypted in memory only when a scan is planned.
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    shared_prefix_tokens = models.PositiveIntegerField(null=True, blank=True)
+    warmup = models.PositiveIntegerField(null=True, blank=True)
+    load_dataset_encrypted = models.TextField(blank=True, default="")
     # SLO targets
     slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")
     slo_ttft_p95_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
@@ -118,6 +126,10 @@ class Endpoint(TeamOwned):
     @property
     def has_prompt_sample(self) -> bool:
         return bool(self.prompt_sample_encrypted)
+
+    @property
+    def has_load_dataset(self) -> bool:
+        return bool(self.load_dataset_encrypted)
 
 
 class ScanTrigger(models.TextChoices):

@@ -1,12 +1,21 @@
-"""An endpoint's scan profile: the engine's plan for it, the site's limits on what it may
-ask of our workers, and how long it can run at worst (which sets its deadline)."""
+"""An endpoint's scan profile: the engine's plan for it (workload included), the site's limits
+on what it may ask of our workers, how long it can run at worst (which sets its deadline), and
+how a stored report's profile reads ("1/4/16 × 20, 4,000 → 256 tokens") and compares."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from accounts import encryption
 from scans.grader.plan import DEFAULT_LEVELS, PlanError, ScanPlan, default_requests
+from scans.grader.workload import Dataset, DatasetError, Workload, load_dataset
 from scans.models import Endpoint
 
 
@@ -14,8 +23,11 @@ def worst_case_duration(endpoint: Endpoint) -> timedelta:
     """An upper bound on how long the scan may run: every request of every level timing out
     one after another, at that level's concurrency."""
     seconds = 60.0  # probes (metrics, GPU) and bookkeeping
+    if endpoint.output_tokens is not None or endpoint.input_tokens is not None or (
+            endpoint.shared_prefix_tokens is not None):
+        seconds += 20 * endpoint.timeout_s  # the output-length probes and prompt sizing
     for level in endpoint.levels or [1]:
-        count = endpoint.requests_per_level or default_requests(level)
+        count = (endpoint.requests_per_level or default_requests(level)) + (endpoint.warmup or 0)
         waves = -(-count // level)
         seconds += waves * endpoint.timeout_s
     return timedelta(seconds=seconds)
@@ -40,10 +52,47 @@ SITE_MAX_TOKENS = 4096
 SITE_MAX_SCAN_DURATION = timedelta(hours=2)
 
 
+# The workload (issue 21): prompt length per request, warm-up requests per level, and the
+# tokens a whole scan may send and ask for (requests × (prompt + reply), warm-up included).
+SITE_MAX_INPUT_TOKENS = 32_768
+
+
+SITE_MAX_OUTPUT_TOKENS = SITE_MAX_TOKENS  # a fixed reply length is max_tokens
+
+
+SITE_MAX_WARMUP = 100
+
+
+SITE_MAX_TOKENS_PER_SCAN = 4_000_000
+
+
+# A load dataset: JSONL, as `tokvera scan --dataset` reads it, at most this big. A dataset
+# prompt counts as its UTF-8 bytes ÷ DATASET_BYTES_PER_TOKEN tokens (an upper bound for prose)
+# against the per-request and per-scan limits: the site has no tokenizer.
+SITE_MAX_DATASET_BYTES = 5 * 1024 * 1024
+
+
+SITE_MAX_DATASET_PROMPTS = 10_000
+
+
+DATASET_BYTES_PER_TOKEN = 3
+
+
+# Built-in prompts are short; this is what one counts for against the per-scan limit.
+BUILTIN_PROMPT_TOKENS = 64
+
+
 def validate_profile(endpoint: Endpoint) -> None:
     """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
     engine's own rules, then the site's limits. Forms and the API both call this."""
-    plan_for(endpoint).validate()
+    plan = plan_for(endpoint)
+    try:
+        plan.validate()
+    except PlanError as exc:  # the engine names the command line's options; say the site's
+        message = str(exc)
+        for option, words in _OPTION_WORDS:
+            message = message.replace(option, words)
+        raise PlanError(message) from None
     levels = endpoint.levels or [1]
     if len(levels) > SITE_MAX_LEVELS:
         raise PlanError(f"at most {SITE_MAX_LEVELS} concurrency levels")
@@ -56,6 +105,7 @@ def validate_profile(endpoint: Endpoint) -> None:
         raise PlanError(f"the timeout can be at most {SITE_MAX_TIMEOUT_S:g} s here")
     if endpoint.max_tokens > SITE_MAX_TOKENS:
         raise PlanError(f"max tokens can be at most {SITE_MAX_TOKENS} here")
+    _validate_workload(endpoint, plan)
     worst = worst_case_duration(endpoint)
     if worst > SITE_MAX_SCAN_DURATION:
         hours = worst.total_seconds() / 3600
@@ -63,17 +113,196 @@ def validate_profile(endpoint: Endpoint) -> None:
                         f"lower the timeout or the requests (at most 2 h)")
 
 
-def plan_for(endpoint: Endpoint):
-    """The engine's plan for an endpoint (the API key decrypted in memory only)."""
+_OPTION_WORDS = (("--input-tokens", "input tokens"), ("--output-tokens", "output tokens"),
+                 ("--shared-prefix-tokens", "shared prefix tokens"), ("--dataset", "a dataset"),
+                 ("--warmup", "warm-up"), ("--max-tokens", "max tokens"))
+
+
+def _validate_workload(endpoint: Endpoint, plan: ScanPlan) -> None:
+    work = plan.workload
+    if work.input_tokens is not None and work.input_tokens > SITE_MAX_INPUT_TOKENS:
+        raise PlanError(f"input tokens can be at most {SITE_MAX_INPUT_TOKENS:,} here")
+    if work.output_tokens is not None and work.output_tokens > SITE_MAX_OUTPUT_TOKENS:
+        raise PlanError(f"output tokens can be at most {SITE_MAX_OUTPUT_TOKENS:,} here")
+    if work.warmup > SITE_MAX_WARMUP:
+        raise PlanError(f"warm-up can be at most {SITE_MAX_WARMUP} requests per level here")
+    prompt = _prompt_tokens(work)
+    if work.dataset is not None and prompt > SITE_MAX_INPUT_TOKENS:
+        raise PlanError(f"a dataset prompt counts as about {prompt:,} tokens; at most "
+                        f"{SITE_MAX_INPUT_TOKENS:,} here")
+    total = tokens_per_scan(plan)
+    if total > SITE_MAX_TOKENS_PER_SCAN:
+        raise PlanError(f"this scan would send and ask for about {total:,} tokens; at most "
+                        f"{SITE_MAX_TOKENS_PER_SCAN:,} per scan here (fewer requests or "
+                        "shorter prompts and replies)")
+
+
+def _prompt_tokens(work: Workload) -> int:
+    """Tokens one request's prompt counts for against the limits (its largest, for a dataset)."""
+    if work.input_tokens is not None:
+        return work.input_tokens
+    if work.dataset is not None:
+        largest = max(len(json.dumps(item, ensure_ascii=False).encode())
+                      for item in work.dataset.items)
+        return math.ceil(largest / DATASET_BYTES_PER_TOKEN)
+    return max(BUILTIN_PROMPT_TOKENS, work.shared_prefix_tokens or 0)
+
+
+def tokens_per_scan(plan: ScanPlan) -> int:
+    """An upper bound on the tokens a scan sends and asks for: every request (warm-up included)
+    × (its prompt + max_tokens)."""
+    requests = sum(n + plan.workload.warmup for n in plan.requests_per_level)
+    return requests * (_prompt_tokens(plan.workload) + plan.max_tokens)
+
+
+def parse_load_dataset(text: str) -> Dataset:
+    """A load dataset's JSONL text, parsed by the grader's own reader (`tokvera scan
+    --dataset`) from an anonymous in-memory file: the text never touches a disk. Raises
+    DatasetError (one line, naming the line) when it cannot be used."""
+    raw = text.encode()
+    if len(raw) > SITE_MAX_DATASET_BYTES:
+        raise DatasetError(f"the dataset is larger than "
+                           f"{SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB")
+    fd = os.memfd_create("tokvera-load-dataset", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, raw)
+        path = f"/proc/self/fd/{fd}"
+        try:
+            dataset = load_dataset(path)
+        except DatasetError as exc:
+            raise DatasetError(str(exc).replace(f"dataset {path}", "the dataset")) from None
+    finally:
+        os.close(fd)
+    if dataset.lines > SITE_MAX_DATASET_PROMPTS:
+        raise DatasetError(f"the dataset has {dataset.lines:,} prompts; at most "
+                           f"{SITE_MAX_DATASET_PROMPTS:,} here")
+    return dataclasses.replace(dataset, path="load-dataset.jsonl")
+
+
+def workload_for(endpoint: Endpoint) -> Workload:
+    """The grader's Workload for the endpoint's fields (the dataset decrypted in memory)."""
+    text = encryption.decrypt(endpoint.load_dataset_encrypted)
+    try:
+        dataset = parse_load_dataset(text) if text else None
+    except DatasetError as exc:
+        raise PlanError(str(exc)) from None
+    return Workload(input_tokens=endpoint.input_tokens, output_tokens=endpoint.output_tokens,
+                    shared_prefix_tokens=endpoint.shared_prefix_tokens,
+                    warmup=endpoint.warmup or 0, dataset=dataset)
+
+
+def plan_for(endpoint: Endpoint) -> ScanPlan:
+    """The engine's plan for an endpoint (the API key and the load dataset decrypted in memory
+    only). A fixed reply length is the plan's max_tokens."""
     return ScanPlan(
         base_url=endpoint.base_url,
         model=endpoint.model,
         levels=tuple(endpoint.levels or DEFAULT_LEVELS),
         requests=endpoint.requests_per_level,
-        max_tokens=endpoint.max_tokens,
+        max_tokens=endpoint.output_tokens or endpoint.max_tokens,
         timeout_s=endpoint.timeout_s,
         api_key=encryption.decrypt(endpoint.api_key_encrypted) or None,
         use_nvidia_smi=False,  # the site's workers never sample their own GPUs
         price_input_per_mtok=endpoint.price_input_per_mtok,
         price_output_per_mtok=endpoint.price_output_per_mtok,
+        workload=workload_for(endpoint),
     )
+
+
+# -- a stored report's profile ------------------------------------------------------------------
+
+#: Where report.json keeps what must match for two grades to be compared (issue 21): the levels
+#: and requests, and the workload asked. A report without plan.workload (from before the nonce)
+#: has none of the workload's keys (warmup is null).
+PLAN_PATHS = {
+    "levels": ("levels",),
+    "requests": ("requests_per_level",),
+    "max_tokens": ("max_tokens",),
+    "warmup": ("workload", "warmup"),
+    "input_tokens": ("workload", "input_tokens"),
+    "output_tokens": ("workload", "output_tokens"),
+    "shared_prefix_tokens": ("workload", "shared_prefix_tokens"),
+    "dataset_name": ("workload", "dataset", "name"),
+    "dataset_lines": ("workload", "dataset", "lines"),
+    "dataset_sha256": ("workload", "dataset", "sha256"),
+}
+
+
+@dataclass(frozen=True)
+class LoadProfile:
+    """The load a scan ran, as people read it (`label`) and as charts compare it (`key`)."""
+
+    key: str
+    label: str
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def plan_annotations(report_field: str = "report") -> dict[str, Any]:
+    """SQL expressions (text) reading PLAN_PATHS out of a scan's report, named `pf_<name>`."""
+    from django.db.models.fields.json import KeyTextTransform, KeyTransform
+
+    def text(keys: tuple[str, ...]) -> Any:  # KT() cannot start across a relation
+        expression: Any = report_field
+        for key in keys[:-1]:
+            expression = KeyTransform(key, expression)
+        return KeyTextTransform(keys[-1], expression)
+
+    return {f"pf_{name}": text(("plan", *path)) for name, path in PLAN_PATHS.items()}
+
+
+def _text_value(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def profile_of_row(row: Mapping[str, Any]) -> LoadProfile:
+    """The profile of a row annotated with plan_annotations()."""
+    return _profile({name: (row.get(f"pf_{name}") if name.startswith("dataset_n")
+                            or name == "dataset_sha256" else _text_value(row.get(f"pf_{name}")))
+                     for name in PLAN_PATHS})
+
+
+def profile_of(plan: Mapping[str, Any] | None) -> LoadProfile:
+    """The profile of a report's `plan` (report.json)."""
+    values: dict[str, Any] = {}
+    for name, path in PLAN_PATHS.items():
+        value: Any = plan if isinstance(plan, Mapping) else None
+        for step in path:
+            value = value.get(step) if isinstance(value, Mapping) else None
+        values[name] = value
+    return _profile(values)
+
+
+def _n(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def _profile(v: Mapping[str, Any]) -> LoadProfile:
+    levels = v["levels"] if isinstance(v["levels"], list) else []
+    counts = v["requests"] if isinstance(v["requests"], list) else [v["requests"]]
+    per = (_n(counts[0]) if len(set(map(str, counts))) == 1
+           else "/".join(_n(c) for c in counts))
+    parts = [f"{'/'.join(_n(lv) for lv in levels) or '?'} × {per}"]
+    if v["input_tokens"]:
+        sent = _n(v["input_tokens"])
+    elif v["dataset_sha256"]:
+        sent = f"{v['dataset_name'] or 'dataset'} ({_n(v['dataset_lines'])} prompts)"
+    else:
+        sent = "built-in prompts"
+    if v["shared_prefix_tokens"]:
+        sent += f" ({_n(v['shared_prefix_tokens'])} shared)"
+    out = _n(v["output_tokens"]) if v["output_tokens"] else f"≤{_n(v['max_tokens'])}"
+    parts.append(f"{sent} → {out} tokens")
+    if v["warmup"]:
+        parts.append(f"warm-up {_n(v['warmup'])}")
+    if v["warmup"] is None:
+        parts.append("no nonce")
+    key = json.dumps([v[name] for name in PLAN_PATHS if name != "dataset_name"],
+                     separators=(",", ":"), default=str)
+    return LoadProfile(key=key, label=", ".join(parts))

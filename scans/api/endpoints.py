@@ -25,6 +25,7 @@ from scans import dispatch, endpoint_limits, endpoints, profile, pushes, schedul
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.grader.plan import PlanError
+from scans.grader.workload import DatasetError
 from scans.history import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
@@ -58,6 +59,12 @@ class EndpointSerializer(serializers.ModelSerializer):
                                            max_length=500)
     has_api_key = serializers.BooleanField(read_only=True)
     has_prompt_sample = serializers.BooleanField(read_only=True)
+    # The workload's load dataset (JSONL text, as `tokvera scan --dataset` reads it): a secret
+    # like the others, write-only and stored encrypted; "" removes it.
+    load_dataset = serializers.CharField(write_only=True, required=False, allow_blank=True,
+                                         trim_whitespace=False,
+                                         max_length=profile.SITE_MAX_DATASET_BYTES)
+    has_load_dataset = serializers.BooleanField(read_only=True)
     levels = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False)
     interval_minutes = serializers.IntegerField(min_value=MIN_INTERVAL_MINUTES,
                                                 max_value=MAX_INTERVAL_MINUTES, required=False)
@@ -74,6 +81,10 @@ class EndpointSerializer(serializers.ModelSerializer):
         "requests_per_level": {"minimum": 1, "maximum": profile.SITE_MAX_REQUESTS_PER_SCAN},
         "max_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_TOKENS},
         "timeout_s": {"exclusiveMinimum": 0, "maximum": profile.SITE_MAX_TIMEOUT_S},
+        "input_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_INPUT_TOKENS},
+        "output_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_OUTPUT_TOKENS},
+        "shared_prefix_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_INPUT_TOKENS},
+        "warmup": {"minimum": 0, "maximum": profile.SITE_MAX_WARMUP},
         "price_input_per_mtok": {"minimum": 0},
         "price_output_per_mtok": {"minimum": 0},
         "slo_error_rate": {"minimum": 0, "maximum": 1},
@@ -86,6 +97,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "id", "team", "name", "base_url", "model", "mode", "api_key", "has_api_key",
             "levels", "requests_per_level", "max_tokens", "timeout_s", "interval_minutes",
             "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
+            "input_tokens", "output_tokens", "shared_prefix_tokens", "warmup", "load_dataset",
+            "has_load_dataset",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
             "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
@@ -94,6 +107,9 @@ class EndpointSerializer(serializers.ModelSerializer):
         read_only_fields = ["next_scan_at", "created_at"]
         # Prices as JSON numbers, not the strings DRF gives decimals by default.
         extra_kwargs = {"name": {"validators": [validate_one_line]},
+                        "input_tokens": {"min_value": 1},
+                        "output_tokens": {"min_value": 1},
+                        "shared_prefix_tokens": {"min_value": 1},
                         "price_input_per_mtok": {"coerce_to_string": False},
                         "price_output_per_mtok": {"coerce_to_string": False}}
 
@@ -143,6 +159,14 @@ class EndpointSerializer(serializers.ModelSerializer):
         except endpoints.InvalidURL as exc:
             raise serializers.ValidationError(str(exc)) from None
 
+    def validate_load_dataset(self, value):
+        if value:
+            try:
+                profile.parse_load_dataset(value)
+            except DatasetError as exc:
+                raise serializers.ValidationError(str(exc)) from None
+        return value
+
     def validate(self, attrs):
         self._check_url_changes(attrs)
         try:
@@ -175,14 +199,15 @@ class EndpointSerializer(serializers.ModelSerializer):
     @staticmethod
     def _secrets(endpoint, validated) -> list[str]:
         """Set the secrets the request gave ("" removes one); the fields written."""
-        given = [name for name in ("api_key", "webhook_secret") if name in validated]
+        given = [name for name in ("api_key", "webhook_secret", "load_dataset")
+                 if name in validated]
         for name in given:
             endpoints.set_secret(endpoint, name, validated.pop(name))
         return [endpoints.SECRET_FIELDS[name] for name in given]
 
     def create(self, validated):
-        secrets = {name: validated.pop(name) for name in ("api_key", "webhook_secret")
-                   if name in validated}
+        secrets = {name: validated.pop(name)
+                   for name in ("api_key", "webhook_secret", "load_dataset") if name in validated}
         endpoint = Endpoint(**{"levels": list(endpoints.DEFAULT_LEVELS), **validated})
         self._secrets(endpoint, secrets)
         return endpoints.save(endpoint, None)  # first scan at the next beat

@@ -77,8 +77,13 @@ def _render(template: str, context: dict) -> SafeString:
                      .strip())
 
 
-def _segments(points: Sequence, key=lambda p: p.scoring_version) -> list[list]:
-    """Consecutive runs of points of one scoring version."""
+def _series_key(point) -> tuple:
+    return (point.scoring_version, getattr(point, "profile_key", ""))
+
+
+def _segments(points: Sequence, key=_series_key) -> list[list]:
+    """Consecutive runs of points of one scoring version and one load profile (a change of
+    either breaks the line: grades of another version or another load are not comparable)."""
     runs: list[list] = []
     for point in points:
         if runs and key(runs[-1][-1]) == key(point):
@@ -166,14 +171,31 @@ class _Frame:
                 "text": "no scan yet"}
 
 
+def _break(before, after) -> dict:
+    """What changed between two runs: the scoring version (`new` is the new version, as the
+    templates print it after "scoring"), else the load profile (`new` then names the version
+    and says the load changed; `profile` is the new load)."""
+    old, new = before.scoring_version, after.scoring_version
+    if old == new:  # the same version, another load
+        new = f"{new}, new load"
+    return {"old": old, "new": new, "kind": "version" if old != after.scoring_version else "load",
+            "profile": getattr(after, "profile", ""),
+            "title": (f"scoring version changed from {old} to {after.scoring_version}"
+                      if old != after.scoring_version else
+                      f"load profile changed from {getattr(before, 'profile', '')} to "
+                      f"{getattr(after, 'profile', '')}")
+            + ": grades on either side are not comparable"}
+
+
 def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:
-    """Where one version's run ends and the next begins: a dashed line and a label."""
+    """Where one version's (or load's) run ends and the next begins: a dashed line and a
+    label."""
     marks = []
     for before, after in zip(runs, runs[1:], strict=False):
         at = (frame.x(before[-1].last_at) + frame.x(after[0].at)) / 2
-        new = after[0].scoring_version
-        fits_right = at + 3 + _text_width(f"scoring {new}") <= frame.right
-        marks.append({"x": _num(at), "old": before[-1].scoring_version, "new": new,
+        change = _break(before[-1], after[0])
+        fits_right = at + 3 + _text_width(f"scoring {change['new']}") <= frame.right
+        marks.append({**change, "x": _num(at),
                       "label_x": _num(at + 3 if fits_right else at - 3),
                       "label_y": _num(frame.top + 10),
                       "anchor": "start" if fits_right else "end"})
@@ -228,7 +250,7 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
         segments.append({"version": run[0].scoring_version, "lines": lines, "dots": dots,
                          "no_letter": [_num(cx(p) - 0.5) for p in run if p.points is None]})
     breaks = [{"x": _num(pad + (index[id(before[-1])] + 0.5) * step),
-               "old": before[-1].scoring_version, "new": after[0].scoring_version}
+               **_break(before[-1], after[0])}
               for before, after in zip(runs, runs[1:], strict=False)]
     grades = [p.grade if p.has_letter else "none" for p in points]
     label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
@@ -280,7 +302,7 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
 def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
     data = {"at": _iso(point.at), "grade": point.grade, "points": point.points,
             "scans": point.scans, "scoring_version": point.scoring_version,
-            "capped": point.capped or None,
+            "profile": point.profile or None, "capped": point.capped or None,
             "scan": str(point.scan_id) if point.scan_id is not None else None}
     cx = frame.x(point.at)
     if point.points is None:

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from accounts.tenancy import Access, require_manage, require_write
 from accounts.views import team_to_create_in
 from scans import dispatch, history, slo, state
+from scans import profile as load_profile
 from scans.models import Endpoint, ScanStatus, ScanTrigger, new_badge_key
 from scans.pages import charts
 from scans.pages.common import endpoint_or_404
@@ -172,8 +173,17 @@ def endpoint_detail(request, public_id):
                        "chart": charts.check_chart(points, check_id, since, until,
                                                    reasons=reasons)})
     windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
-    page = Paginator(endpoint.scans.order_by("-queued_at"), SCANS_PER_PAGE).get_page(
-        request.GET.get("page"))
+    page = Paginator(endpoint.scans.order_by("-queued_at").annotate(
+        **load_profile.plan_annotations()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
+    for scan in page.object_list:  # the load each grade came from, read from its own report
+        scan.load_profile = (load_profile.profile_of_row(vars(scan))
+                             if scan.status == ScanStatus.SUCCEEDED else None)
+    latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
+              .annotate(**load_profile.plan_annotations())
+              .only("grade", "provisional", "pushed", "queued_at").first())
+    if latest is not None:
+        latest.load_profile = load_profile.profile_of_row(vars(latest))
+    profiles = list(dict.fromkeys(p.profile for p in grades if p.profile))
     access = Access.for_request(request)
     badge_svg = request.build_absolute_uri(reverse("badge-svg", args=[endpoint.badge_key]))
     badge_json = request.build_absolute_uri(reverse("badge-json", args=[endpoint.badge_key]))
@@ -189,8 +199,7 @@ def endpoint_detail(request, public_id):
         "can_write": access.can_write(endpoint.team_id),
         "can_manage": access.can_manage(endpoint.team_id),
         "badge_svg": badge_svg, "badge_json": badge_json,
-        "latest": endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
-        .only("grade", "provisional", "pushed", "queued_at").first(),
+        "latest": latest, "profiles": profiles,
         "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
         "state": state.current(endpoint), "headline": state.headline(endpoint),
     })

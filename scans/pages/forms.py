@@ -17,9 +17,10 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from accounts.validators import validate_one_line
-from scans import endpoint_limits, endpoints, scheduling
+from scans import endpoint_limits, endpoints, profile, scheduling
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
+from scans.grader.workload import DatasetError
 from scans.guarded_urls import GuardedURL
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
 
@@ -60,6 +61,15 @@ class EndpointForm(forms.ModelForm):
         help_text="Your export of real traffic: JSONL or one prompt per line (UTF-8, at most 5 MB). "
                   "Stored encrypted, never sent anywhere; used only for repeat_prompt_share. "
                   "Leave empty to keep the stored sample.")
+    load_dataset = forms.FileField(
+        label="Load dataset", required=False,
+        help_text="Prompts the load sends instead of built-in ones, as tokvera scan --dataset "
+                  'reads them: JSONL, one {"prompt": "..."} or {"messages": [...]} per line '
+                  f"(UTF-8, at most {profile.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB, "
+                  f"{profile.SITE_MAX_DATASET_PROMPTS:,} prompts). Stored encrypted, never "
+                  "shown again. Leave empty to keep the stored dataset.")
+    clear_load_dataset = forms.BooleanField(label="Remove the stored load dataset",
+                                            required=False)
     webhook_secret = forms.CharField(
         label="Webhook secret", required=False, max_length=500, strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
@@ -82,7 +92,8 @@ class EndpointForm(forms.ModelForm):
         fields = [
             "name", "base_url", "model", "mode", "requests_per_level", "max_tokens",
             "timeout_s", "interval_minutes", "enabled", "accepts_pushes", "price_input_per_mtok",
-            "price_output_per_mtok", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
+            "price_output_per_mtok", "input_tokens", "output_tokens", "shared_prefix_tokens",
+            "warmup", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
             "slo_objective", "alert_email", "alert_after_errors",
         ]
         labels = {
@@ -99,6 +110,10 @@ class EndpointForm(forms.ModelForm):
             "slo_objective": "SLO objective (share of scans)",
             "alert_email": "Email owners and admins on alerts",
             "alert_after_errors": "Alert after this many errored scans in a row",
+            "input_tokens": "Prompt length (tokens)",
+            "output_tokens": "Reply length (tokens)",
+            "shared_prefix_tokens": "Shared prefix (tokens)",
+            "warmup": "Warm-up requests per level",
         }
         help_texts = {
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
@@ -108,6 +123,16 @@ class EndpointForm(forms.ModelForm):
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
             "slo_ttft_p95_ms": "Blank: no TTFT target.",
             "slo_objective": "0.9 means 90% of scans in a window must meet every target.",
+            "input_tokens": f"Each prompt is this long as the server counts it (at most "
+                            f"{profile.SITE_MAX_INPUT_TOKENS:,}). Blank: built-in prompts "
+                            "or the dataset's.",
+            "output_tokens": f"Every reply this long (at most {profile.SITE_MAX_OUTPUT_TOKENS:,}"
+                             "), where the server accepts ignore_eos or min_tokens; it replaces "
+                             "max tokens. Blank: replies end where the model stops.",
+            "shared_prefix_tokens": "The first tokens of every prompt are the same (a system "
+                                    "prompt); below the prompt length. Blank: none.",
+            "warmup": f"Requests sent before each level, not counted (at most "
+                      f"{profile.SITE_MAX_WARMUP}). Blank: none.",
         }
 
     def __init__(self, *args, can_manage: bool = False, team=None, **kwargs):
@@ -125,6 +150,8 @@ class EndpointForm(forms.ModelForm):
         self.fields["name"].validators.append(validate_one_line)
         self.fields["requests_per_level"].validators.append(MinValueValidator(1))
         self.fields["max_tokens"].validators.append(MinValueValidator(1))
+        for name in ("input_tokens", "output_tokens", "shared_prefix_tokens"):
+            self.fields[name].validators.append(MinValueValidator(1))
         for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
             self.fields[name].validators.append(MinValueValidator(0))
         levels = (self.instance.levels if self.instance.pk and self.instance.levels
@@ -197,6 +224,32 @@ class EndpointForm(forms.ModelForm):
             raise forms.ValidationError(f"{exc}.") from None
         return text
 
+    def clean_load_dataset(self) -> str | None:
+        upload = self.cleaned_data.get("load_dataset")
+        if not upload:
+            return None
+        if upload.size > profile.SITE_MAX_DATASET_BYTES:
+            raise forms.ValidationError(
+                f"The dataset is larger than {profile.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB.")
+        try:
+            text = upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise forms.ValidationError("The dataset must be UTF-8 text (JSONL).") from None
+        try:  # the same reader as `tokvera scan --dataset`
+            profile.parse_load_dataset(text)
+        except DatasetError as exc:
+            message = str(exc)
+            raise forms.ValidationError(f"{message[0].upper()}{message[1:]}.") from None
+        return text
+
+    def _new_load_dataset(self, cleaned) -> dict:
+        """The dataset the profile will have: a new upload's text, none, or the stored one."""
+        if cleaned.get("clear_load_dataset"):
+            return {"load_dataset": ""}
+        if cleaned.get("load_dataset"):
+            return {"load_dataset": cleaned["load_dataset"]}
+        return {"load_dataset_encrypted": self.instance.load_dataset_encrypted}
+
     def clean(self):
         super().clean()
         cleaned = self.cleaned_data  # what ModelForm.clean() returns, typed without None
@@ -205,6 +258,9 @@ class EndpointForm(forms.ModelForm):
         if cleaned.get("webhook_secret") and cleaned.get("clear_webhook_secret"):
             self.add_error("webhook_secret",
                            "Either give a new secret or remove the stored one, not both.")
+        if cleaned.get("load_dataset") and cleaned.get("clear_load_dataset"):
+            self.add_error("load_dataset",
+                           "Either give a new dataset or remove the stored one, not both.")
         if cleaned.get("webhook_url") and cleaned.get("clear_webhook_url"):
             self.add_error("webhook_url", "Either give a new URL or remove the stored one, not both.")
         if self.instance.pk is None and self.team is not None:
@@ -225,9 +281,14 @@ class EndpointForm(forms.ModelForm):
                 "requests_per_level": cleaned.get("requests_per_level"),
                 "max_tokens": cleaned.get("max_tokens") or 0, "timeout_s": cleaned["timeout_s"],
                 "price_input_per_mtok": cleaned.get("price_input_per_mtok"),
-                "price_output_per_mtok": cleaned.get("price_output_per_mtok")})
+                "price_output_per_mtok": cleaned.get("price_output_per_mtok"),
+                **{name: cleaned.get(name) for name in endpoints.WORKLOAD_FIELDS},
+                **self._new_load_dataset(cleaned)})
         except PlanError as exc:
-            raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
+            field = _profile_error_field(str(exc))
+            if field is None:
+                raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
+            self.add_error(field, f"This scan profile cannot run: {exc}.")
         return cleaned
 
     def _new_webhook_url(self, cleaned) -> str:
@@ -271,6 +332,10 @@ class EndpointForm(forms.ModelForm):
                 endpoints.set_secret(endpoint, name, cleaned[name])
         if cleaned.get("prompt_sample"):
             endpoints.set_secret(endpoint, "prompt_sample", cleaned["prompt_sample"])
+        if cleaned.get("clear_load_dataset"):
+            endpoints.set_secret(endpoint, "load_dataset", "")
+        elif cleaned.get("load_dataset"):
+            endpoints.set_secret(endpoint, "load_dataset", cleaned["load_dataset"])
         if commit:
             # Only what this form owns: alert state, badge key and manual-scan time are
             # written by workers and other pages meanwhile.
@@ -282,5 +347,23 @@ class EndpointForm(forms.ModelForm):
 
 
 FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url",
-                     "webhook_secret_encrypted", "prompt_sample_encrypted", "next_scan_at")
+                     "webhook_secret_encrypted", "prompt_sample_encrypted",
+                     "load_dataset_encrypted", "next_scan_at")
+
+
+# A profile error about one workload field is shown at that field (the first word that names
+# it in the one-line PlanError); any other stays at the top of the form.
+_PROFILE_ERROR_FIELDS = (
+    ("shared-prefix", "shared_prefix_tokens"), ("shared prefix", "shared_prefix_tokens"),
+    ("input-tokens", "input_tokens"), ("input tokens", "input_tokens"),
+    ("output-tokens", "output_tokens"), ("output tokens", "output_tokens"),
+    ("warm", "warmup"), ("dataset", "load_dataset"),
+)
+
+
+def _profile_error_field(message: str) -> str | None:
+    for word, field in _PROFILE_ERROR_FIELDS:
+        if message.lower().startswith(("--" + word, word, "a " + word, "the " + word)):
+            return field
+    return None
 

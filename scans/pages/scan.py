@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET
 
+from scans import profile as load_profile
 from scans.grader.report import render_html
 from scans.models import Scan, ScanStatus
 from scans.pages.common import previous_scan, scan_or_404
@@ -27,6 +28,8 @@ def scan_detail(request, public_id):
         "team": endpoint.team, "endpoint": endpoint, "scan": scan,
         "report_html": report_html, "previous": previous_scan(scan) if scan.report else None,
         "progress": _progress(scan),
+        # the load that produced this grade, from the report itself (not today's settings)
+        "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
     })
 
 
