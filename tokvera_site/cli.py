@@ -13,7 +13,7 @@ the grader. The dispatcher stays in tokvera_site (the console script `tokvera_si
 and `python -m tokvera_site.cli`) because importing the package is itself Django-free: its
 __init__ no longer loads the Celery app, which Django processes load in ScansConfig.ready()
 and `celery -A tokvera_site` finds as tokvera_site.celery. An import contract in
-pyproject.toml and tests/grader/test_cli_startup.py (which sees importlib's imports too)
+pyproject.toml and tests/scans/grader/test_cli_startup.py (which sees importlib's imports too)
 keep it so.
 """
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from django.conf import settings
 
 from benchmarks.models import Job
 from tests.benchmarks.conftest import build_net, make_catalog
-from tests.conftest import database_url
-from tests.helpers.processes import ROOT
+from tests.helpers.workers import start_worker, worker_env
 from tokvera_site.celery import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -33,18 +30,9 @@ def real_broker():
 
 
 def _start_worker() -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
-         "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-l", "WARNING"],
-        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # The project's own settings (not the fast scan settings), as a deployed worker has.
+    return start_worker("--pool", "prefork", "--concurrency", "2",
+                        env=worker_env(DJANGO_SETTINGS_MODULE="tokvera_site.settings"))
 
 
 def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_broker):

@@ -18,8 +18,8 @@ from django.urls import reverse
 from accounts import encryption
 from scans.models import Endpoint
 from tests.conftest import bearer
-from tests.grader.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.helpers.factories import make_endpoint
+from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.scans.pages.test_endpoint_form import form_data
 
 pytestmark = pytest.mark.django_db

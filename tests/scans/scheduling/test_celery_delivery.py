@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -21,28 +20,17 @@ from scans import dispatch
 from scans import worker as scan_worker
 from scans.grader.target import TargetConfig, running_target
 from scans.models import CheckResult, OriginLock, Scan, ScanStatus
-from tests.conftest import database_url
 from tests.helpers.factories import make_endpoint
-from tests.helpers.processes import ROOT
+from tests.helpers.workers import start_worker, worker_env
 from tokvera_site.celery import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
 def _start_worker(concurrency: int = 2) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "OUTBOUND_ALLOW": "loopback",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "prefork",
-         "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
-         "--without-heartbeat", "-l", "WARNING"],
-        cwd=ROOT, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    # The project's own settings (not the fast scan settings), as a deployed worker has.
+    return start_worker("--pool", "prefork", "--concurrency", str(concurrency),
+                        env=worker_env(DJANGO_SETTINGS_MODULE="tokvera_site.settings"))
 
 
 def _stop(worker: subprocess.Popen, sig=signal.SIGTERM) -> None:

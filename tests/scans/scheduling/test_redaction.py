@@ -16,8 +16,8 @@ from django.urls import reverse
 from accounts import encryption
 from scans import worker as scan_worker
 from scans.models import Scan, ScanStatus
-from tests.grader.servers import json_response, raw_server, read_request
 from tests.helpers.factories import make_endpoint
+from tests.helpers.servers import json_response, raw_server, read_request
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from scans.grader import ScanPlan, ScanTransport, run_scan
-
-from .servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
+from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 
 
 def _self_signed(tmp_path):

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from scans.grader.report import render_html
-from tests.grader.test_report_schema import minimal_report
 from tests.helpers.processes import ROOT
+from tests.scans.grader.test_report_schema import minimal_report
 
 
 def test_rendering_report_html_imports_no_django_and_needs_no_settings(tmp_path):

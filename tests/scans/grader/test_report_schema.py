@@ -1,14 +1,14 @@
 import copy
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
+from tests.helpers.processes import ROOT
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report.schema.json"
+SCHEMA_PATH = ROOT / "docs" / "report.schema.json"
 
 
 @pytest.fixture(scope="module")

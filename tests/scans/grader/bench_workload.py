@@ -1,6 +1,6 @@
 """Scanner CPU per request with short and long prompts (issue 21). Not a test: run it by hand.
 
-    .venv/bin/python tests/grader/bench_workload.py [--level 64] [--requests 256]
+    .venv/bin/python tests/scans/grader/bench_workload.py [--level 64] [--requests 256]
         [--input-tokens 8000] [--repeats 3]
 
 Starts `tokvera target --ttft-ms 200 --itl-ms 20 --tokens 64 --tokenize` in its own process, then

@@ -24,9 +24,8 @@ from scans.grader import ScanPlan, run_scan, run_scan_async
 from scans.grader.cli import target as target_cli
 from scans.grader.report import regrade, render_html, report_from_measurement
 from scans.grader.target import TargetServer, running_target
+from tests.helpers.servers import paced_stream_server, raw_server, scan, validate_report
 from tokvera_site.cli import main
-
-from .servers import paced_stream_server, raw_server, scan, validate_report
 
 #: The issue's bound: both times within 3 ms of the server's own clock.
 TRUTH_MS = 3.0

@@ -8,8 +8,7 @@ from scans.grader import ScanPlan, run_scan
 from scans.grader.check_values import check_values
 from scans.grader.report import regrade, render_html, report_from_measurement
 from scans.grader.target import TargetConfig, running_target
-
-from .servers import validate_report
+from tests.helpers.servers import validate_report
 
 FAST = dict(ttft_ms=5, itl_ms=1, tokens=12)
 

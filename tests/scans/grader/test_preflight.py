@@ -14,10 +14,9 @@ import httpx
 import pytest
 
 from scans.grader.target import TargetConfig, running_target
+from tests.helpers.servers import json_response, raw_server, read_request
+from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main
-
-from .servers import json_response, raw_server, read_request
-from .servers import validate_report as validate
 
 KEY = "sk-test-DO-NOT-LEAK-77aa0c"
 MODEL_NOT_FOUND = {"error": {"message": "The model `wrong-model` does not exist.",
@@ -159,7 +158,7 @@ def test_a_probe_that_hangs_is_bounded_by_the_timeout_and_the_cause_is_timeout(t
     b'{"data": "' + b"x" * (2 * 1024 * 1024) + b'"}',
 ])
 def test_an_odd_models_answer_is_recorded_compactly_and_never_fatal(models, tmp_path):
-    from .servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk
+    from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk
 
     async def handler(reader, writer):
         while True:

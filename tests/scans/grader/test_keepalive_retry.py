@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .servers import (
+from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
     good_stream,
@@ -117,8 +117,7 @@ def test_the_retry_also_works_through_a_plain_httpx_transport():
     import httpx
 
     from scans.grader import run_scan
-
-    from .servers import plan_for
+    from tests.helpers.servers import plan_for
 
     with raw_server(_one_response_then(_close_when_the_next_request_arrives)) as port:
         m = run_scan(plan_for(port, requests=3), transport=httpx.AsyncHTTPTransport())

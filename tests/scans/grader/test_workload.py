@@ -17,9 +17,7 @@ from scans.grader.plan import PlanError
 from scans.grader.report import comparability, report_from_measurement, workload_lines
 from scans.grader.target import TargetConfig, serving_target
 from scans.grader.workload import Workload, WorkloadError, load_dataset, tolerance
-from tokvera_site.cli import main
-
-from .servers import (
+from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
     content_event,
@@ -31,6 +29,7 @@ from .servers import (
     read_request,
     validate_report,
 )
+from tokvera_site.cli import main
 
 NONCE = re.compile(r"\[(\d{10})-(\d{6})\]")
 FAST = dict(ttft_ms=5.0, itl_ms=1.0, tokens=8)

@@ -12,8 +12,7 @@ import random
 import tracemalloc
 
 from scans.grader.report import report_from_measurement
-
-from .servers import (
+from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
     content_event,

@@ -13,7 +13,7 @@ from benchmarks import agent
 from scans.grader.openai_chat import chat_request_body, encode_body, read_sse, user_message
 from scans.grader.sse import SSEDecoder
 from scans.grader.stream import StreamParser
-from tests.grader.servers import (
+from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
     content_event,

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from scans.grader.target import TargetConfig, running_target
+from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
+from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main
-
-from .servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
-from .servers import validate_report as validate
 
 FAST = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)
 KEY = "sk-test-DO-NOT-LEAK-4f1c9a"

@@ -7,8 +7,7 @@ import pytest
 from scans.grader import run_scan
 from scans.grader.check_values import check_values
 from scans.grader.target import TargetConfig, running_target
-
-from .servers import (
+from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
     good_stream,
