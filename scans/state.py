@@ -35,8 +35,7 @@ from django.db.models.fields.json import KT
 
 from accounts.tenancy import scoped_to_teams
 from scans.grader import formatting as fmt
-from scans.grader.report import CHECK_LABELS
-from scans.grader.scoring import is_below_floor
+from scans.grader.scoring import CHECK_LABELS, is_below_floor
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "headline", "of_scan",

@@ -27,6 +27,7 @@ from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budg
 from scans.grader.plan import ScanPlan
 from scans.grader.prompts import PromptSample
 from scans.grader.redaction import redact_report
+from scans.grader.scoring import CHECK_LABELS
 from scans.grader.stats import percentile
 from scans.grader.timeline import sample_times_ms
 
@@ -230,19 +231,7 @@ def write_report(report: Mapping[str, Any], out_dir: str | os.PathLike) -> tuple
 
 # -- HTML ----------------------------------------------------------------------------------------
 
-#: Check ids and statuses as people read them (report.html; the ids stay in report.json).
-CHECK_LABELS = {
-    "ttft_p95_at_concurrency_1": "Time to first token, p95, one request at a time",
-    "ttft_p99_load_ratio": "Time to first token under load (p99, loaded ÷ alone)",
-    "inter_chunk_p95_at_concurrency_1": "Gap between chunks, p95, one request at a time",
-    "error_rate": "Failed requests, all levels",
-    "error_rate_at_peak": "Failed requests at the highest level",
-    "generation_rate_load_ratio": "Per-stream speed under load (loaded ÷ alone)",
-    "usage_reported_share": "Streams that stated their token usage",
-    "metrics_endpoint": "Prometheus /metrics",
-    "repeat_prompt_share": "Repeated prompts in your sample",
-    "gpu_utilization_at_peak": "GPU utilization at peak",
-}
+#: Statuses as people read them (report.html); check labels: scoring.CHECK_LABELS.
 STATUS_LABELS = {"pass": "pass", "warn": "warning", "fail": "fail",
                  "insufficient_evidence": "not counted", "preview": "preview, not counted"}
 

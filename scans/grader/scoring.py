@@ -27,6 +27,7 @@ __all__ = [
     "BEGIN_MARKER",
     "CAPS",
     "CHECKS",
+    "CHECK_LABELS",
     "END_MARKER",
     "GRADES",
     "INSUFFICIENT_EVIDENCE",
@@ -96,6 +97,7 @@ class Check:
     pass_value: float | bool
     warn_value: float | bool
     counted: bool = True
+    label: str = ""  # as people read it (report.html, the site); the id stays in report.json
 
     def bounds(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The report's `pass` and `warn` objects."""
@@ -117,35 +119,47 @@ class Check:
 
 CHECKS: tuple[Check, ...] = (
     Check("ttft_p95_at_concurrency_1", "latency",
-          "Time to first token, p95, with one request in flight", "ms", "<=", 800, 2000),
+          "Time to first token, p95, with one request in flight", "ms", "<=", 800, 2000,
+          label="Time to first token, p95, one request at a time"),
     Check("ttft_p99_load_ratio", "latency",
           "Time to first token under load: p99 at the highest level that had successes, "
-          "divided by p99 with one request in flight", "ratio", "<=", 2, 4),
+          "divided by p99 with one request in flight", "ratio", "<=", 2, 4,
+          label="Time to first token under load (p99, loaded ÷ alone)"),
     Check("inter_chunk_p95_at_concurrency_1", "latency",
           "Gap between consecutive content chunks, p95, with one request in flight",
-          "ms", "<=", 100, 250),
+          "ms", "<=", 100, 250,
+          label="Gap between chunks, p95, one request at a time"),
     Check("error_rate", "reliability",
           "Share of requests that failed, every level together", "share", "<=",
-          0.01, 0.05),
+          0.01, 0.05,
+          label="Failed requests, all levels"),
     Check("error_rate_at_peak", "reliability",
           "Share of requests that failed at the highest concurrency level", "share",
-          "<=", 0.01, 0.05),
+          "<=", 0.01, 0.05,
+          label="Failed requests at the highest level"),
     Check("generation_rate_load_ratio", "capacity",
           "Median per-stream generation rate at the highest level that had successes, "
-          "divided by the median with one request in flight", "ratio", ">=", 0.7, 0.4),
+          "divided by the median with one request in flight", "ratio", ">=", 0.7, 0.4,
+          label="Per-stream speed under load (loaded ÷ alone)"),
     Check("usage_reported_share", "observability",
           "Share of successful streams that stated their token usage", "share", ">=",
-          1, 0.5),
+          1, 0.5,
+          label="Streams that stated their token usage"),
     Check("metrics_endpoint", "observability",
           "Prometheus metrics served at /metrics on the target's origin", "present",
-          "==", True, False),
+          "==", True, False,
+          label="Prometheus /metrics"),
     Check("repeat_prompt_share", "cost_and_cache",
           "Share of prompts in the supplied sample that exactly repeat an earlier one",
-          "share", "<=", 0.1, 0.25),
+          "share", "<=", 0.1, 0.25,
+          label="Repeated prompts in your sample"),
     Check("gpu_utilization_at_peak", "capacity",
           "Highest GPU utilization seen while the load ran", "share", ">=", 0.6, 0.3,
-          counted=False),
+          counted=False,
+          label="GPU utilization at peak"),
 )
+# Check ids → how people read them, from CHECKS (the one table).
+CHECK_LABELS = {check.id: check.label for check in CHECKS}
 
 _CHECKS_BY_ID = {check.id: check for check in CHECKS}
 

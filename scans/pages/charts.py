@@ -31,7 +31,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from scans.grader import formatting, scoring
-from scans.grader.report import CHECK_LABELS
+from scans.grader.scoring import CHECK_LABELS
 from scans.history import CheckPoint, GradePoint
 
 __all__ = ["BAND_COLOURS", "STATUS_COLOURS", "Series", "SeriesPoint", "badge", "check_chart",
