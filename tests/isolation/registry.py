@@ -236,7 +236,7 @@ TEAM: dict[str, list[Case]] = {
 # Public badges: no login, nothing but the grade (tests/scans/pages/test_badges.py).
 PUBLIC |= {"badge-svg", "badge-json"}
 
-# Public benchmarks: aggregates only, no login (tests/public/).
+# Public benchmarks: aggregates only, no login (tests/benchmarks/public/).
 PUBLIC |= {"public-slo", "public-stats", "benchmarks", "benchmarks-methodology"}
 
 

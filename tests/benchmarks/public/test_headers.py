@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import make_user
-from tests.public.conftest import make_model
+from tests.benchmarks.public.conftest import make_model
 
 pytestmark = pytest.mark.django_db
 

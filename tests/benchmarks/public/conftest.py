@@ -109,7 +109,7 @@ class Network:
 
 
 def build_network(now: datetime = T0) -> Network:
-    """The hand-built network of tests/public/test_hand_built_network.py (figures there).
+    """The hand-built network of tests/benchmarks/public/test_hand_built_network.py (figures there).
 
     Models: alpha-q4 and beta-q8 are active, retired-q4 is not.
     Hosts (operator team "ursula-hosting"; none-b and retired are run by "vortex-rigs"):

@@ -1,4 +1,4 @@
-"""A network built by hand (tests/public/conftest.py: build_network) and every figure it must
+"""A network built by hand (tests/benchmarks/public/conftest.py: build_network) and every figure it must
 give on /v1/slo, /v1/stats and /benchmarks at the same frozen coordinator clock.
 
 Hosts at each tier, one offline by 46 s and one at exactly 45 s, a suspended, a revoked and a
@@ -16,7 +16,7 @@ import time_machine
 from django.test import Client
 
 from benchmarks import snapshot
-from tests.public.conftest import T0
+from tests.benchmarks.public.conftest import T0
 
 pytestmark = pytest.mark.django_db
 

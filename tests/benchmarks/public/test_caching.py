@@ -20,7 +20,7 @@ from benchmarks import public_cache, tasks
 from scans.periodic_tasks import all_periodic_tasks
 from tests.conftest import make_user
 from tests.helpers.processes import ROOT
-from tests.public.conftest import T0, make_host, make_job, make_model
+from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 
 pytestmark = pytest.mark.django_db
 

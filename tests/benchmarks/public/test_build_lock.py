@@ -23,7 +23,7 @@ import time_machine
 from accounts import teams
 from benchmarks import public_cache
 from tests.conftest import database_url, make_user
-from tests.public.conftest import T0, make_host, make_job, make_model
+from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OTHERS = 8

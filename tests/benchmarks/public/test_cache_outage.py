@@ -16,7 +16,7 @@ from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
 from tests.conftest import bearer, make_user
-from tests.public.conftest import T0, make_host, make_job, make_model
+from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tokvera_site.devservices import EmbeddedRedis
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from benchmarks import public_cache
 from tests.helpers.browser import ARTIFACTS, offline
-from tests.public.conftest import build_network
-from tests.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
+from tests.benchmarks.public.conftest import build_network
+from tests.benchmarks.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -84,7 +84,7 @@ def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server)
 
 
 def test_a_quiet_network_shows_the_banner_in_the_browser(browser, live_server):  # noqa: F811
-    from tests.public.conftest import make_model
+    from tests.benchmarks.public.conftest import make_model
 
     make_model("alpha-q4")
     public_cache.refresh()
