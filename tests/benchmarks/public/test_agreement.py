@@ -15,9 +15,9 @@ from django.utils import timezone
 from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from tests.conftest import make_user
 from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.benchmarks.public.test_hand_built_network import Page
+from tests.conftest import make_user
 from tokvera_site.celery import app
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 
 from benchmarks import public_cache
-from tests.helpers.browser import ARTIFACTS, offline
 from tests.benchmarks.public.conftest import build_network
 from tests.benchmarks.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
+from tests.helpers.browser import ARTIFACTS, offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -22,8 +22,8 @@ import time_machine
 
 from accounts import teams
 from benchmarks import public_cache
-from tests.conftest import database_url, make_user
 from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
+from tests.conftest import database_url, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OTHERS = 8

@@ -15,8 +15,8 @@ from django.test import Client
 from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from tests.conftest import bearer, make_user
 from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
+from tests.conftest import bearer, make_user
 from tokvera_site.devservices import EmbeddedRedis
 
 pytestmark = pytest.mark.django_db

@@ -18,9 +18,9 @@ from django.test import Client
 from accounts import teams
 from benchmarks import public_cache, tasks
 from scans.periodic_tasks import all_periodic_tasks
+from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import make_user
 from tests.helpers.processes import ROOT
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.conftest import make_user
 from tests.benchmarks.public.conftest import make_model
+from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ import pytest
 from accounts import teams
 from benchmarks import snapshot
 from scans.grader.stats import percentile
-from tests.conftest import make_user
 from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
+from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 

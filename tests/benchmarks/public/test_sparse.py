@@ -11,9 +11,9 @@ from django.test import Client
 
 from accounts import teams
 from benchmarks.models import JobStatus
-from tests.conftest import make_user
 from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.benchmarks.public.test_hand_built_network import Page
+from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 BANNER = "Not enough samples yet"
