@@ -159,7 +159,10 @@ def parse_load_dataset(text: str) -> Dataset:
     """A load dataset's JSONL text, parsed by the grader's own reader (`tokvera scan
     --dataset`) from an anonymous in-memory file: the text never touches a disk. Raises
     DatasetError (one line, naming the line) when it cannot be used."""
-    raw = text.encode()
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800") is no UTF-8 text
+        raise DatasetError("the dataset is not UTF-8 text") from None
     if len(raw) > SITE_MAX_DATASET_BYTES:
         raise DatasetError(f"the dataset is larger than "
                            f"{SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB")

@@ -176,13 +176,15 @@ def endpoint_detail(request, public_id):
     page = Paginator(endpoint.scans.order_by("-queued_at").annotate(
         **load_profile.plan_annotations()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
     for scan in page.object_list:  # the load each grade came from, read from its own report
-        scan.load_profile = (load_profile.profile_of_row(vars(scan))
-                             if scan.status == ScanStatus.SUCCEEDED else None)
+        setattr(scan, "load_profile",  # noqa: B010 - a page-only attribute, not a field
+                load_profile.profile_of_row(vars(scan))
+                if scan.status == ScanStatus.SUCCEEDED else None)
     latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
               .annotate(**load_profile.plan_annotations())
               .only("grade", "provisional", "pushed", "queued_at").first())
     if latest is not None:
-        latest.load_profile = load_profile.profile_of_row(vars(latest))
+        setattr(latest, "load_profile",  # noqa: B010 - a page-only attribute, not a field
+                load_profile.profile_of_row(vars(latest)))
     profiles = list(dict.fromkeys(p.profile for p in grades if p.profile))
     access = Access.for_request(request)
     badge_svg = request.build_absolute_uri(reverse("badge-svg", args=[endpoint.badge_key]))
