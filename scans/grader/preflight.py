@@ -34,6 +34,7 @@ __all__ = [
     "Preflight",
     "SendRequest",
     "failure_phrase",
+    "plain_http_answer",
     "run_preflight",
     "server_message",
 ]
@@ -93,6 +94,18 @@ def _message_of(body: object) -> str | None:
     return None
 
 
+#: What OpenSSL says when the bytes that came back to a ClientHello were not TLS at all: a
+#: plain-HTTP server answering on an https:// URL ("HTTP/1.1 400 ..." read as a TLS record).
+_PLAIN_HTTP_SIGNS = ("wrong_version_number", "wrong version number", "record layer failure",
+                     "http_request", "http request", "unknown protocol", "packet length too long")
+
+
+def plain_http_answer(error: str | None) -> bool:
+    """True when a transport error is the TLS client reading a plain-HTTP answer."""
+    text = (error or "").lower()
+    return any(sign in text for sign in _PLAIN_HTTP_SIGNS)
+
+
 def failure_phrase(failure: str, error: str | None = None) -> str:
     """A failure class (and, for transport errors, its message) in a few plain words."""
     text = (error or "").lower()
@@ -104,7 +117,11 @@ def failure_phrase(failure: str, error: str | None = None) -> str:
         if ("name or service not known" in text or "nodename nor servname" in text
                 or "name resolution" in text or "getaddrinfo" in text):
             return "DNS lookup failed"
-        if "ssl" in text or "tls" in text or "certificate" in text:
+        if plain_http_answer(text):
+            return "TLS handshake failed (the server answered plain HTTP)"
+        if "certificate" in text:
+            return "TLS handshake failed (the certificate was not trusted)"
+        if "ssl" in text or "tls" in text:
             return "TLS handshake failed"
         if "reset" in text:
             return "connection reset"
@@ -203,16 +220,30 @@ def _offered(models: ModelsListing) -> str:
     return f"the server offers: {named}" + (f" (and {more:,} more)" if more > 0 else "")
 
 
+def _tls_cause(error: str, origin: str) -> str:
+    """A TLS failure named as such, with what to do about it."""
+    if plain_http_answer(error):
+        plain = "http://" + origin.removeprefix("https://")
+        return (f"TLS handshake failed: the server at {origin} answered plain HTTP — did you "
+                f"mean {plain}?")
+    if "certificate" in error.lower():
+        return (f"TLS handshake failed: the certificate of {origin} was not trusted "
+                f"({error[:160]})")
+    return f"TLS handshake failed with {origin} ({error[:160]})"
+
+
 def _cause(probe: RequestRecord, models: ModelsListing, model: str, where: str,
-           timeout_s: float, authenticated: bool) -> tuple[str, str]:
+           timeout_s: float, authenticated: bool, origin: str = "") -> tuple[str, str]:
     """(one sentence, kind) for a probe that failed."""
     failure = probe.failure or ""
     message = server_message(probe.error)
     said = f': "{message}"' if message else ""
     if failure == "transport_error":
         phrase = failure_phrase(failure, probe.error)
-        kind = {"connection refused": "connection_refused", "DNS lookup failed": "dns",
-                "TLS handshake failed": "tls"}.get(phrase, "transport_error")
+        if phrase.startswith("TLS handshake failed"):
+            return _tls_cause(probe.error or "", origin or f"https://{where}"), "tls"
+        kind = {"connection refused": "connection_refused",
+                "DNS lookup failed": "dns"}.get(phrase, "transport_error")
         hint = " (nothing is listening there)" if kind == "connection_refused" else ""
         detail = "" if kind == "connection_refused" else f" ({(probe.error or '')[:160]})"
         return f"could not connect to {where}: {phrase}{hint}{detail}", kind
@@ -252,7 +283,7 @@ async def run_preflight(plan: ScanPlan, client: httpx.AsyncClient,
         return Preflight(models, probe, stopped=False, cause=None, kind=None)
     where = plan.origin.split("://", 1)[-1]
     cause, kind = _cause(probe, models, plan.model, where, plan.timeout_s,
-                         authenticated=bool(plan.api_key))
+                         authenticated=bool(plan.api_key), origin=plan.origin)
     secrets = [plan.api_key] if plan.api_key else []
     cause = redact_text(cause, secrets)
     probe.error = redact_text(probe.error or "", secrets) or None

@@ -37,6 +37,7 @@ __all__ = [
     "cli_notes",
     "comparability",
     "level_entry",
+    "preflight_warnings",
     "regrade",
     "render_html",
     "report_from_measurement",
@@ -177,6 +178,8 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         measurements.update(measurements_extra)
     levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
+    if preflight is not None:
+        preflight["warnings"] = preflight_warnings(preflight, measurement.model)
     # Error messages are the server's words and servers echo keys: none survives.
     return redact_report({
         "tool_version": f"tokvera {measurement.scanner.get('version', 'unknown')}",
@@ -191,6 +194,25 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "measurements": measurements,
         "score": graded.score,
     }, [plan.api_key] if plan.api_key else [])
+
+
+def preflight_warnings(preflight: Mapping[str, Any], model: str) -> list[dict]:
+    """What the preflight found that does not stop a scan but makes its grade doubtful, each
+    {"kind", "message"}: report.json's ``preflight.warnings``, printed by `tokvera scan` before
+    the grade. "model_not_listed": GET /models answered with a list that lacks --model (a
+    server that serves one model whatever is asked answers anyway)."""
+    models = preflight.get("models") or {}
+    if not models.get("answered") or models.get("model_listed") is not False:
+        return []
+    if preflight.get("kind") == "model_not_found":  # the cause already says so
+        return []
+    ids = [str(i) for i in models.get("ids") or []]
+    named = ", ".join(ids[:8]) if ids else "no model at all"
+    total = int(models.get("ids_total") or len(ids))
+    more = f" and {total - min(len(ids), 8):,} more" if total > min(len(ids), 8) else ""
+    return [{"kind": "model_not_listed", "model": model,
+             "message": (f"the server does not list model '{model}' (it lists: {named}{more}); "
+                         "the grade is of whatever answered")}]
 
 
 def report_from_measurement(plan: ScanPlan, measurement: Measurement,

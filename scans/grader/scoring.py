@@ -176,6 +176,10 @@ class Cap:
     grade_at_best: str
     applies_when: str
     applies: Callable[[Mapping[str, dict]], bool] = field(repr=False, compare=False)
+    #: The check whose value triggers the cap, and the cap's own limit on it when that is not
+    #: the check's fail bound (error_rate > 25 %): what `tokvera scan` names in its cap line.
+    check: str = ""
+    limit: float | None = None
 
 
 def _measured(checks: Mapping[str, dict], check_id: str) -> float | bool | None:
@@ -210,17 +214,17 @@ def _check_failed(check_id: str) -> Callable[[Mapping[str, dict]], bool]:
 
 CAPS: tuple[Cap, ...] = (
     Cap("no_successful_request", "F", "not a single request of any level streamed a reply",
-        _no_request_succeeded),
+        _no_request_succeeded, check="error_rate", limit=1),
     Cap("error_rate_over_25_percent", "F", "more than 25% of all requests failed",
-        _error_rate_over(0.25)),
+        _error_rate_over(0.25), check="error_rate", limit=0.25),
     Cap("error_rate_over_5_percent", "D", "more than 5% of all requests failed",
-        _error_rate_over(0.05)),
+        _error_rate_over(0.05), check="error_rate", limit=0.05),
     Cap("ttft_at_concurrency_1_failed", "C",
         "time to first token fails its threshold with only one request in flight",
-        _check_failed("ttft_p95_at_concurrency_1")),
+        _check_failed("ttft_p95_at_concurrency_1"), check="ttft_p95_at_concurrency_1"),
     Cap("ttft_collapses_under_load", "C",
         "time to first token under load fails its threshold (ttft_p99_load_ratio)",
-        _check_failed("ttft_p99_load_ratio")),
+        _check_failed("ttft_p99_load_ratio"), check="ttft_p99_load_ratio"),
 )
 
 

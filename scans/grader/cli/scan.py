@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import textwrap
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scans.grader import PlanError, PromptsFileError, ScanPlan, headline, load_prompts_file, run_scan, scoring
+from scans.grader import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan, scoring
 from scans.grader import formatting as fmt
-from scans.grader.cli import UsageError
+from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
-from scans.grader.report import cli_notes, report_from_measurement, workload_lines, write_report
+from scans.grader.report import report_from_measurement, write_report
 from scans.grader.stats import percentile
 from scans.grader.workload import Workload, WorkloadError, load_dataset
 
@@ -207,53 +205,24 @@ class _Running:
         return fmt.rate(self.chunks / elapsed, "chunks/s")
 
 
-def _print_table(report: dict) -> None:
-    """The headline numbers, one row per level, on stdout."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Headline numbers (times in ms)", title_justify="left")
-    for _key, title, _unit in headline.COLUMNS:
-        table.add_column(title, justify="right")
-    for row in headline.headline_rows(report["levels"]):
-        table.add_row(*(row[key] for key, _, _ in headline.COLUMNS))
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200,
-                      no_color=not sys.stdout.isatty())
-    console.print(table)
-
-
 def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
-    """The grade line, the cause of any failure, the notes and the headline table."""
-    score = report["score"]
-    if score["grade"] in scoring.GRADES:
-        summary = (f"grade {score['grade']} ({fmt.number(score['points'], 'rate')} points"
-                   f"{', provisional scoring ' + score['scoring_version'] if score['provisional'] else ''})")
-    else:
-        summary = f"no grade: {score['reason']}"
-    failed = sum(sum(level["failed"].values()) for level in report["levels"])
-    total = sum(level["requests"] for level in report["levels"])
+    """Warnings, the grade (or, for an endpoint that never answered, the cause), one line per
+    cap and failed check, the notes and the headline table, laid out for the terminal's width
+    (scans.grader.cli.summary)."""
+    width = summary.terminal_width()
     say = sys.stdout.write
-    say(f"tokvera scan: {summary}; {failed} of {total} requests failed; "
-        f"report: {os.fspath(html_path)}\n")
-    cause = report.get("failure_summary")
-    if cause and cause.get("stopped_by_preflight"):
-        say(f"tokvera scan: stopped before any load: {report['preflight']['cause']}\n")
-    elif cause:
-        example = f" (e.g. {cause['example']})" if cause.get("example") else ""
-        say(f"tokvera scan: what failed: {cause['sentence']}{example}\n")
-    width = max(40, shutil.get_terminal_size().columns - len("tokvera scan: "))
-    for line in workload_lines(report):  # what was sent: "A at 1/4/16 × 20, 4,000 → 256 tokens"
-        for i, part in enumerate(textwrap.wrap(line, width - 2) or [""]):
-            say(f"tokvera scan: {'  ' if i else ''}{part}\n")
-    for line in cli_notes(report):  # which TTFT was graded; thinking and the budget hint
-        say(f"tokvera scan: {line}\n")
-    _print_table(report)
+    for line in summary.summary_lines(report, os.fspath(html_path), width):
+        say(line + "\n")
+    if not (report.get("preflight") or {}).get("stopped"):  # no load ran: no table to show
+        for line in summary.table_lines(report["levels"], width):
+            say(line + "\n")
     if not quiet:
         for level in report["levels"]:
             level_cause = level.get("failure_summary")
             if level_cause and len(report["levels"]) > 1:
-                sys.stderr.write(f"  concurrency {level['concurrency']}: "
-                                 f"{level_cause['sentence']}\n")
+                for line in summary.wrap(f"concurrency {level['concurrency']}: "
+                                         f"{level_cause['sentence']}", width, prefix="  "):
+                    sys.stderr.write(line + "\n")
 
 
 def _preflight_lines(preflight: dict, model: str) -> list[str]:
@@ -357,8 +326,9 @@ def run(args: argparse.Namespace) -> int:
     # The floor is decided after publishing was attempted: a CI gate fails for the grade,
     # not for the network.
     if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
-        sys.stderr.write(f"tokvera scan: grade {score['grade']} is below --fail-under "
-                         f"{args.fail_under}\n")
+        what = (f"the endpoint is down (report.json: {score['grade']})" if summary.is_down(report)
+                else f"grade {score['grade']}")
+        sys.stderr.write(f"tokvera scan: {what} is below --fail-under {args.fail_under}\n")
         return EXIT_BELOW_FLOOR
     return status
 

@@ -65,7 +65,14 @@ def _report(out: Path) -> dict:
 
 
 def _cause_line(stdout: str) -> str:
-    lines = [line for line in stdout.splitlines() if "stopped before any load" in line]
+    """The line (its wrapped continuations joined) that says why the scan stopped."""
+    logical: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith("tokvera scan:   ") and logical:
+            logical[-1] += " " + line.removeprefix("tokvera scan:").strip()
+        else:
+            logical.append(line)
+    lines = [line for line in logical if "stopped before any load" in line]
     assert len(lines) == 1, stdout
     return lines[0]
 

@@ -1,0 +1,286 @@
+"""What `tokvera scan` prints when a scan is done, laid out for the terminal's width.
+
+The order is the order a reader needs: warnings that make the grade doubtful (a model the
+server does not list), then the grade -- or, for an endpoint that never answered, the cause
+and no letter -- then one line per cap and per failed check, the report's path, what was sent,
+the notes, and the headline table. Every line fits `width` (the terminal's, ``COLUMNS``
+honoured whether or not stdout is a terminal): text wraps between words, never inside a
+number and its unit, and the table drops to several narrower tables (the concurrency column
+repeated) or to one block per level rather than cutting a figure or a header.
+
+Reads report.json dicts only (a report from before these fields existed prints too).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scans.grader import formatting as fmt
+from scans.grader import headline, scoring
+from scans.grader.report import cli_notes, workload_lines
+
+__all__ = ["PREFIX", "cap_lines", "is_down", "summary_lines", "table_lines", "terminal_width",
+           "wrap"]
+
+PREFIX = "tokvera scan: "
+#: Below this the table is one block per level; wrapped text is never narrower than this.
+MIN_WIDTH = 40
+TABLE_TITLE = "Headline numbers (times in ms)"
+
+_NBSP = "\u00a0"
+# Spaces that must not become line breaks: a number and its unit ("5.1 ms", "0.0 %",
+# "572.7 tokens/s"), a bound and its number ("≤ 128").
+_KEEP_TOGETHER = re.compile(
+    r"(?<=\d) (?=(?:ms|s|%|min|points|tokens/s|chunks/s|tokens|requests)\b|%)|(?<=[≤≥<>=×]) (?=\d)")
+
+
+def terminal_width() -> int:
+    """The terminal's width: ``COLUMNS`` when set, else the terminal's, else 80 (stdout is a
+    file or a pipe and nothing says otherwise)."""
+    return max(1, shutil.get_terminal_size((80, 24)).columns)
+
+
+def wrap(text: str, width: int, prefix: str = PREFIX, indent: str = "  ") -> list[str]:
+    """`text` as lines of at most `width` characters, each starting with `prefix` (the
+    continuations indented): broken between words, never inside a word or between a number
+    and its unit. A single word longer than the line (a long path) stays whole."""
+    room = max(MIN_WIDTH // 2, width - len(prefix))
+    protected = _KEEP_TOGETHER.sub(_NBSP, text)
+    parts = textwrap.wrap(protected, room, subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False) or [""]
+    return [prefix + part.replace(_NBSP, " ") for part in parts]
+
+
+# -- what the grade is, and why ------------------------------------------------------------------
+
+def _succeeded(report: Mapping[str, Any]) -> int:
+    return sum(int(level.get("succeeded") or 0) for level in report.get("levels") or [])
+
+
+def is_down(report: Mapping[str, Any]) -> bool:
+    """The endpoint never answered: the preflight stopped the scan, or no request of any
+    level succeeded. report.json still carries the grade the scoring spec gives (F under
+    `no_successful_request`); the CLI does not present it as a quality grade."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped"):
+        return True
+    levels = report.get("levels") or []
+    return bool(levels) and sum(int(lv.get("requests") or 0) for lv in levels) > 0 \
+        and _succeeded(report) == 0
+
+
+def _down_cause(report: Mapping[str, Any]) -> str:
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped") and preflight.get("cause"):
+        return f"{preflight['cause']}; stopped before any load"
+    cause = report.get("failure_summary") or {}
+    sentence = cause.get("sentence") or "no request succeeded"
+    example = f" (e.g. {cause['example']})" if cause.get("example") else ""
+    return f"no request succeeded: {sentence}{example}"
+
+
+def _check_by_id(report: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("id")): c for c in report.get("checks") or [] if isinstance(c, Mapping)}
+
+
+def _bounds(check: Mapping[str, Any]) -> list[float]:
+    return [b["value"] for b in (check.get("pass"), check.get("warn"))
+            if isinstance(b, Mapping) and isinstance(b.get("value"), int | float)
+            and not isinstance(b.get("value"), bool)]
+
+
+def _limit(check: Mapping[str, Any]) -> str:
+    """The warn bound, the last value that is not a fail, without its sign: "4×", "2,000 ms"."""
+    warn = check.get("warn")
+    if not isinstance(warn, Mapping):
+        return fmt.MISSING
+    return fmt.bound_text(str(warn.get("op")), warn.get("value"), str(check.get("unit")))[2:]
+
+
+def _ttft_p99(level: Mapping[str, Any]) -> float | None:
+    figures = level.get("ttft_ms")
+    value = figures.get("p99") if isinstance(figures, Mapping) else None
+    return value if isinstance(value, int | float) else None
+
+
+def _cap_reason(cap: scoring.Cap | None, cap_id: str, report: Mapping[str, Any]) -> str:
+    """Why a cap applied, in numbers with their units."""
+    checks = _check_by_id(report)
+    check = checks.get(cap.check) if cap is not None and cap.check else None
+    if cap is None or check is None:
+        return cap.applies_when if cap is not None else cap_id.replace("_", " ")
+    value = check.get("value")
+    unit = str(check.get("unit"))
+    if cap.id == "no_successful_request":
+        return "not a single request of any level streamed a reply"
+    if cap.limit is not None:  # error_rate over the cap's own limit
+        limit = fmt.percent(cap.limit).replace(".0 %", " %")
+        return (f"{fmt.check_value(value, unit, [cap.limit])} of all requests failed "
+                f"(the cap applies over {limit})")
+    if cap.check == "ttft_p99_load_ratio":
+        levels = [lv for lv in report.get("levels") or [] if int(lv.get("succeeded") or 0) > 0]
+        alone = next((lv for lv in levels if lv.get("concurrency") == 1), None)
+        peak = max(levels, key=lambda lv: int(lv.get("concurrency") or 0)) if levels else None
+        figures = ""
+        if alone is not None and peak is not None:
+            loaded_ms, alone_ms = _ttft_p99(peak), _ttft_p99(alone)
+            if loaded_ms is not None and alone_ms is not None:
+                figures = f"{fmt.ms(loaded_ms)} against {fmt.ms(alone_ms)}; "
+        where = f" at concurrency {peak.get('concurrency')}" if peak is not None else " under load"
+        return (f"TTFT p99{where} is {fmt.check_value(value, unit, _bounds(check))} one "
+                f"request's ({figures}limit {_limit(check)})")
+    if cap.check == "ttft_p95_at_concurrency_1":
+        return (f"TTFT p95 with one request in flight is "
+                f"{fmt.check_value(value, unit, _bounds(check))} (limit {_limit(check)})")
+    label = scoring.CHECK_LABELS.get(cap.check, cap.check)
+    return f"{label} is {fmt.check_value(value, unit, _bounds(check))} (limit {_limit(check)})"
+
+
+def cap_lines(report: Mapping[str, Any]) -> list[str]:
+    """One line per cap that applied and per failed check no cap already names."""
+    score = report.get("score") or {}
+    caps = {cap.id: cap for cap in scoring.CAPS}
+    lines = []
+    named: set[str] = set()
+    grade = score.get("grade")
+    uncapped = score.get("uncapped_grade")
+    for applied in score.get("caps_applied") or []:
+        cap_id = str(applied.get("id"))
+        at_best = str(applied.get("grade_at_best"))
+        cap = caps.get(cap_id)
+        if cap is not None and cap.check:
+            named.add(cap.check)
+        binding = (grade == at_best and uncapped in scoring.GRADES
+                   and scoring.GRADES.index(uncapped) < scoring.GRADES.index(at_best))
+        lead = f"capped at {at_best}" if binding or uncapped not in scoring.GRADES else \
+            f"also caps at {at_best} (the points alone give {uncapped})"
+        lines.append(f"{lead}: {_cap_reason(cap, cap_id, report)}")
+    for check in report.get("checks") or []:
+        if check.get("status") != "fail" or check.get("id") in named:
+            continue
+        unit = str(check.get("unit"))
+        label = scoring.CHECK_LABELS.get(str(check.get("id"))) or str(check.get("id"))
+        passes = check.get("pass")
+        need = (fmt.bound_text(str(passes.get("op")), passes.get("value"), unit)
+                if isinstance(passes, Mapping) else fmt.MISSING)
+        lines.append(f"failed check: {label} is "
+                     f"{fmt.check_value(check.get('value'), unit, _bounds(check))} "
+                     f"(a pass is {need}, limit {_limit(check)})")
+    return lines
+
+
+def _grade_line(report: Mapping[str, Any]) -> str:
+    score = report.get("score") or {}
+    failed = sum(sum((level.get("failed") or {}).values()) for level in report.get("levels") or [])
+    total = sum(int(level.get("requests") or 0) for level in report.get("levels") or [])
+    counts = f"{failed} of {total} requests failed"
+    if is_down(report):
+        recorded = (f" (report.json records {score['grade']} under the no_successful_request "
+                    "cap)" if score.get("grade") in scoring.GRADES else "")
+        return f"no quality grade: the endpoint did not answer{recorded}; {counts}"
+    if score.get("grade") in scoring.GRADES:
+        provisional = (f", provisional scoring {score.get('scoring_version')}"
+                       if score.get("provisional") else "")
+        return (f"grade {score['grade']} ({fmt.number(score.get('points'), 'rate')} points"
+                f"{provisional}); {counts}")
+    return f"no grade: {score.get('reason')}; {counts}"
+
+
+def summary_lines(report: Mapping[str, Any], html_path: str, width: int) -> list[str]:
+    """Everything before the table, wrapped to `width`."""
+    down = is_down(report)
+    texts: list[str] = []
+    preflight = report.get("preflight") or {}
+    for warning in preflight.get("warnings") or []:
+        texts.append(f"warning: {warning.get('message')}")
+    if down:
+        texts.append(f"down: {_down_cause(report)}")
+    texts.append(_grade_line(report))
+    if not down:
+        texts.extend(cap_lines(report))
+        cause = report.get("failure_summary")
+        if cause:
+            example = f" (e.g. {cause['example']})" if cause.get("example") else ""
+            texts.append(f"what failed: {cause['sentence']}{example}")
+    texts.append(f"report: {html_path}")
+    sent = workload_lines(report)  # "A at 1/4/16 × 20, 4,000 → 256 tokens"
+    if down and sent:
+        sent[0] = "down" + sent[0][sent[0].find(" at "):]
+    texts.extend(sent)
+    texts.extend(cli_notes(report))  # which TTFT was graded; thinking and the budget hint
+    return [line for text in texts for line in wrap(text, width)]
+
+
+# -- the headline table --------------------------------------------------------------------------
+
+def _render(tables: Sequence[Any], width: int) -> list[str]:
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, no_color=True, color_system=None,
+                      force_terminal=False, force_jupyter=False, soft_wrap=False,
+                      legacy_windows=False)
+    for table in tables:
+        console.print(table)
+    return [line.rstrip() for line in buffer.getvalue().splitlines()]
+
+
+def _table(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, str]],
+           title: str | None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", expand=False)
+    for _key, name, _unit in columns:
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[key] for key, _, _ in columns))
+    return table
+
+
+def _fits(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, str]],
+          width: int) -> bool:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=10_000)
+    return console.measure(_table(columns, rows, None)).maximum <= width
+
+
+def _stacked(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """One block per level: "concurrency 4" then one figure a line."""
+    lines = [TABLE_TITLE]
+    for row in rows:
+        lines.append(f"concurrency {row['concurrency']}")
+        for key, name, unit in headline.COLUMNS[1:]:
+            value = row[key]
+            shown = f"{value} {unit}" if unit and value != fmt.MISSING else value
+            lines.append(f"  {name}: {shown}")
+    return lines
+
+
+def table_lines(levels: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """The headline numbers, one row per level, in as many tables as the width needs (each
+    repeats the concurrency column); one block per level when even two columns do not fit."""
+    rows = headline.headline_rows(levels)
+    first, *rest = headline.COLUMNS
+    if _fits(headline.COLUMNS, rows, width):
+        return _render([_table(headline.COLUMNS, rows, TABLE_TITLE)], width)
+    groups: list[list[tuple[str, str, str]]] = []
+    current: list[tuple[str, str, str]] = []
+    for column in rest:
+        if _fits([first, *current, column], rows, width):
+            current.append(column)
+            continue
+        if not current:  # not even the concurrency and this one column
+            return _stacked(rows)
+        groups.append(current)
+        current = [column]
+    if current:
+        groups.append(current)
+    tables = [_table([first, *group], rows, TABLE_TITLE if i == 0 else None)
+              for i, group in enumerate(groups)]
+    return _render(tables, width)
