@@ -172,19 +172,17 @@ class _Frame:
 
 
 def _break(before, after) -> dict:
-    """What changed between two runs: the scoring version (`new` is the new version, as the
-    templates print it after "scoring"), else the load profile (`new` then names the version
-    and says the load changed; `profile` is the new load)."""
+    """What changed between two runs, as the chart marks it: the scoring version, else the
+    load profile (`label` is drawn beside the dashed line, `title` is its hover text)."""
     old, new = before.scoring_version, after.scoring_version
-    if old == new:  # the same version, another load
-        new = f"{new}, new load"
-    return {"old": old, "new": new, "kind": "version" if old != after.scoring_version else "load",
-            "profile": getattr(after, "profile", ""),
-            "title": (f"scoring version changed from {old} to {after.scoring_version}"
-                      if old != after.scoring_version else
-                      f"load profile changed from {getattr(before, 'profile', '')} to "
-                      f"{getattr(after, 'profile', '')}")
-            + ": grades on either side are not comparable"}
+    if old != new:
+        return {"kind": "version", "old": old, "new": new, "label": f"scoring {new}",
+                "title": f"scoring version changed from {old} to {new}: grades on either side "
+                         "are not comparable"}
+    was, now = getattr(before, "profile", ""), getattr(after, "profile", "")
+    return {"kind": "load", "old": was, "new": now, "label": "new load",
+            "title": f"load changed from {was} to {now}: grades on either side are not "
+                     "comparable"}
 
 
 def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:

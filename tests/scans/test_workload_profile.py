@@ -223,6 +223,7 @@ def test_a_workload_change_breaks_the_grade_chart_and_is_flagged_on_compare(worl
 
     svg = str(charts.grade_chart(points, NOW - timedelta(days=5), NOW))
     assert 'data-breaks="1"' in svg and 'data-segments="2"' in svg
+    assert 'data-kind="load"' in svg and ">new load<" in svg
     spark = str(charts.sparkline(history.latest_grades([endpoint])[endpoint.pk]))
     assert 'data-breaks="1"' in spark
     with time_travel(NOW):
