@@ -97,9 +97,16 @@ def _bounds(check: Mapping[str, Any]) -> list[float]:
 def _limit(check: Mapping[str, Any]) -> str:
     """The warn bound, the last value that is not a fail, without its sign: "4×", "2,000 ms"."""
     warn = check.get("warn")
-    if not isinstance(warn, Mapping):
+    if not isinstance(warn, Mapping) or not isinstance(warn.get("value"), int | float):
         return fmt.MISSING
-    return fmt.bound_text(str(warn.get("op")), warn.get("value"), str(check.get("unit")))[2:]
+    return _bound_text(warn, str(check.get("unit")))[2:]
+
+
+def _bound_text(bound: Mapping[str, Any], unit: str) -> str:
+    value = bound.get("value")
+    if not isinstance(value, int | float):
+        return fmt.MISSING
+    return fmt.bound_text(str(bound.get("op")), value, unit)
 
 
 def _ttft_p99(level: Mapping[str, Any]) -> float | None:
@@ -166,8 +173,7 @@ def cap_lines(report: Mapping[str, Any]) -> list[str]:
         unit = str(check.get("unit"))
         label = scoring.CHECK_LABELS.get(str(check.get("id"))) or str(check.get("id"))
         passes = check.get("pass")
-        need = (fmt.bound_text(str(passes.get("op")), passes.get("value"), unit)
-                if isinstance(passes, Mapping) else fmt.MISSING)
+        need = _bound_text(passes, unit) if isinstance(passes, Mapping) else fmt.MISSING
         lines.append(f"failed check: {label} is "
                      f"{fmt.check_value(check.get('value'), unit, _bounds(check))} "
                      f"(a pass is {need}, limit {_limit(check)})")
