@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
 from accounts import encryption
 from scans import profile, scheduling
 from scans.grader.plan import DEFAULT_LEVELS
@@ -43,9 +46,17 @@ class InvalidURL(ValueError):
 
 
 def clean_base_url(url: str) -> str:
+    """`url` as typed, checked: a missing scheme is named with the fix rather than guessed (a
+    guessed http:// would send the API key in clear to a server that wanted https)."""
     url = url.strip()
+    if url and "://" not in url:
+        raise InvalidURL(f"the URL has no scheme: did you mean http://{url} or https://{url}?")
     if not url.startswith(("http://", "https://")):
         raise InvalidURL("expected an http(s) URL such as https://host/v1")
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+    except ValidationError:
+        raise InvalidURL("expected an http(s) URL such as https://host/v1") from None
     return url.rstrip("/")
 
 

@@ -47,6 +47,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
     team = serializers.SlugField(source="team.slug", required=False)
+    # Checked in validate_base_url (scans/endpoints.py), which names a missing scheme's fix.
+    base_url = serializers.CharField(max_length=500)
     # Secrets are write-only: accepted, stored encrypted, never returned.
     # An empty string removes a stored secret.
     api_key = serializers.CharField(write_only=True, required=False, allow_blank=True,

@@ -185,9 +185,12 @@ class EndpointForm(forms.ModelForm):
 
     def clean_base_url(self) -> str:
         try:
-            return endpoints.clean_base_url(self.cleaned_data["base_url"])
+            # As typed: Django's URLField would have put http:// in front of a bare host.
+            return endpoints.clean_base_url(self.data.get(self.add_prefix("base_url"), ""))
         except endpoints.InvalidURL as exc:
-            raise forms.ValidationError(f"{str(exc).capitalize()}.") from None
+            message = str(exc)
+            end = "" if message.endswith("?") else "."
+            raise forms.ValidationError(f"{message[0].upper()}{message[1:]}{end}") from None
 
     def clean_slo_error_rate(self):
         value = self.cleaned_data["slo_error_rate"]
@@ -239,7 +242,8 @@ class EndpointForm(forms.ModelForm):
             profile.parse_load_dataset(text)
         except DatasetError as exc:
             message = str(exc)
-            raise forms.ValidationError(f"{message[0].upper()}{message[1:]}.") from None
+            end = "" if message.endswith("?") else "."
+            raise forms.ValidationError(f"{message[0].upper()}{message[1:]}{end}") from None
         return text
 
     def _new_load_dataset(self, cleaned) -> dict:

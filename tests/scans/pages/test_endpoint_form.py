@@ -235,3 +235,31 @@ def test_a_prompt_sample_is_parsed_like_the_clis_prompts_file(world, owner_clien
     assert good.status_code == 302
     endpoint.refresh_from_db()
     assert endpoint.has_prompt_sample
+
+
+def test_a_url_without_a_scheme_is_refused_with_the_fix_not_guessed(world):
+    """Issue 23: a URL typed without its scheme became http:// silently (an API key in clear
+    to a server that wanted https)."""
+    client = Client()
+    client.force_login(world.member)
+    response = client.post(reverse("endpoint-create", args=[world.team.slug]),
+                           form_data(base_url="127.0.0.1:8080/V1"))
+    assert response.status_code == 400
+    [error] = response.context["form"].errors["base_url"]
+    assert error == ("The URL has no scheme: did you mean http://127.0.0.1:8080/V1 or "
+                     "https://127.0.0.1:8080/V1?")
+    assert not Endpoint.dangerously_unscoped.filter(team=world.team).exists()
+
+
+def test_the_api_refuses_a_url_without_a_scheme_with_the_fix(world, api):
+    api.force_login(world.member)
+    created = api.post("/api/v1/endpoints/", {
+        "team": world.team.slug, "name": "box", "base_url": "llm.example.test/v1",
+        "model": "tiny"}, format="json")
+    assert created.status_code == 400
+    assert "did you mean http://llm.example.test/v1 or https://llm.example.test/v1?" in (
+        created.json()["base_url"][0])
+    bad = api.post("/api/v1/endpoints/", {
+        "team": world.team.slug, "name": "box", "base_url": "https://",
+        "model": "tiny"}, format="json")
+    assert bad.status_code == 400 and "http(s) URL" in bad.json()["base_url"][0]
