@@ -7,6 +7,8 @@ import os
 
 from celery import Celery, signals
 
+from scans.grader.runner import GC_GEN0_THRESHOLD  # the grader is Django-free: safe before setup
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 
 app = Celery("tokvera")
@@ -42,8 +44,6 @@ def _tune_gc_for_concurrent_scans(**_):
     """The scanner's GC tuning (scans.grader.runner._gc_tuned) is process-wide, and this worker
     runs many scans at once in threads, so it is applied once here instead of per scan: what
     exists at start is frozen, and young collections run less often."""
-    from scans.grader.runner import GC_GEN0_THRESHOLD
-
     gc.freeze()
     threshold = gc.get_threshold()
     gc.set_threshold(max(threshold[0], GC_GEN0_THRESHOLD), *threshold[1:])
