@@ -104,7 +104,9 @@ class GradePoint:
     - `uncapped_grade`: the band the points earned (one scan only; "" for a bucket).
     - `capped`: how many of its scans a cap bound (grade worse than the uncapped grade).
     - `caps`: the ids of the caps that applied (one scan only; () for a bucket).
-    - `no_letter`: how many of its scans were graded insufficient_evidence.
+    - `no_letter`: how many of its scans have no letter (insufficient_evidence, or down).
+    - `down`: how many of its scans were down (the endpoint never answered): down is a state,
+      not a grade, so such a scan has no letter and no points and is a gap on the grade line.
     - `scan_id`: the scan's public id (one scan only; None for a bucket).
     """
 
@@ -126,6 +128,7 @@ class GradePoint:
     #: not comparable either, so charts break where `profile_key` changes.
     profile: str = ""
     profile_key: str = ""
+    down: int = 0
 
     @property
     def has_letter(self) -> bool:
@@ -238,11 +241,11 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 caps=tuple(c.get("id", "") for c in (r["caps"] or []) if isinstance(c, dict)),
                 no_letter=int(r["grade"] not in LETTERS),
                 scoring_version=r["scoring_version"], provisional=r["provisional"],
-                scan_id=r["public_id"], **_profile_fields(r),
+                scan_id=r["public_id"], down=int(r["down"]), **_profile_fields(r),
             )
             for r in rows.order_by("queued_at").values(
                 "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
-                "provisional", "public_id", *_PROFILE_NAMES,
+                "provisional", "public_id", "down", *_PROFILE_NAMES,
                 caps=F("report__score__caps_applied"))
         ]
     width = _bucket_width_s(since, until, max_points // _versions(rows, _PROFILE_NAMES))
@@ -260,6 +263,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                                default=Value(0), output_field=IntegerField())),
             # PostgreSQL has no max(boolean); an integer cast works everywhere.
             provisional_any=Max(Cast("provisional", IntegerField())),
+            down=Sum(Cast("down", IntegerField())),
         )
         .order_by("bucket", "at")
     )
@@ -269,7 +273,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
             points_min=_float(r["low"]), points_max=_float(r["high"]), grade=r["worst"],
             uncapped_grade="", capped=r["capped"] or 0, caps=(), no_letter=r["no_letter"] or 0,
             scoring_version=r["scoring_version"], provisional=bool(r["provisional_any"]),
-            **_profile_fields(r),
+            down=r["down"] or 0, **_profile_fields(r),
         )
         for r in bucketed
     ]
@@ -296,7 +300,7 @@ def _float(value, digits: int | None = None) -> float | None:
 
 
 _LATEST_FIELDS = ("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
-                  "scoring_version", "provisional", "public_id")
+                  "scoring_version", "provisional", "public_id", "down")
 
 
 def _latest_rows_postgresql(endpoints, team_ids, n: int):
@@ -342,7 +346,8 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
             uncapped_grade=r["uncapped_grade"],
             capped=int(_is_capped(r["grade"], r["uncapped_grade"])), caps=(),
             no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
-            provisional=r["provisional"], scan_id=r["public_id"], **_profile_fields(r),
+            provisional=r["provisional"], scan_id=r["public_id"], down=int(r["down"]),
+            **_profile_fields(r),
         ))
     for series in result.values():
         series.sort(key=lambda p: p.at)

@@ -178,6 +178,10 @@ class Scan(TeamOwned):
     report = models.JSONField(null=True, blank=True)
     # denormalized from report["score"] for lists, charts and SLO windows
     grade = models.CharField(max_length=25, blank=True, default="")  # A–F or insufficient_evidence
+    # The endpoint never answered (the preflight stopped the scan, or no request succeeded):
+    # down is a state, not a grade, so such a scan is stored with grade "" and points None
+    # (report.json keeps the F the scoring spec gives; DECISIONS.md, issue 23).
+    down = models.BooleanField(default=False)
     points = models.DecimalField(max_digits=4, decimal_places=1, null=True, blank=True)
     uncapped_grade = models.CharField(max_length=1, blank=True, default="")
     scoring_version = models.CharField(max_length=20, blank=True, default="")

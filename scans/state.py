@@ -12,8 +12,10 @@ first match wins:
 - below_floor: the grade is worse than the endpoint's SLO grade floor (no letter is below
   every floor, as for alerts and `tokvera scan --fail-under`).
 - degraded: a counted check failed, or the error rate is over its warn bound (its status is
-  not "pass"). The cause names the check and its value, and the failure summary when
-  requests failed.
+  not "pass"), or the server's /models does not list the requested model (the report's
+  preflight.warnings "model_not_listed": the grade is of whatever answered). The cause names
+  the check and its value, and the failure summary when requests failed; the model warning,
+  in the report's words, leads it.
 - up: none of the above.
 
 Problems sort first (SEVERITY). "Since" is the first scan of the unbroken run of the same state
@@ -89,6 +91,7 @@ _FIELDS = {
     "stopped": KT("report__preflight__stopped"),
     "preflight_cause": KT("report__preflight__cause"),
     "summary": KT("report__failure_summary__sentence"),
+    "warnings": F("report__preflight__warnings"),  # a small list, absent in older reports
 }
 
 
@@ -118,6 +121,18 @@ def _describe(check: dict) -> str:
     return f"{label[0].lower()}{label[1:]}: {value} ({verdict})"
 
 
+def model_warning(warnings: Any) -> str:
+    """The preflight's "model_not_listed" warning, as the report words it ("" when none): the
+    server's /models does not list the model asked for, so the grade is of whatever answered."""
+    for warning in warnings if isinstance(warnings, list) else []:
+        if isinstance(warning, dict) and warning.get("kind") == "model_not_listed":
+            message = warning.get("message")
+            if isinstance(message, str) and message:
+                return message
+            return f"the server does not list model '{warning.get('model', '?')}'"
+    return ""
+
+
 def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     """(state, cause) of one finished scan."""
     if row["status"] == ScanStatus.ERRORED:
@@ -134,12 +149,15 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     detail = "; ".join(_describe(c) for c in failing)
     if row["summary"]:
         detail = f"{detail}; {row['summary']}" if detail else row["summary"]
+    unlisted = model_warning(row.get("warnings"))
+    if unlisted:  # leads: it says what the other figures are figures of
+        detail = f"{unlisted}; {detail}" if detail else unlisted
     if is_below_floor(row["grade"], floor):
         grade = (f"grade {row['grade']}" if row["grade"] and len(row["grade"]) == 1
                  else "no grade (not enough evidence)")
         cause = f"{grade}, below the floor {floor}"
         return BELOW_FLOOR, f"{cause}: {detail}" if detail else cause
-    if failing:
+    if failing or unlisted:
         return DEGRADED, detail
     return UP, ""
 

@@ -27,6 +27,7 @@ from scans import alerts, outbound
 from scans.dispatch import QUEUED_GRACE, hand_off
 from scans.grader import PlanError, run_scan
 from scans.grader.budget import StreamBudget
+from scans.grader.cli.summary import is_down
 from scans.grader.prompts import parse_prompts_text
 from scans.grader.redaction import redact_report, redact_text
 from scans.grader.report import report_from_measurement
@@ -174,16 +175,21 @@ class ScoreFields:
     uncapped_grade: str
     scoring_version: str
     provisional: bool
+    down: bool = False
 
 
 def score_fields(report: dict) -> ScoreFields:
+    """The score as stored on the Scan row. A down scan (is_down) keeps no letter and no points
+    there: down is a state, not a grade on the site; report.json keeps its F."""
     score = report["score"]
+    down = is_down(report)
     return ScoreFields(
-        grade=score["grade"],
-        points=score.get("points"),
-        uncapped_grade=score.get("uncapped_grade") or "",
+        grade="" if down else score["grade"],
+        points=None if down else score.get("points"),
+        uncapped_grade="" if down else score.get("uncapped_grade") or "",
         scoring_version=score["scoring_version"],
         provisional=bool(score["provisional"]),
+        down=down,
     )
 
 
@@ -205,6 +211,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             uncapped_grade=fields.uncapped_grade,
             scoring_version=fields.scoring_version,
             provisional=fields.provisional,
+            down=fields.down,
             pushed=pushed,
             **({"location": "pushed"} if pushed else {}),  # measured inside the team's network
             tool_version=str(report.get("tool_version", ""))[:40],

@@ -79,9 +79,12 @@ def render(endpoints: list[Endpoint]) -> bytes:
         return generate_latest(registry)
 
     team_ids = {e.team_id for e in endpoints}
+    # Down is a state, not a grade: a down scan gives tokvera_endpoint_state 3 and no grade or
+    # points sample; the graded gauges read the latest scan that was graded (issue 23).
     graded = {r["endpoint_id"]: r for r in (
         scoped_to_teams(Scan, team_ids)
-        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
+        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED,
+                down=False)
         .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
         .values("pk", "endpoint_id", "grade", "points",
                 rate=KT("report__levels__0__generation_rate__median")))}

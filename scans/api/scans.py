@@ -27,16 +27,29 @@ class ScanSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     endpoint = serializers.UUIDField(source="endpoint.public_id", read_only=True)
     # A number in JSON (100.0), not the string "100.0" a DecimalField gives.
-    points = serializers.FloatField(read_only=True, allow_null=True)
+    points = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "null when the scan has no points, and always when `down`"))
+    grade = serializers.CharField(read_only=True, allow_null=True, help_text=(
+        "A-F, insufficient_evidence, \"\" before the scan finished; null when `down`"))
+    down = serializers.BooleanField(read_only=True, help_text=(
+        "the endpoint never answered (the preflight stopped the scan, or no request "
+        "succeeded): down is a state, not a grade, so `grade` and `points` are null; the "
+        "scan's report.json keeps the F the scoring spec gives"))
 
     class Meta:
         model = Scan
         fields = [
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
-            "finished_at", "grade", "points", "uncapped_grade", "scoring_version",
+            "finished_at", "grade", "points", "down", "uncapped_grade", "scoring_version",
             "provisional", "pushed", "tool_version", "location",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if data.get("down"):
+            data["grade"] = data["points"] = None
+        return data
 
 
 class ScanCursor(StrictCursorPagination):

@@ -34,7 +34,7 @@ def _badge_state(key: str) -> dict:
     site_only = endpoint.team.badge_site_measured_only
     if site_only:
         scans = scans.filter(pushed=False)
-    latest = scans.order_by("-queued_at").values("grade", "provisional", "pushed").first()
+    latest = scans.order_by("-queued_at").values("grade", "provisional", "pushed", "down").first()
     if latest is None:
         return {"message": "no grade", "grade": None, "provisional": False, "source": None,
                 "colour": charts.NO_GRADE_COLOUR,
@@ -44,6 +44,10 @@ def _badge_state(key: str) -> dict:
                    else "measured by the site")
     grade = latest["grade"] if latest["grade"] in charts.BAND_COLOURS else None
     provisional = bool(latest["provisional"])
+    if latest["down"]:  # down is a state, not a grade (no "F (provisional)")
+        return {"message": "down", "grade": None, "provisional": False, "source": source,
+                "colour": charts.BAND_COLOURS["F"],
+                "title": f"down: the endpoint did not answer, no grade ({source_text})"}
     if grade is None:
         return {"message": "no grade", "grade": None, "provisional": provisional,
                 "source": source, "colour": charts.NO_GRADE_COLOUR,

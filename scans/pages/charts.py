@@ -250,7 +250,7 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
     breaks = [{"x": _num(pad + (index[id(before[-1])] + 0.5) * step),
                **_break(before[-1], after[0])}
               for before, after in zip(runs, runs[1:], strict=False)]
-    grades = [p.grade if p.has_letter else "none" for p in points]
+    grades = [p.grade if p.has_letter else "down" if p.down else "none" for p in points]
     label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
     return _render("sparkline.svg", {
         "width": width, "height": height, "label": label, "segments": segments,
@@ -301,8 +301,13 @@ def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
     data = {"at": _iso(point.at), "grade": point.grade, "points": point.points,
             "scans": point.scans, "scoring_version": point.scoring_version,
             "profile": point.profile or None, "capped": point.capped or None,
+            "down": point.down or None,
             "scan": str(point.scan_id) if point.scan_id is not None else None}
     cx = frame.x(point.at)
+    if point.points is None and point.down:  # down is a state, not a grade: a gap, named
+        title = (f"{_what(point)}: down (the endpoint did not answer), no grade, "
+                 f"scoring {point.scoring_version}")
+        return _gap(point, cx, title, data, "no-letter down")
     if point.points is None:
         title = (f"{_what(point)}: no letter (insufficient evidence), "
                  f"scoring {point.scoring_version}")

@@ -181,7 +181,7 @@ def endpoint_detail(request, public_id):
                 if scan.status == ScanStatus.SUCCEEDED else None)
     latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
               .annotate(**load_profile.plan_annotations())
-              .only("grade", "provisional", "pushed", "queued_at").first())
+              .only("grade", "provisional", "pushed", "queued_at", "down").first())
     if latest is not None:
         setattr(latest, "load_profile",  # noqa: B010 - a page-only attribute, not a field
                 load_profile.profile_of_row(vars(latest)))

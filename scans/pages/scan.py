@@ -10,6 +10,7 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET
 
 from scans import profile as load_profile
+from scans import state as endpoint_state
 from scans.grader.report import render_html
 from scans.models import Scan, ScanStatus
 from scans.pages.common import previous_scan, scan_or_404
@@ -30,7 +31,20 @@ def scan_detail(request, public_id):
         "progress": _progress(scan),
         # the load that produced this grade, from the report itself (not today's settings)
         "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
+        "down": _down(endpoint, scan),
     })
+
+
+def _down(endpoint, scan: Scan) -> dict | None:
+    """A down scan leads with its cause and since when (down is a state, not a grade): since
+    the first scan of the current down run when this is the endpoint's latest scan, else
+    since this scan."""
+    if not scan.down:
+        return None
+    cause = endpoint_state.of_scan(endpoint, scan).cause
+    now = endpoint_state.current(endpoint)
+    since = now.since if now.scan_id == scan.public_id and now.state == "down" else scan.queued_at
+    return {"cause": cause, "since": since, "latest": now.scan_id == scan.public_id}
 
 
 def _progress(scan: Scan, now=None) -> dict:
@@ -72,6 +86,7 @@ def scan_status(request, public_id):
         "finished_at": when(scan.finished_at),
         "grade": scan.grade or None,
         "points": float(scan.points) if scan.points is not None else None,
+        "down": scan.down,
         "error_reason": scan.error_reason if scan.status == ScanStatus.ERRORED else None,
     })
     response["Cache-Control"] = "no-store"
