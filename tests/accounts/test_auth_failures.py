@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 
 from accounts import credentials, teams
 from benchmarks import hosts
-from tests.benchmarks.conftest import make_catalog
 from tests.conftest import bearer, free_port, make_user
+from tests.helpers.network import make_catalog
 from tests.helpers.processes import accepts, running, wait_for
 from tests.helpers.workers import worker_env
 

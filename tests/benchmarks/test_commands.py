@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from benchmarks.models import AuditEntry, CatalogModel, Host
-from tests.benchmarks.conftest import make_catalog
+from tests.helpers.network import make_catalog
 
 
 def _call(*args) -> str:

@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 
 from benchmarks import ewma, routing
 from benchmarks.models import Host, Job, JobStatus
-from tests.benchmarks.conftest import build_net, make_catalog
 from tests.conftest import bearer
+from tests.helpers.network import build_net, make_catalog
 
 # Jobs queue before the hosts that race for them exist.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("queue_without_hosts")]

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from benchmarks import ewma, tasks
 from benchmarks.models import Job
-from tests.benchmarks.conftest import T0
+from tests.helpers.network import T0
 
 # (ttft_ms, completion_tokens, elapsed_ms) → TPS 20, 50, 10
 RUNS = [(100.0, 20, 1000.0), (200.0, 100, 2000.0), (400.0, 10, 1000.0)]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmarks.models import Job
-from tests.benchmarks.conftest import build_net, make_catalog
+from tests.helpers.network import build_net, make_catalog
 from tests.helpers.workers import start_worker, worker_env
 from tokvera_site.celery import app
 

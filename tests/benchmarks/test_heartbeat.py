@@ -8,8 +8,8 @@ import time_machine
 
 from accounts import teams
 from benchmarks.models import Host
-from tests.benchmarks.conftest import T0, make_catalog
 from tests.conftest import bearer
+from tests.helpers.network import T0, make_catalog
 
 
 def test_heartbeat_records_models_hardware_and_slots(net):

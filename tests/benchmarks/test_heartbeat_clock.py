@@ -10,8 +10,8 @@ from django.test import Client
 
 from benchmarks import snapshot
 from benchmarks.models import Host
-from tests.benchmarks.conftest import T0
 from tests.conftest import bearer
+from tests.helpers.network import T0
 
 
 def test_a_time_the_client_sends_with_its_heartbeat_is_ignored(net):

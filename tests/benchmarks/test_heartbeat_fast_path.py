@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host
-from tests.benchmarks.conftest import make_catalog
 from tests.conftest import database_url, free_port, make_user
+from tests.helpers.network import make_catalog
 from tests.helpers.processes import accepts, wait_for
 from tests.helpers.workers import ROOT, worker_env
 

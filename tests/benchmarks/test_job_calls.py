@@ -10,8 +10,8 @@ import time_machine
 
 from benchmarks import hosts
 from benchmarks.models import JobStatus
-from tests.benchmarks.conftest import T0
 from tests.conftest import bearer
+from tests.helpers.network import T0
 
 
 def test_lease_hands_out_the_assigned_job_with_its_request_then_204(net):

@@ -7,8 +7,8 @@ from rest_framework.test import APIClient
 
 from accounts import teams
 from benchmarks.models import Job, JobStatus
-from tests.benchmarks.conftest import make_catalog
 from tests.conftest import bearer, make_user
+from tests.helpers.network import make_catalog
 
 
 @pytest.mark.usefixtures("queue_without_hosts")

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from benchmarks import ewma, hosts, jobs, tasks
 from benchmarks.models import Job, JobStatus
-from tests.benchmarks.conftest import T0
+from tests.helpers.network import T0
 
 # These tests are about the queue: jobs wait for hosts the test brings later.
 pytestmark = pytest.mark.usefixtures("queue_without_hosts")

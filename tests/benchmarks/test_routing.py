@@ -13,7 +13,7 @@ import time_machine
 from benchmarks import routing, tasks
 from benchmarks.models import Host, Job, JobStatus
 from benchmarks.routing import HostFacts
-from tests.benchmarks.conftest import T0, make_catalog
+from tests.helpers.network import T0, make_catalog
 
 # These tests are about the queue: jobs wait for hosts the test brings later.
 pytestmark = pytest.mark.usefixtures("queue_without_hosts")

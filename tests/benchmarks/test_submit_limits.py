@@ -14,7 +14,7 @@ from django.test import Client
 
 from benchmarks import jobs
 from benchmarks.models import Job
-from tests.benchmarks.conftest import T0
+from tests.helpers.network import T0
 
 
 @pytest.fixture

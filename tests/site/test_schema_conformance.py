@@ -36,9 +36,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from benchmarks import hosts, services
-from tests.benchmarks.conftest import make_catalog
 from tests.conftest import build_world, free_port
 from tests.helpers.factories import make_endpoint, make_scan
+from tests.helpers.network import make_catalog
 from tests.helpers.processes import ROOT, accepts, wait_for
 from tests.helpers.workers import worker_env
 

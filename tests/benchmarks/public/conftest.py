@@ -1,5 +1,4 @@
-"""Factories for the public benchmark tests: catalog models, hosts with chosen heartbeats and
-EWMAs, jobs with chosen outcomes and times, and one hand-built network (`build_network`).
+"""Fixtures of the public benchmark tests (their factories: tests/helpers/network.py).
 
 Every test gets an empty cache of its own (a fresh key prefix), so a snapshot cached by one test
 is never served to another, on locmem and on a shared Redis alike.
@@ -8,21 +7,10 @@ is never served to another, on locmem and on a shared Redis alike.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounts import teams
-from benchmarks.models import CatalogModel, Host, Job, JobStatus
-from tests.conftest import make_user
-
-# The coordinator clock every test freezes (time-machine) or passes to build_snapshot.
-T0 = datetime(2030, 1, 7, 12, 0, 0, tzinfo=UTC)
-
-# Bodies that must never reach a public surface (the privacy tests look for them).
-SECRET_PROMPT = "prompt-body-7c1e-please-never-publish"
-SECRET_RESULT = "completion-body-93ab-never-published"
+from tests.helpers.network import Network, build_network
 
 
 @pytest.fixture(autouse=True)
@@ -30,156 +18,6 @@ def _fresh_cache(settings):
     settings.CACHES = {
         "default": {**settings.CACHES["default"], "KEY_PREFIX": f"pub-{uuid.uuid4().hex[:12]}"}
     }
-
-
-def make_model(model_id: str, quant: str = "Q4_K_M", context_len: int = 8192,
-               active: bool = True, display_name: str | None = None) -> CatalogModel:
-    return CatalogModel.objects.create(id=model_id, display_name=display_name or model_id.title(),
-                                       quant=quant, context_len=context_len, active=active)
-
-
-def make_host(team, name: str, trust: str = "software", *, models=(), seen_ago_s: float | None = 10,
-              ttft: float | None = None, tps: float | None = None, gpu: str = "",
-              suspended: bool = False, revoked: bool = False, now: datetime = T0) -> Host:
-    """A host as the coordinator stores it: last heartbeat `seen_ago_s` before `now` (None: never),
-    advertising `models`, with the EWMAs its folded jobs gave it."""
-    host = Host.dangerously_unscoped.create(
-        team=team, name=name, trust_level=trust,
-        token_prefix=None if revoked else f"tkh_{uuid.uuid4().hex[:8]}",
-        token_hmac="" if revoked else "h" * 64,
-        revoked_at=now - timedelta(hours=1) if revoked else None,
-        suspended=suspended,
-        last_heartbeat_at=None if seen_ago_s is None else now - timedelta(seconds=seen_ago_s),
-        advertised=sorted(models), gpu_model=gpu, vram_mb=24576 if gpu else None,
-        cpu_model=f"cpu of {name}", ttft_ewma_ms=ttft, tps_ewma=tps,
-    )
-    host.catalog_models.set(list(models))
-    return host
-
-
-def make_job(team, model: str, status: str = JobStatus.COMPLETED, *, host: Host | None = None,
-             settled_ago: timedelta | None = timedelta(days=1), latency_ms: float = 500.0,
-             tokens: int | None = 32, now: datetime = T0) -> Job:
-    """A job settled `settled_ago` before `now`; a completed one took `latency_ms` from
-    submission to completion. Unsettled statuses get no settled_at (the database insists)."""
-    settled = status in (JobStatus.COMPLETED, JobStatus.FAILED)
-    settled_at = now - settled_ago if settled else None
-    created_at = (settled_at - timedelta(milliseconds=latency_ms) if settled
-                  else now - timedelta(minutes=5))
-    completed = status == JobStatus.COMPLETED
-    return Job.dangerously_unscoped.create(
-        team=team, model_id=model, status=status, host=host, max_tokens=64,
-        request_json={"messages": [{"role": "user", "content": SECRET_PROMPT}], "max_tokens": 64},
-        result_json={"content": SECRET_RESULT} if completed else None,
-        created_at=created_at, queued_at=created_at,
-        leased_at=created_at if host else None,
-        started_at=created_at if host and status != JobStatus.LEASED else None,
-        completed_at=settled_at if completed else None,
-        settled_at=settled_at,
-        folded_at=settled_at,
-        ttft_ms=min(latency_ms, 150.0) if completed and tokens else None,
-        completion_tokens=tokens if completed else None,
-        elapsed_ms=latency_ms if completed else None,
-        attempts=1 if host else 0,
-        failure_reason="host: cannot load quant" if status == JobStatus.FAILED else "",
-    )
-
-
-@dataclass
-class Network:
-    operator: object
-    other_operator: object
-    buyer: object
-    hosts: dict = field(default_factory=dict)
-    jobs: list = field(default_factory=list)
-
-    def identifiers(self) -> list[str]:
-        """Every host and team identifier (and every body) that must never be published."""
-        found = [SECRET_PROMPT, SECRET_RESULT]
-        for team in (self.operator, self.other_operator, self.buyer):
-            found += [team.slug, team.name]
-            for membership in team.memberships.all():
-                found += [membership.user.username, membership.user.email]
-        for host in self.hosts.values():
-            found += [host.name, str(host.public_id), f"cpu of {host.name}"]
-            if host.token_prefix:
-                found.append(host.token_prefix)
-        found += [str(job.id) for job in self.jobs]
-        return found
-
-
-def build_network(now: datetime = T0) -> Network:
-    """The hand-built network of tests/benchmarks/public/test_hand_built_network.py (figures there).
-
-    Models: alpha-q4 and beta-q8 are active, retired-q4 is not.
-    Hosts (operator team "ursula-hosting"; none-b and retired are run by "vortex-rigs"):
-      none-a   none      seen 10 s ago   alpha         ttft 200.4  tps 40.25  RTX 4090
-      none-b   none      seen 45 s ago   alpha, beta   ttft 400    tps 55.55  RTX 4090 (vortex)
-      soft-a   software  seen 3 s ago    alpha         ttft 120    tps 60     A100 80GB
-      soft-old software  seen 46 s ago   alpha         ttft 50     tps 100    (offline)
-      edr-new  edr       seen 1 s ago    alpha, beta   no EWMA yet            no GPU reported
-      susp     software  seen 2 s ago    alpha         suspended              (offline)
-      gone     none      revoked                        alpha                 (offline)
-      never    none      never heartbeated              alpha                 (offline)
-      retired  none      seen 5 s ago    retired only  ttft 10     tps 999    M2 Ultra (vortex)
-    """
-    operator = teams.create_team("ursula-hosting", "Ursula Hosting Collective",
-                                 owner=make_user("ursula-operator"))
-    other = teams.create_team("vortex-rigs", "Vortex Rigs Ltd", owner=make_user("vortex-admin"))
-    buyer = teams.create_team("zephyr-buyers", "Zephyr Buyers GmbH", owner=make_user("zephyr-buyer"))
-    make_model("alpha-q4", quant="Q4_K_M", context_len=8192, display_name="Alpha 7B")
-    make_model("beta-q8", quant="Q8_0", context_len=32768, display_name="Beta 13B")
-    make_model("retired-q4", active=False, display_name="Retired 1B")
-    net = Network(operator=operator, other_operator=other, buyer=buyer)
-    h = net.hosts
-    h["none-a"] = make_host(operator, "ursula-box-none-a", "none", models=["alpha-q4"], seen_ago_s=10,
-                            ttft=200.4, tps=40.25, gpu="RTX 4090", now=now)
-    h["none-b"] = make_host(other, "vortex-box-none-b", "none", models=["alpha-q4", "beta-q8"],
-                            seen_ago_s=45, ttft=400.0, tps=55.55, gpu="RTX 4090", now=now)
-    h["soft-a"] = make_host(operator, "ursula-box-soft-a", "software", models=["alpha-q4"],
-                            seen_ago_s=3, ttft=120.0, tps=60.0, gpu="A100 80GB", now=now)
-    h["soft-old"] = make_host(operator, "ursula-box-soft-old", "software", models=["alpha-q4"],
-                              seen_ago_s=46, ttft=50.0, tps=100.0, gpu="H100", now=now)
-    h["edr-new"] = make_host(operator, "ursula-box-edr-new", "edr", models=["alpha-q4", "beta-q8"],
-                             seen_ago_s=1, now=now)
-    h["susp"] = make_host(operator, "ursula-box-suspended", "software", models=["alpha-q4"],
-                          seen_ago_s=2, ttft=1.0, tps=1.0, gpu="H100", suspended=True, now=now)
-    h["gone"] = make_host(operator, "ursula-box-revoked", "none", models=["alpha-q4"], seen_ago_s=2,
-                          ttft=1.0, tps=1.0, gpu="H100", revoked=True, now=now)
-    h["never"] = make_host(operator, "ursula-box-never", "none", models=["alpha-q4"], seen_ago_s=None,
-                           now=now)
-    h["retired"] = make_host(other, "vortex-box-retired", "none", models=["retired-q4"], seen_ago_s=5,
-                             ttft=10.0, tps=999.0, gpu="M2 Ultra", now=now)
-
-    def job(model, status=JobStatus.COMPLETED, host="soft-a", **kw):
-        net.jobs.append(make_job(buyer, model, status, host=h[host] if host else None, now=now, **kw))
-
-    day = timedelta(days=1)
-    # alpha-q4 inside 7 days: four completed (one with no tokens), one failed.
-    job("alpha-q4", latency_ms=100, settled_ago=day)
-    job("alpha-q4", latency_ms=300, settled_ago=2 * day, host="none-a")
-    job("alpha-q4", latency_ms=812, settled_ago=3 * day, host="none-b")
-    job("alpha-q4", latency_ms=500, settled_ago=6 * day, tokens=0)
-    job("alpha-q4", JobStatus.FAILED, settled_ago=timedelta(hours=5))
-    # alpha-q4 inside 30 days only: exactly 7 days old is outside 7d; two failed no_host jobs.
-    job("alpha-q4", latency_ms=2000, settled_ago=7 * day)
-    job("alpha-q4", latency_ms=1500, settled_ago=10 * day, host="soft-old")
-    job("alpha-q4", JobStatus.FAILED, settled_ago=20 * day, host=None)
-    job("alpha-q4", JobStatus.FAILED, settled_ago=30 * day - timedelta(seconds=1), host=None)
-    # alpha-q4 never counted: exactly 30 days old, older, after the clock, unsettled.
-    job("alpha-q4", latency_ms=9, settled_ago=30 * day)
-    job("alpha-q4", latency_ms=9, settled_ago=31 * day)
-    job("alpha-q4", latency_ms=9, settled_ago=-timedelta(hours=1))
-    job("alpha-q4", JobStatus.FAILED, settled_ago=-timedelta(minutes=1))
-    job("alpha-q4", JobStatus.QUEUED, host=None)
-    job("alpha-q4", JobStatus.LEASED)
-    job("alpha-q4", JobStatus.RUNNING)
-    # beta-q8: one failed job 8 days ago, one still running.
-    job("beta-q8", JobStatus.FAILED, settled_ago=8 * day, host="none-b")
-    job("beta-q8", JobStatus.RUNNING, host="none-b")
-    # retired-q4: inactive, so never published even with jobs.
-    job("retired-q4", latency_ms=50, settled_ago=day, host="retired")
-    return net
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from django.utils import timezone
 from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.benchmarks.public.test_hand_built_network import Page
 from tests.conftest import make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 from tokvera_site.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +31,7 @@ def random_network(seed: int) -> None:
     operator = teams.create_team(f"ops-{seed}", "Ops", owner=make_user(f"ops-{seed}"))
     buyer = teams.create_team(f"buyer-{seed}", "Buyer", owner=make_user(f"buyer-{seed}"))
     for model_id in MODELS:
-        make_model(model_id, active=rng.random() > 0.15)
+        make_catalog(model_id, active=rng.random() > 0.15)
     hosts = []
     for i in range(rng.randint(0, 25)):
         hosts.append(make_host(
@@ -107,7 +107,7 @@ def test_jobs_run_through_the_coordinator_show_up_on_all_three_surfaces(
         db, eager_celery, django_capture_on_commit_callbacks):
     """Heartbeat, submit, lease, start, complete and fold through the real API: the figures
     published are the ones the coordinator stored."""
-    from tests.benchmarks.conftest import build_net, make_catalog
+    from tests.helpers.network import build_net, make_catalog
 
     make_catalog("tiny-q4")
     net = build_net()

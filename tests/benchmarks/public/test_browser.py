@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 
 from benchmarks import public_cache
-from tests.benchmarks.public.conftest import build_network
 from tests.benchmarks.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
 from tests.helpers.browser import ARTIFACTS, offline
+from tests.helpers.network import build_network
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -84,9 +84,9 @@ def test_the_benchmarks_page_reads_right_in_a_real_browser(browser, live_server)
 
 
 def test_a_quiet_network_shows_the_banner_in_the_browser(browser, live_server):  # noqa: F811
-    from tests.benchmarks.public.conftest import make_model
+    from tests.helpers.network import make_catalog
 
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     public_cache.refresh()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     offline(page, live_server)

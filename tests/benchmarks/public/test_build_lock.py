@@ -22,8 +22,8 @@ import time_machine
 
 from accounts import teams
 from benchmarks import public_cache
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import database_url, make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OTHERS = 8
@@ -54,7 +54,7 @@ def test_while_one_request_rebuilds_a_stale_page_every_other_request_gets_the_pr
         live_server):
     operator = teams.create_team("lock-ops", "Lock Ops", owner=make_user("lock-ops"))
     buyer = teams.create_team("lock-buyer", "Lock Buyer", owner=make_user("lock-buyer"))
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_job(buyer, "alpha-q4", latency_ms=400)
     make_host(operator, "first", "none", models=["alpha-q4"], ttft=100.0, tps=10.0)
     page = f"{live_server.url}/benchmarks"

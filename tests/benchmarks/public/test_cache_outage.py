@@ -15,8 +15,8 @@ from django.test import Client
 from accounts import teams
 from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import bearer, make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 from tokvera_site.devservices import EmbeddedRedis
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def own_redis(settings):
 def network(db):
     ops = teams.create_team("outage-ops", "Outage Ops", owner=make_user("outage-ops"))
     other = teams.create_team("outage-other", "Outage Other", owner=make_user("outage-other"))
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_host(ops, "ops-1", "edr", models=["alpha-q4"], ttft=100.0, tps=10.0, gpu="RTX 4090")
     make_host(other, "other-1", "edr", models=["alpha-q4"], ttft=300.0, tps=30.0, gpu="RTX 4090")
     make_job(ops, "alpha-q4", latency_ms=400)

@@ -18,8 +18,8 @@ from django.test import Client
 from accounts import teams
 from benchmarks import public_cache, tasks
 from scans.periodic_tasks import all_periodic_tasks
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 from tests.helpers.processes import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db
 def small(db):
     operator = teams.create_team("cache-ops", "Cache Ops", owner=make_user("cache-ops"))
     buyer = teams.create_team("cache-buyer", "Cache Buyer", owner=make_user("cache-buyer"))
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_job(buyer, "alpha-q4", latency_ms=400)
     make_host(operator, "first", "none", models=["alpha-q4"], ttft=100.0, tps=10.0)
     return operator, buyer

@@ -16,7 +16,7 @@ import time_machine
 from django.test import Client
 
 from benchmarks import snapshot
-from tests.benchmarks.public.conftest import T0
+from tests.helpers.network import T0
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.benchmarks.public.conftest import make_model
 from tests.conftest import make_user
+from tests.helpers.network import make_catalog
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ def _assert_shareable(response, cache_control):
 
 @pytest.fixture
 def catalog(db):
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
 
 
 @pytest.mark.parametrize(("url", "cache_control"), [*PAGES.items(), *JSON.items()])

@@ -12,8 +12,8 @@ from django.test import Client
 from accounts import teams
 from benchmarks import snapshot
 from benchmarks.models import JobStatus
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def operators():
     acme = teams.create_team("acme-corp", "ACME Corp", owner=make_user("acme-owner"))
     other = teams.create_team("other-ops", "Other Ops", owner=make_user("other-owner"))
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     return acme, other
 
 

@@ -12,8 +12,8 @@ import pytest
 from accounts import teams
 from benchmarks import snapshot
 from scans.grader.stats import percentile
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.conftest import make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def teams_():
 
 def test_two_samples_100_and_300_give_p50_100_and_p95_300(teams_):
     operator, buyer = teams_
-    make_model("m")
+    make_catalog("m", context_len=8192)
     for ms, team in ((300, operator), (100, buyer)):  # two operators: the cell is published
         make_job(buyer, "m", latency_ms=ms)
         make_host(team, f"h{ms}", "edr", models=["m"], ttft=float(ms), tps=float(ms))
@@ -53,7 +53,7 @@ def test_two_samples_100_and_300_give_p50_100_and_p95_300(teams_):
 def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_):
     operator, buyer = teams_
     for name, samples in CASES.items():
-        make_model(name)
+        make_catalog(name, context_len=8192)
         for i, value in enumerate(samples):
             make_job(buyer, name, latency_ms=value, settled_ago=timedelta(hours=i + 1))
             make_host((operator, buyer)[i % 2], f"{name}-{i}", "software", models=[name],
@@ -76,7 +76,7 @@ def test_both_paths_pick_the_nearest_rank_sample_on_every_case(teams_):
 
 def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_):
     _, buyer = teams_
-    make_model("m")
+    make_catalog("m", context_len=8192)
     make_job(buyer, "m", latency_ms=811.5)
     make_job(buyer, "m", latency_ms=812.4, settled_ago=timedelta(hours=2))
 
@@ -87,7 +87,7 @@ def test_latency_is_rounded_to_whole_milliseconds_half_up(teams_):
 
 def test_a_latency_of_days_keeps_its_microseconds(teams_):
     _, buyer = teams_
-    make_model("m")
+    make_catalog("m", context_len=8192)
     make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.5)  # three days and 500 µs: rounds up
     make_job(buyer, "m", latency_ms=3 * 86_400_000 + 0.499, settled_ago=timedelta(hours=2))
 
@@ -98,7 +98,7 @@ def test_a_latency_of_days_keeps_its_microseconds(teams_):
 
 def test_hosts_without_an_ewma_count_as_hosts_but_give_no_sample(teams_):
     operator, other = teams_
-    make_model("m")
+    make_catalog("m", context_len=8192)
     make_host(operator, "new", "none", models=["m"])
     make_host(operator, "ttft-only", "none", models=["m"], ttft=250.0)
     make_host(other, "other-ttft-only", "none", models=["m"], ttft=350.0)

@@ -13,7 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks import public_cache, snapshot
-from tests.benchmarks.public.conftest import T0
+from tests.helpers.network import T0
 
 pytestmark = pytest.mark.django_db
 
@@ -79,7 +79,7 @@ def test_the_cached_snapshot_is_plain_json_data(network):
 
 
 def test_a_gpu_name_only_one_host_reports_is_not_published(network):
-    from tests.benchmarks.public.conftest import make_host
+    from tests.helpers.network import make_host
 
     make_host(network.operator, "lonely", models=("alpha-q4",),
               gpu="ursula-hosting's rig (ursula@example)")

@@ -11,9 +11,9 @@ from django.test import Client
 
 from accounts import teams
 from benchmarks.models import JobStatus
-from tests.benchmarks.public.conftest import T0, make_host, make_job, make_model
 from tests.benchmarks.public.test_hand_built_network import Page
 from tests.conftest import make_user
+from tests.helpers.network import T0, make_catalog, make_host, make_job
 
 pytestmark = pytest.mark.django_db
 BANNER = "Not enough samples yet"
@@ -32,7 +32,7 @@ def _page(client=None) -> tuple[str, Page]:
 
 
 def test_a_network_with_no_host_and_no_job_shows_the_banner_and_only_dashes(ops):
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     with time_machine.travel(T0, tick=False):
         slo = Client().get("/v1/slo").json()
     html, page = _page()
@@ -55,7 +55,7 @@ def test_a_network_with_no_host_and_no_job_shows_the_banner_and_only_dashes(ops)
 
 def test_jobs_settled_more_than_7_days_ago_do_not_lift_the_banner(ops):
     _, buyer = ops
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_job(buyer, "alpha-q4", settled_ago=timedelta(days=8))
     make_job(buyer, "alpha-q4", JobStatus.QUEUED)
     html, page = _page()
@@ -65,7 +65,7 @@ def test_jobs_settled_more_than_7_days_ago_do_not_lift_the_banner(ops):
 
 def test_one_online_host_lifts_the_banner(ops):
     operator, _ = ops
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_host(operator, "lonely", "software", models=["alpha-q4"])
     html, page = _page()
     assert not page.banner and BANNER not in html
@@ -73,7 +73,7 @@ def test_one_online_host_lifts_the_banner(ops):
 
 def test_one_job_settled_this_week_lifts_the_banner(ops):
     _, buyer = ops
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_job(buyer, "alpha-q4", JobStatus.FAILED, settled_ago=timedelta(days=6))
     html, page = _page()
     assert not page.banner
@@ -84,8 +84,8 @@ def test_one_job_settled_this_week_lifts_the_banner(ops):
 
 def test_a_job_of_a_retired_model_settled_this_week_lifts_the_banner(ops):
     _, buyer = ops
-    make_model("alpha-q4")
-    make_model("retired-q4", active=False)
+    make_catalog("alpha-q4", context_len=8192)
+    make_catalog("retired-q4", active=False, context_len=8192)
     make_job(buyer, "retired-q4", settled_ago=timedelta(days=2))
     html, page = _page()
     assert not page.banner and BANNER not in html
@@ -93,7 +93,7 @@ def test_a_job_of_a_retired_model_settled_this_week_lifts_the_banner(ops):
 
 def test_a_hardware_row_is_listed_with_0_hosts(ops):
     operator, _ = ops
-    make_model("alpha-q4")
+    make_catalog("alpha-q4", context_len=8192)
     make_host(operator, "edr-box", "edr", models=["alpha-q4"], ttft=90.0, tps=30.0)
     _, page = _page()
     tiers = {row["attrs"]["data-tier"]: row["attrs"]["data-hosts"] for row in page.cards["alpha-q4"]["tiers"]}

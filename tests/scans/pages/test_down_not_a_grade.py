@@ -83,6 +83,7 @@ def test_a_dead_endpoint_is_down_with_no_grade_on_the_pages(world, settings, own
     assert "Latest scan" in detail and 'data-grade="down"' in detail
     assert 'data-grade="F"' not in detail
     assert 'data-grade="A"' in detail  # the earlier graded scan keeps its letter
+    assert "from the latest scan, which is down: nothing answered" in detail
 
     page = owner_client.get(f"/scans/{scan.public_id}/").content.decode()
     lead = page[page.index('data-state="down"'):page.index("<dl")]
