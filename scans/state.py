@@ -37,7 +37,7 @@ from django.db.models.fields.json import KT
 
 from accounts.tenancy import scoped_to_teams
 from scans.grader import formatting as fmt
-from scans.grader.scoring import CHECK_LABELS, is_below_floor
+from scans.grader.scoring import CHECK_LABELS, CHECKS, is_below_floor
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "headline", "of_scan",
@@ -53,11 +53,7 @@ SEVERITY = (DOWN, BELOW_FLOOR, DEGRADED, ERRORED, NOT_SCANNED, UP)
 STATE_NUMBERS = {UP: 0, DEGRADED: 1, BELOW_FLOOR: 2, DOWN: 3, ERRORED: 4, NOT_SCANNED: 5}
 SINCE_SCANS = 200
 ERROR_RATE = "error_rate"
-UNITS = {"ttft_p95_at_concurrency_1": "ms", "inter_chunk_p95_at_concurrency_1": "ms",
-         "error_rate": "share", "error_rate_at_peak": "share", "usage_reported_share": "share",
-         "repeat_prompt_share": "share", "gpu_utilization_at_peak": "share",
-         "ttft_p99_load_ratio": "ratio", "generation_rate_load_ratio": "ratio",
-         "metrics_endpoint": "present"}
+UNITS = {check.id: check.unit for check in CHECKS}  # from the one check table
 
 
 @dataclass(frozen=True)
