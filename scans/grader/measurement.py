@@ -334,6 +334,11 @@ class Measurement:
     #: What the load sent and how its prompts were sized (``workload.PreparedWorkload``'s
     #: ``public_dict``; report.json's ``plan.workload``); empty when not recorded.
     workload: dict = field(default_factory=dict)
+    #: The levels the capacity search added (issue 22), after the plan's: never graded, so
+    #: they are kept apart from ``levels`` (which check_values and the proof read).
+    searched_levels: list[LevelResult] = field(default_factory=list)
+    #: The search stopped at its bound (levels or requests), not at the boundary it sought.
+    search_exhausted: bool = False
 
     @property
     def all_requests(self) -> list[RequestRecord]:

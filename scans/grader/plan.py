@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from .slo import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS, Slo, SloError
 from .workload import Workload, WorkloadError
 
 __all__ = [
@@ -82,6 +83,12 @@ class ScanPlan:
     #: What the load sends (issue 21): sized prompts, reply lengths, a shared prefix, a
     #: dataset, warm-up. The default is built-in prompts capped by max_tokens (with a nonce).
     workload: Workload = field(default_factory=Workload)
+    #: A service-level objective (issue 22): attainment and goodput per level, not graded.
+    slo: Slo | None = None
+    #: After the plan's levels, search for the largest concurrency that meets `slo`.
+    find_capacity: bool = False
+    #: At most this many levels the search adds.
+    search_levels: int = DEFAULT_SEARCH_LEVELS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
@@ -126,6 +133,7 @@ class ScanPlan:
         self._validate_target()
         self._validate_levels()
         self._validate_limits()
+        self._validate_slo()
         try:
             self.workload.validate(self.max_tokens)
         except WorkloadError as exc:
@@ -168,6 +176,17 @@ class ScanPlan:
                                 f"level (got {count}): with fewer it never reaches {level} "
                                 "requests in flight")
 
+    def _validate_slo(self) -> None:
+        if self.slo is not None:
+            try:
+                self.slo.validate()
+            except SloError as exc:
+                raise PlanError(str(exc)) from None
+        if self.find_capacity and self.slo is None:
+            raise PlanError("--find-capacity needs an SLO to search against: give --slo")
+        if not 1 <= self.search_levels <= MAX_SEARCH_LEVELS:
+            raise PlanError(f"--search-levels must be from 1 to {MAX_SEARCH_LEVELS}")
+
     def _validate_limits(self) -> None:
         if not 1 <= self.max_tokens <= 1_000_000:
             raise PlanError("max tokens must be between 1 and 1000000")
@@ -183,7 +202,13 @@ class ScanPlan:
                 raise PlanError(f"bad --dcgm-url {self.dcgm_url!r}: expected http(s)://host...")
 
     def public_dict(self) -> dict:
-        """The plan as report.json records it (never the key)."""
+        """The plan as report.json records it (never the key); ``slo`` and
+        ``find_capacity`` only when given (issue 22)."""
+        extra: dict = {}
+        if self.slo is not None:
+            extra["slo"] = self.slo.public_dict()
+        if self.find_capacity:
+            extra["find_capacity"] = {"max_levels": self.search_levels}
         return {
             "levels": list(self.levels),
             "requests_per_level": self.requests_per_level,
@@ -194,6 +219,7 @@ class ScanPlan:
             "price_input_per_mtok": _price(self.price_input_per_mtok),
             "price_output_per_mtok": _price(self.price_output_per_mtok),
             "authenticated": bool(self.api_key),
+            **extra,
         }
 
 

@@ -28,6 +28,7 @@ from scans.grader.plan import ScanPlan
 from scans.grader.prompts import PromptSample
 from scans.grader.redaction import redact_report
 from scans.grader.scoring import CHECK_LABELS
+from scans.grader.slo import capacity, evaluate_level
 from scans.grader.stats import percentile
 from scans.grader.timeline import sample_times_ms
 
@@ -177,6 +178,18 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     if measurements_extra:
         measurements.update(measurements_extra)
     levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
+    searched = [{**level_entry(level, basis, measurement.origin_time), "searched": True}
+                for level in measurement.searched_levels]
+    slo_part: dict[str, Any] = {}
+    if plan.slo is not None:  # issue 22: attainment and goodput per level, not graded
+        for entry, level in zip([*levels, *searched],
+                                [*measurement.levels, *measurement.searched_levels],
+                                strict=True):
+            entry["slo"] = evaluate_level(level, plan.slo)
+        if plan.find_capacity:
+            slo_part["search_levels"] = searched
+            slo_part["capacity"] = capacity(levels, searched, plan.slo,
+                                            exhausted=measurement.search_exhausted)
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
     if preflight is not None:
         preflight["warnings"] = preflight_warnings(preflight, measurement.model)
@@ -190,6 +203,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "preflight": preflight,
         "failure_summary": headline.scan_failure_summary(levels, preflight),
         "levels": levels,
+        **slo_part,
         "checks": graded.checks,
         "measurements": measurements,
         "score": graded.score,
@@ -485,5 +499,38 @@ def render_html(report: Mapping[str, Any]) -> str:
         "plan": report.get("plan", {}),
         "workload_lines": workload_lines(report),
         "workload": (report.get("plan") or {}).get("workload") or {},
+        "slo": _slo_context(report),
     }
     return rendering.render("report/report.html", context)
+
+
+def _slo_context(report: Mapping[str, Any]) -> dict | None:
+    """report.html's SLO section (issue 22): the objective, one row per level (the searched
+    ones marked), the capacity; None for a report without an --slo."""
+    slo = (report.get("plan") or {}).get("slo")
+    if not isinstance(slo, Mapping):
+        return None
+    from scans.grader.slo import describe_capacity, describe_slo
+
+    rows = []
+    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or [])]:
+        figures = lv.get("slo")
+        if not isinstance(figures, Mapping):
+            continue
+        rps, out = figures.get("goodput_requests_per_s"), figures.get("goodput_output_per_s")
+        rows.append({
+            "concurrency": lv.get("concurrency"), "searched": bool(lv.get("searched")),
+            "good": f"{figures.get('good')} / {figures.get('requests')}",
+            "attainment": fmt.percent(figures.get("attainment")
+                                      if isinstance(figures.get("attainment"), int | float)
+                                      else None),
+            "verdict": "met" if figures.get("met") else "missed",
+            "rps": fmt.number(rps if isinstance(rps, int | float) else None, "rate"),
+            "output": fmt.rate(out if isinstance(out, int | float) else None,
+                               str(figures.get("goodput_unit") or "tokens/s")),
+        })
+    error_rate = slo.get("error_rate")
+    found = report.get("capacity")
+    return {"text": describe_slo(slo), "rows": rows,
+            "error_rate": fmt.percent(error_rate) if isinstance(error_rate, int | float) else None,
+            "capacity": describe_capacity(found) if isinstance(found, Mapping) else None}

@@ -36,9 +36,10 @@ import httpx
 from .budget import StreamBudget
 from .measurement import LevelResult, Measurement, RequestRecord
 from .openai_chat import read_sse
-from .plan import ScanPlan, builtin_prompt
+from .plan import MAX_LEVEL, ScanPlan, builtin_prompt
 from .preflight import run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
+from .slo import MAX_SEARCH_REQUESTS, evaluate_level, next_search_level, search_requests
 from .sse import SSEDecoder
 from .stream import JSON_IMPL, StreamParser, classify_end
 from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
@@ -376,6 +377,8 @@ async def run_scan_async(
                      precise_stale_detection=isinstance(own_transport, ScanTransport))
         preflight = await run_preflight(plan, client, scan.request)
         levels: list[LevelResult] = []
+        searched: list[LevelResult] = []
+        exhausted = False
         if not (preflight.stopped or preflight_only):
             await scan.prepare()  # WorkloadError (one line) before any load
         if preflight.stopped or preflight_only:
@@ -399,6 +402,9 @@ async def run_scan_async(
                                                            plan.requests_at(concurrency)))
             finally:
                 gpu = await sampler.stop()
+            # After the GPU sampler stopped: nothing the search measures reaches a check.
+            if plan.find_capacity and plan.slo is not None:
+                exhausted = await _search(scan, plan, levels, searched)
         if preflight.server_answered and not preflight_only:
             metrics = await probe_metrics(client, plan.origin,
                                           timeout=min(plan.timeout_s, 10.0))
@@ -422,6 +428,8 @@ async def run_scan_async(
         origin_time=origin_time,
         preflight=preflight,
         workload=scan.workload.public_dict(),
+        searched_levels=searched,
+        search_exhausted=exhausted,
         scanner={
             "tool": TOOL_NAME,
             "version": _tool_version(),
@@ -432,6 +440,26 @@ async def run_scan_async(
             "loop_lag_threshold_ms": lag_threshold_ms,
         },
     )
+
+
+async def _search(scan: _Scan, plan: ScanPlan, levels: list[LevelResult],
+                  searched: list[LevelResult]) -> bool:
+    """The capacity search (scans.grader.slo): run the levels it asks for, appending them to
+    `searched`; True when it stopped at its bound rather than at the boundary it sought."""
+    assert plan.slo is not None
+    tried = {lv.concurrency: evaluate_level(lv, plan.slo)["met"] for lv in levels}
+    sent = 0
+    while (nxt := next_search_level(tried, MAX_LEVEL)) is not None:
+        count = search_requests(nxt)
+        if len(searched) >= plan.search_levels or sent + count > MAX_SEARCH_REQUESTS:
+            return True
+        await scan.warm_up(nxt, plan.workload.warmup)
+        level = await scan.run_level(nxt, count)
+        searched.append(level)
+        sent += count
+        tried[nxt] = evaluate_level(level, plan.slo)["met"]
+    best = max((c for c, ok in tried.items() if ok), default=None)
+    return best is not None and best >= MAX_LEVEL
 
 
 #: During a scan the youngest GC generation is collected after this many allocations instead of

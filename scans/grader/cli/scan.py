@@ -22,6 +22,7 @@ from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.report import report_from_measurement, write_report
+from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
 from scans.grader.stats import percentile
 from scans.grader.workload import Workload, WorkloadError, load_dataset
 
@@ -76,6 +77,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", metavar="N", type=int, default=0,
                         help="N requests before each level's measurement, not counted "
                              "(default 0)")
+    parser.add_argument("--slo", metavar="OBJECTIVES", default=None,
+                        help="a service-level objective, any of ttft_p95_ms=MS, itl_p95_ms=MS, "
+                             "e2e_p95_ms=MS, error_rate=SHARE (comma-separated): each level's "
+                             "attainment (share of requests meeting every objective, failures "
+                             "as misses) and goodput are reported; not graded")
+    parser.add_argument("--attainment", metavar="SHARE", type=float, default=None,
+                        help=f"share of requests that must meet the --slo for a level to meet "
+                             f"it (default {DEFAULT_ATTAINMENT:g})")
+    parser.add_argument("--find-capacity", action="store_true",
+                        help="after the levels, search for the largest concurrency that meets "
+                             "the --slo (double, then bisect; searched levels are not graded)")
+    parser.add_argument("--search-levels", metavar="N", type=int, default=DEFAULT_SEARCH_LEVELS,
+                        help=f"at most N levels the capacity search adds (default "
+                             f"{DEFAULT_SEARCH_LEVELS}); each sends max(20, 2 x concurrency) "
+                             "requests")
     parser.add_argument("--dcgm-url", metavar="URL", default=None,
                         help="a DCGM exporter's metrics URL (DCGM_FI_DEV_GPU_UTIL)")
     parser.add_argument("--price-input", metavar="USD", default=None,
@@ -216,6 +232,10 @@ def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
     if not (report.get("preflight") or {}).get("stopped"):  # no load ran: no table to show
         for line in summary.table_lines(report["levels"], width):
             say(line + "\n")
+        if report.get("search_levels"):
+            for line in summary.table_lines(report["search_levels"], width,
+                                            summary.SEARCH_TITLE):
+                say(line + "\n")
     if not quiet:
         for level in report["levels"]:
             level_cause = level.get("failure_summary")
@@ -256,7 +276,21 @@ def _workload(args: argparse.Namespace) -> Workload:
                     warmup=getattr(args, "warmup", 0) or 0, dataset=dataset)
 
 
+def _slo(args: argparse.Namespace) -> Slo | None:
+    text = getattr(args, "slo", None)
+    attainment = getattr(args, "attainment", None)
+    if text is None:
+        if attainment is not None:
+            raise UsageError("--attainment needs --slo (the objectives to attain)")
+        return None
+    try:
+        return parse_slo(text, DEFAULT_ATTAINMENT if attainment is None else attainment)
+    except SloError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def build_plan(args: argparse.Namespace) -> ScanPlan:
+    slo = _slo(args)
     workload = _workload(args)
     max_tokens = args.max_tokens
     if max_tokens is None:
@@ -273,6 +307,9 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         dcgm_url=args.dcgm_url,
         price_input_per_mtok=_price("--price-input", args.price_input),
         price_output_per_mtok=_price("--price-output", args.price_output),
+        slo=slo,
+        find_capacity=bool(getattr(args, "find_capacity", False)),
+        search_levels=getattr(args, "search_levels", DEFAULT_SEARCH_LEVELS),
     )
     try:
         return plan.validate()

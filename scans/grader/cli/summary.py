@@ -23,14 +23,16 @@ from typing import Any
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
 from scans.grader.report import cli_notes, workload_lines
+from scans.grader.slo import describe_capacity, describe_slo, goodput_text
 
-__all__ = ["PREFIX", "cap_lines", "is_down", "summary_lines", "table_lines", "terminal_width",
-           "wrap"]
+__all__ = ["PREFIX", "SEARCH_TITLE", "cap_lines", "is_down", "slo_lines", "summary_lines",
+           "table_lines", "terminal_width", "wrap"]
 
 PREFIX = "tokvera scan: "
 #: Below this the table is one block per level; wrapped text is never narrower than this.
 MIN_WIDTH = 40
 TABLE_TITLE = "Headline numbers (times in ms)"
+SEARCH_TITLE = "Levels the capacity search added (not graded; times in ms)"
 
 _NBSP = "\u00a0"
 # Spaces that must not become line breaks: a number and its unit ("5.1 ms", "0.0 %",
@@ -219,7 +221,37 @@ def summary_lines(report: Mapping[str, Any], html_path: str, width: int) -> list
         sent[0] = "down" + sent[0][sent[0].find(" at "):]
     texts.extend(sent)
     texts.extend(cli_notes(report))  # which TTFT was graded; thinking and the budget hint
+    if not down:
+        texts.extend(slo_lines(report))
     return [line for text in texts for line in wrap(text, width)]
+
+
+# -- the SLO and the capacity (issue 22) ---------------------------------------------------------
+
+def slo_lines(report: Mapping[str, Any]) -> list[str]:
+    """With an --slo: the objective, one line per level (met or missed, the share of good
+    requests, goodput), and the capacity when it was searched. Nothing without an SLO."""
+    slo = (report.get("plan") or {}).get("slo")
+    if not isinstance(slo, Mapping):
+        return []
+    lines = [f"SLO (not graded): {describe_slo(slo)}"]
+    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or [])]:
+        figures = lv.get("slo")
+        if not isinstance(figures, Mapping):
+            continue
+        attainment = figures.get("attainment")
+        share = fmt.percent(attainment if isinstance(attainment, int | float) else None)
+        verdict = "met" if figures.get("met") else "missed"
+        searched = " (searched)" if lv.get("searched") else ""
+        lines.append(f"SLO at {lv.get('concurrency')}{searched}: {verdict}, {share} good "
+                     f"({figures.get('good')}/{figures.get('requests')}); goodput "
+                     + goodput_text(figures.get("goodput_requests_per_s"),
+                                    figures.get("goodput_output_per_s"),
+                                    figures.get("goodput_unit")))
+    found = report.get("capacity")
+    if isinstance(found, Mapping):
+        lines.append(f"capacity: {describe_capacity(found)}")
+    return lines
 
 
 # -- the headline table --------------------------------------------------------------------------
@@ -256,9 +288,9 @@ def _fits(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, s
     return console.measure(_table(columns, rows, None)).maximum <= width
 
 
-def _stacked(rows: Sequence[Mapping[str, str]]) -> list[str]:
+def _stacked(rows: Sequence[Mapping[str, str]], title: str = TABLE_TITLE) -> list[str]:
     """One block per level: "concurrency 4" then one figure a line."""
-    lines = [TABLE_TITLE]
+    lines = [title]
     for row in rows:
         lines.append(f"concurrency {row['concurrency']}")
         for key, name, unit in headline.COLUMNS[1:]:
@@ -268,13 +300,14 @@ def _stacked(rows: Sequence[Mapping[str, str]]) -> list[str]:
     return lines
 
 
-def table_lines(levels: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+def table_lines(levels: Sequence[Mapping[str, Any]], width: int,
+                title: str = TABLE_TITLE) -> list[str]:
     """The headline numbers, one row per level, in as many tables as the width needs (each
     repeats the concurrency column); one block per level when even two columns do not fit."""
     rows = headline.headline_rows(levels)
     first, *rest = headline.COLUMNS
     if _fits(headline.COLUMNS, rows, width):
-        return _render([_table(headline.COLUMNS, rows, TABLE_TITLE)], width)
+        return _render([_table(headline.COLUMNS, rows, title)], width)
     groups: list[list[tuple[str, str, str]]] = []
     current: list[tuple[str, str, str]] = []
     for column in rest:
@@ -282,11 +315,11 @@ def table_lines(levels: Sequence[Mapping[str, Any]], width: int) -> list[str]:
             current.append(column)
             continue
         if not current:  # not even the concurrency and this one column
-            return _stacked(rows)
+            return _stacked(rows, title)
         groups.append(current)
         current = [column]
     if current:
         groups.append(current)
-    tables = [_table([first, *group], rows, TABLE_TITLE if i == 0 else None)
+    tables = [_table([first, *group], rows, title if i == 0 else None)
               for i, group in enumerate(groups)]
     return _render(tables, width)

@@ -27,8 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-metrics", action="store_true", help="no /metrics endpoint")
     parser.add_argument("--role-chunk", action="store_true",
                         help="send a role-only first chunk before the content")
-    parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
-                        help="at most N streams generate at once; others wait for a slot")
+    parser.add_argument("--slots", "--max-concurrency", dest="max_concurrency", type=int,
+                        default=None, metavar="N",
+                        help="N decode slots: at most N streams generate at once, the others "
+                             "queue for a slot and their time to first token includes the "
+                             "wait (default: unlimited)")
     parser.add_argument("--seed", type=int, default=None, help="seed for jitter and errors")
     parser.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
                         help="stream N thinking tokens before the answer, like a reasoning "
@@ -63,7 +66,7 @@ def _config(args: argparse.Namespace) -> TargetConfig:
     if not 0 <= args.error_rate <= 1:
         raise UsageError("--error-rate must be between 0 and 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
-        raise UsageError("--max-concurrency must be at least 1")
+        raise UsageError("--slots must be at least 1")
     if args.prefill_ms_per_1k < 0:
         raise UsageError("--prefill-ms-per-1k must not be negative")
     if args.max_model_len is not None and args.max_model_len < 1:
