@@ -50,6 +50,7 @@ from scans.grader.measurement import (
 from scans.grader.report import level_entry
 from scans.grader.runner import LOOP_LAG_THRESHOLD_MS
 from scans.grader.scoring import CheckValue
+from scans.grader.slo import SloError, evaluate_level, slo_from_dict
 from scans.grader.timeline import is_time, is_time_array, record_fields
 from scans.grader.timeline import key as timeline_key
 
@@ -333,6 +334,22 @@ def _show(value: Any) -> str:
     return "null" if value is None else repr(value)
 
 
+def _prove_slo(proven: dict, measurement: Measurement) -> None:
+    """Issue 22: each plan level's ``slo`` recomputed from its samples; the levels the
+    capacity search added are not proven (the proof reads the plan's levels only), and the
+    stored ``capacity`` says so. None of it is graded."""
+    slo = (proven.get("plan") or {}).get("slo")
+    if isinstance(slo, Mapping):
+        try:
+            objective = slo_from_dict(slo)
+        except (SloError, TypeError, ValueError):
+            raise ImpossibleReport("plan.slo is not a valid objective") from None
+        for entry, result in zip(proven["levels"], measurement.levels, strict=True):
+            entry["slo"] = evaluate_level(result, objective)
+    if isinstance(proven.get("capacity"), dict):
+        proven["capacity"]["proven_from_samples"] = False
+
+
 def prove(report: Mapping[str, Any]) -> dict:
     """The report to store: its levels, checks and score recomputed from its own samples.
 
@@ -350,6 +367,7 @@ def prove(report: Mapping[str, Any]) -> dict:
     proven["levels"] = [
         {**level_entry(result, basis, 0.0), "loop_lag_ms": _loop_lag("", uploaded)[1]}
         for result, uploaded in zip(measurement.levels, report["levels"], strict=True)]
+    _prove_slo(proven, measurement)
     if "failure_summary" in proven:
         proven["failure_summary"] = headline.scan_failure_summary(proven["levels"],
                                                                   proven.get("preflight"))

@@ -45,6 +45,7 @@ __all__ = [
     "goodput_text",
     "next_search_level",
     "parse_slo",
+    "slo_from_dict",
     "search_requests",
 ]
 
@@ -93,6 +94,14 @@ class Slo:
     def public_dict(self) -> dict:
         """As report.json records it (``plan.slo``, ``capacity.slo``)."""
         return {**dict(self.objectives), "attainment": self.attainment}
+
+
+def slo_from_dict(data: Mapping[str, Any]) -> Slo:
+    """report.json's ``plan.slo`` back into an Slo (validated)."""
+    objectives = tuple((name, float(data[name])) for name in OBJECTIVES
+                       if isinstance(data.get(name), int | float))
+    attainment = data.get("attainment", DEFAULT_ATTAINMENT)
+    return Slo(objectives, float(attainment)).validate()
 
 
 def parse_slo(text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:

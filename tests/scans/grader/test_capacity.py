@@ -204,3 +204,21 @@ def test_bad_slo_input_is_one_line_exit_2_and_nothing_is_sent(extra, says, tmp_p
 
 def test_an_attainment_of_one_is_accepted():
     assert slo.parse_slo("ttft_p95_ms=80", 1.0).attainment == 1.0
+
+
+def test_a_pushed_reports_slo_is_recomputed_and_its_search_marked_unproven(tmp_path):
+    from scans.grader.proof import prove
+
+    out = tmp_path / "r"
+    with serving_target(FAST) as (_, host, port):
+        assert main(_scan(f"http://{host}:{port}/v1", out, "--concurrency", "1,2",
+                          "--requests", "20", "--slo", "ttft_p95_ms=5000",
+                          "--find-capacity", "--search-levels", "1")) == 0
+    report = _report(out)
+    proven = prove(report)
+    validate(proven)
+    for claimed, recomputed in zip(report["levels"], proven["levels"], strict=True):
+        for key in ("good", "requests", "attainment", "error_rate", "met"):
+            assert recomputed["slo"][key] == claimed["slo"][key]
+    assert proven["capacity"]["proven_from_samples"] is False
+    assert proven["score"]["grade"] == report["score"]["grade"]
