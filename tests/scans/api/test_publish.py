@@ -10,20 +10,9 @@ import pytest
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Scan
 from tests.helpers.factories import make_endpoint
-from tests.helpers.workers import start_worker, stop
-from tokvera_site.celery import app
 from tokvera_site.cli import main
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def proof_worker():
-    app.control.purge()
-    worker = start_worker("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
-                          "-n", "proofs-publish@%h")
-    yield worker
-    stop(worker)
 
 
 def _scan(tmp_path, base_url, *extra):

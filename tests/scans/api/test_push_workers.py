@@ -27,15 +27,6 @@ from tokvera_site.celery import app
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def proof_worker():
-    app.control.purge()
-    worker = start_worker("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
-                          "-n", "proofs-test@%h")
-    yield worker
-    stop(worker)
-
-
 def _push(api, world, endpoint, report: dict):
     return api.post(reverse("api-endpoint-reports", kwargs={"public_id": endpoint.public_id}),
                     data=json.dumps(report).encode(), content_type="application/json",
