@@ -93,7 +93,7 @@ _FIELDS = {
 
 def _rows(scans) -> list[dict]:
     return list(scans.annotate(**_FIELDS).values(
-        "pk", "public_id", "endpoint_id", "status", "error_reason", "grade", "points",
+        "pk", "public_id", "endpoint_id", "status", "error_reason", "grade", "points", "down",
         "queued_at", *_FIELDS))
 
 
@@ -133,12 +133,10 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     """(state, cause) of one finished scan."""
     if row["status"] == ScanStatus.ERRORED:
         return ERRORED, row["error_reason"] or "the scan errored on our side"
-    error_rate = next((c for c in checks if c["check_id"] == ERROR_RATE), None)
-    nothing_succeeded = bool(error_rate and error_rate["value"] is not None
-                             and error_rate["value"] >= 1)
-    if row["stopped"] in (True, "true"):
-        return DOWN, row["preflight_cause"] or row["summary"] or "the preflight stopped the scan"
-    if nothing_succeeded:
+    if row["down"]:  # decided once, as the scan was stored (scans.grader.report.is_down)
+        if row["stopped"] in (True, "true"):
+            return DOWN, (row["preflight_cause"] or row["summary"]
+                          or "the preflight stopped the scan")
         return DOWN, row["summary"] or "no request succeeded"
     failing = [c for c in checks if c["status"] == "fail"
                or (c["check_id"] == ERROR_RATE and c["status"] == "warn")]

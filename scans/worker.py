@@ -27,10 +27,9 @@ from scans import alerts, outbound
 from scans.dispatch import QUEUED_GRACE, hand_off
 from scans.grader import PlanError, run_scan
 from scans.grader.budget import StreamBudget
-from scans.grader.cli.summary import is_down
 from scans.grader.prompts import parse_prompts_text
 from scans.grader.redaction import redact_report, redact_text
-from scans.grader.report import report_from_measurement
+from scans.grader.report import is_down, report_from_measurement
 from scans.models import CheckResult, Endpoint, OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.origins import acquire_origin, origin_of, release_origin
 from scans.profile import plan_for, worst_case_duration

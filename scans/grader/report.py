@@ -534,3 +534,19 @@ def _slo_context(report: Mapping[str, Any]) -> dict | None:
     return {"text": describe_slo(slo), "rows": rows,
             "error_rate": fmt.percent(error_rate) if isinstance(error_rate, int | float) else None,
             "capacity": describe_capacity(found) if isinstance(found, Mapping) else None}
+
+
+def _succeeded(report: Mapping[str, Any]) -> int:
+    return sum(int(level.get("succeeded") or 0) for level in report.get("levels") or [])
+
+
+def is_down(report: Mapping[str, Any]) -> bool:
+    """The endpoint never answered: the preflight stopped the scan, or no request of any
+    level succeeded. report.json still carries the grade the scoring spec gives (F under
+    `no_successful_request`); neither the CLI nor the site presents it as a quality grade."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped"):
+        return True
+    levels = report.get("levels") or []
+    return bool(levels) and sum(int(lv.get("requests") or 0) for lv in levels) > 0 \
+        and _succeeded(report) == 0

@@ -21,7 +21,7 @@ from scans.grader import formatting as fmt
 from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
-from scans.grader.report import report_from_measurement, write_report
+from scans.grader.report import is_down, report_from_measurement, write_report
 from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
 from scans.grader.stats import percentile
 from scans.grader.workload import Workload, WorkloadError, load_dataset
@@ -363,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
     # The floor is decided after publishing was attempted: a CI gate fails for the grade,
     # not for the network.
     if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
-        what = (f"the endpoint is down (report.json: {score['grade']})" if summary.is_down(report)
+        what = (f"the endpoint is down (report.json: {score['grade']})" if is_down(report)
                 else f"grade {score['grade']}")
         sys.stderr.write(f"tokvera scan: {what} is below --fail-under {args.fail_under}\n")
         return EXIT_BELOW_FLOOR

@@ -22,7 +22,7 @@ from typing import Any
 
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
-from scans.grader.report import cli_notes, workload_lines
+from scans.grader.report import cli_notes, is_down, workload_lines
 from scans.grader.slo import describe_capacity, describe_slo, goodput_text
 
 __all__ = ["PREFIX", "SEARCH_TITLE", "cap_lines", "is_down", "slo_lines", "summary_lines",
@@ -59,22 +59,6 @@ def wrap(text: str, width: int, prefix: str = PREFIX, indent: str = "  ") -> lis
 
 
 # -- what the grade is, and why ------------------------------------------------------------------
-
-def _succeeded(report: Mapping[str, Any]) -> int:
-    return sum(int(level.get("succeeded") or 0) for level in report.get("levels") or [])
-
-
-def is_down(report: Mapping[str, Any]) -> bool:
-    """The endpoint never answered: the preflight stopped the scan, or no request of any
-    level succeeded. report.json still carries the grade the scoring spec gives (F under
-    `no_successful_request`); the CLI does not present it as a quality grade."""
-    preflight = report.get("preflight") or {}
-    if preflight.get("stopped"):
-        return True
-    levels = report.get("levels") or []
-    return bool(levels) and sum(int(lv.get("requests") or 0) for lv in levels) > 0 \
-        and _succeeded(report) == 0
-
 
 def _down_cause(report: Mapping[str, Any]) -> str:
     preflight = report.get("preflight") or {}
