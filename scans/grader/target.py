@@ -31,6 +31,9 @@ __all__ = ["OPENAI_PARAMS", "REASONING_FIELDS", "PrefixCache", "StreamTiming", "
            "TargetServer", "count_tokens", "render_chat", "running_target", "serving_target",
            "tokenize"]
 
+MODEL_ID = "tokvera-target"  # the one model its /models lists
+
+
 _WORDS = (
     " the", " model", " streams", " a", " token", " at", " steady", " pace", " while", " load",
     " grows", " and", " latency", " stays", " low", " for", " every", " request", " it", " serves",
@@ -255,7 +258,7 @@ class TargetServer:
                           content_type=b"text/plain; version=0.0.4; charset=utf-8",
                           close=not keep_alive)
         elif method == "GET" and path.endswith("/models"):
-            entry: dict = {"id": "tokvera-target", "object": "model"}
+            entry: dict = {"id": MODEL_ID, "object": "model"}
             if self.config.max_model_len:
                 entry["max_model_len"] = self.config.max_model_len
             data = {"object": "list", "data": [entry]}
@@ -330,7 +333,7 @@ class TargetServer:
             n_tokens = wanted
         n_thinking = min(cfg.reasoning_tokens, n_tokens)
         finish = "length" if n_tokens < wanted else "stop"
-        model = str(req.get("model") or "tokvera-target")
+        model = str(req.get("model") or MODEL_ID)
         prompt = tokenize(render_chat(req.get("messages")))
         prompt_tokens = len(prompt)
         if cfg.max_model_len and prompt_tokens + n_tokens > cfg.max_model_len:

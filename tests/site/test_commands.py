@@ -58,6 +58,25 @@ def test_the_demo_endpoint_follows_the_port_the_run_command_gives_its_target(mon
     assert demo.base_url == "http://127.0.0.1:8290/v1"
 
 
+def test_the_demo_endpoint_asks_for_the_model_its_target_lists():
+    """A fresh `make run` showed the demo degraded: it asked for a model the demo target does
+    not list at /models. A demo made before the fix is corrected by the next run."""
+    import json
+    import urllib.request
+
+    from scans.grader.target import TargetConfig, running_target
+    from scans.models import Endpoint
+
+    call_command("seed_demo")
+    demos = Endpoint.dangerously_unscoped.filter(team__slug="demo", name="Demo target")
+    demos.update(model="demo-model")  # as seeded before
+    call_command("seed_demo")
+    with running_target(TargetConfig()) as (host, port):
+        with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=10) as answer:
+            listed = [m["id"] for m in json.load(answer)["data"]]
+    assert demos.get().model in listed
+
+
 def test_the_login_line_is_printed_once_the_site_answers_at_site_url(settings, capsys):
     import http.server
     import threading

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import teams
+from scans.grader.target import MODEL_ID as TARGET_MODEL
 from scans.models import Endpoint
 from tokvera_site.config import VAR_DIR
 
@@ -89,9 +90,11 @@ class Command(BaseCommand):
         if demo.filter(name=DEMO_ENDPOINT).exclude(base_url=target_url).exists():
             # PORT changed since the demo was made: the demo endpoint follows its target.
             demo.filter(name=DEMO_ENDPOINT).update(base_url=target_url)
+        # The model the demo target lists at /models: under any other name it is degraded.
+        demo.filter(name=DEMO_ENDPOINT).exclude(model=TARGET_MODEL).update(model=TARGET_MODEL)
         if not demo.exists():
             demo.create(
-                team=team, name=DEMO_ENDPOINT, base_url=target_url, model="demo-model",
+                team=team, name=DEMO_ENDPOINT, base_url=target_url, model=TARGET_MODEL,
                 levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
                 interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
                 next_scan_at=timezone.now(),
