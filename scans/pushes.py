@@ -285,6 +285,9 @@ def prove_pending(scan_id: int) -> str:
     team = scan.endpoint.team_id
     bodies = PushedReportBody.objects.for_team(team)
     body = bodies.filter(scan_id=scan_id).values_list("body", flat=True).first()
+    # Held in memory from here: the stored bytes go before any verdict can be read (a client
+    # that sees the verdict never finds them; a proof cut short is reaped, "push it again").
+    bodies.filter(scan_id=scan_id).delete()
     with worker.liveness(scan_id, team):
         try:
             if body is None:
@@ -294,8 +297,6 @@ def prove_pending(scan_id: int) -> str:
             Scan.objects.for_team(team).filter(pk=scan_id, status=ScanStatus.RUNNING).update(
                 status=ScanStatus.REFUSED, finished_at=timezone.now(),
                 error_reason="\n".join(exc.messages)[:4000])
-            bodies.filter(scan_id=scan_id).delete()
             return "refused"
         scan = worker.store_report(scan, proven, pushed=True)
-    bodies.filter(scan_id=scan_id).delete()
     return scan.status
