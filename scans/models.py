@@ -84,6 +84,13 @@ class Endpoint(TeamOwned):
     slo_error_rate = models.FloatField(null=True, blank=True)
     # share of scans in a window that must meet every target (the rest is the error budget)
     slo_objective = models.FloatField(default=0.9)
+    # Capacity within the SLO (issue 22): each scan also searches for the largest concurrency
+    # whose requests meet the TTFT and error-rate targets (scans/profile.py bounds the search by
+    # the site's per-scan limits); an alert when it drops below capacity_alert_below streams.
+    capacity_search = models.BooleanField(default=False)
+    capacity_search_levels = models.PositiveSmallIntegerField(
+        default=8, validators=[MinValueValidator(1), MaxValueValidator(16)])
+    capacity_alert_below = models.PositiveIntegerField(null=True, blank=True)
     # badges and alerts
     badge_key = models.CharField(max_length=40, unique=True, default=new_badge_key)
     alert_email = models.BooleanField(default=True)
@@ -93,6 +100,7 @@ class Endpoint(TeamOwned):
         default=3, validators=[MinValueValidator(1), MaxValueValidator(100)])
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
     erroring = models.BooleanField(default=False)  # alert state: N errored scans in a row
+    capacity_low = models.BooleanField(default=False)  # alert state: capacity below the alert
     # scheduling
     # Where the site scans it from: names in SCAN_LOCATIONS; empty means the site's own
     # (SCAN_DEFAULT_LOCATION). Each location gets its own scan per slot (scans/scheduling.py).
@@ -149,6 +157,15 @@ class ScanStatus(models.TextChoices):
     REFUSED = "refused", "Refused"
 
 
+class CapacityOutcome(models.TextChoices):
+    """What a scan's capacity search found (report.json's `capacity`); "" when it did not
+    search."""
+
+    MET = "met", "met"  # the boundary was found: the next level up missed
+    NONE_MET = "none_met", "no level met the SLO"
+    MET_AT_HIGHEST = "met_at_highest", "met at the highest level tried"  # may be higher
+
+
 class Scan(TeamOwned):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="scans")
@@ -191,12 +208,23 @@ class Scan(TeamOwned):
     # storing the report twice.
     report_digest = models.CharField(max_length=64, blank=True, default="")
     tool_version = models.CharField(max_length=40, blank=True, default="")
+    # denormalized from report["capacity"] (issue 22) for the trend, the dashboard, the gauge
+    # and the alert: concurrency None with outcome none_met when no level met the SLO
+    capacity_outcome = models.CharField(max_length=20, choices=CapacityOutcome.choices,
+                                        blank=True, default="")
+    capacity_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    capacity_requests_per_s = models.FloatField(null=True, blank=True)
+    capacity_output_tokens_per_s = models.FloatField(null=True, blank=True)
+    capacity_output_unit = models.CharField(max_length=12, blank=True, default="")
 
     team_lookup = "endpoint__team"
 
     class Meta(TeamOwned.Meta):
         ordering = ["-queued_at"]
         indexes = [
+            # the capacity trend and the latest capacity: only the scans that searched
+            models.Index(fields=["endpoint", "-queued_at"], name="scan_capacity_history",
+                         condition=~Q(capacity_outcome="")),
             # history, sparklines and SLO windows: one endpoint's scans by time
             models.Index(fields=["endpoint", "-queued_at"], name="scan_endpoint_time"),
             # the reaper looks only at unfinished scans
