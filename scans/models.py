@@ -101,6 +101,11 @@ class Endpoint(TeamOwned):
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
     erroring = models.BooleanField(default=False)  # alert state: N errored scans in a row
     capacity_low = models.BooleanField(default=False)  # alert state: capacity below the alert
+    # Alert state: the multi-window burn-rate alert last sent in this episode ("" none,
+    # "ticket" the slow pair, "page" the fast pair; scans/alerts.py, scans/slo.py).
+    slo_burn_alert = models.CharField(max_length=6, blank=True, default="",
+                                      choices=[("", "none"), ("ticket", "ticket"),
+                                               ("page", "page")])
     # scheduling
     # Where the site scans it from: names in SCAN_LOCATIONS; empty means the site's own
     # (SCAN_DEFAULT_LOCATION). Each location gets its own scan per slot (scans/scheduling.py).
