@@ -160,6 +160,10 @@ class ScanStatus(models.TextChoices):
     # A pushed report whose proof failed (scans/pushes.py): error_reason holds the reasons, one
     # per line. Not a measurement: left out of SLO windows, states and alerts like a queued scan.
     REFUSED = "refused", "Refused"
+    # A manual or API scan a team member stopped (scans/worker.py, cancel): error_reason says
+    # who and when. Like refused, not a measurement: no grade, left out of SLO windows, states
+    # and alerts.
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class CapacityOutcome(models.TextChoices):
