@@ -13,7 +13,7 @@ def fill_from_reports(apps, schema_editor):
     with --find-capacity; the site did not search yet): the same rule as
     scans.worker.capacity_fields, frozen here."""
     Scan = apps.get_model("scans", "Scan")
-    for scan in Scan.objects.filter(status="succeeded", report__has_key="capacity").only(
+    for scan in Scan._base_manager.filter(status="succeeded", report__has_key="capacity").only(
             "pk", "report").iterator():
         found = scan.report.get("capacity")
         if not isinstance(found, dict):
@@ -23,7 +23,7 @@ def fill_from_reports(apps, schema_editor):
         outcome = ("none_met" if concurrency is None else
                    "met_at_highest" if found.get("bound_reached") else "met")
         unit = found.get("output_unit")
-        Scan.objects.filter(pk=scan.pk).update(
+        Scan._base_manager.filter(pk=scan.pk).update(
             capacity_outcome=outcome, capacity_concurrency=concurrency,
             capacity_requests_per_s=_number(found.get("requests_per_s")),
             capacity_output_tokens_per_s=_number(found.get("output_tokens_per_s")),
