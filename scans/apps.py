@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-from tokvera_site.logging import redact_access_logs
+from tokvera_site.logging import quiet_periodic_task_logs, redact_access_logs
 
 
 class ScansConfig(AppConfig):
@@ -20,3 +20,4 @@ class ScansConfig(AppConfig):
         # Request lines carry invitation secrets. Here rather than in accounts, which may not
         # import the grader (where the credential patterns live) even through tokvera_site.
         redact_access_logs()
+        quiet_periodic_task_logs()  # the beat's and workers' routine lines (issue 23)

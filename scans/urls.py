@@ -2,14 +2,18 @@
 
 from django.urls import path, re_path
 
-from scans.pages import badges, compare, dashboard, endpoint, scan
+from scans.pages import badges, compare, connection, dashboard, endpoint, scan
 
 urlpatterns = [
     path("teams/<slug:slug>/", dashboard.team_dashboard, name="team-dashboard"),
     path("teams/<slug:slug>/compare", compare.endpoints_compare, name="endpoints-compare"),
     path("teams/<slug:slug>/endpoints/new", endpoint.endpoint_create, name="endpoint-create"),
+    path("teams/<slug:slug>/endpoints/test-connection", connection.test_connection_new,
+         name="endpoint-test-connection-new"),
     path("endpoints/<uuid:public_id>/", endpoint.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<uuid:public_id>/edit", endpoint.endpoint_edit, name="endpoint-edit"),
+    path("endpoints/<uuid:public_id>/test-connection", connection.test_connection,
+         name="endpoint-test-connection"),
     path("endpoints/<uuid:public_id>/delete", endpoint.endpoint_delete, name="endpoint-delete"),
     path("endpoints/<uuid:public_id>/scan", endpoint.endpoint_scan_now, name="endpoint-scan-now"),
     path("endpoints/<uuid:public_id>/prompt-sample/delete",
@@ -19,6 +23,7 @@ urlpatterns = [
     path("scans/<uuid:public_id>/", scan.scan_detail, name="scan-detail"),
     path("scans/<uuid:public_id>/report.html", scan.scan_report_html, name="scan-report-html"),
     path("scans/<uuid:public_id>/status.json", scan.scan_status, name="scan-status"),
+    path("scans/<uuid:public_id>/cancel", scan.scan_cancel, name="scan-cancel"),
     path("scans/<uuid:public_id>/compare", compare.scan_compare, name="scan-compare"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.svg$", badges.badge_svg, name="badge-svg"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.json$", badges.badge_json, name="badge-json"),

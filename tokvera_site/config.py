@@ -6,6 +6,7 @@ one line that names the variable and says what it expects (ConfigError).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import sys
 from urllib.parse import unquote, urlsplit
@@ -164,6 +165,17 @@ def positive_integer(name: str, default: int) -> int:
     if value < 1:
         raise ConfigError(f"{name}={value!r} is not valid: expected a whole number of at least 1")
     return value
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(name: str, default: str) -> int:
+    """A logging level by name (DEBUG, INFO, WARNING, ERROR, CRITICAL), as its number."""
+    raw = env.str(name, default=default).strip().upper()
+    if raw not in LOG_LEVELS:
+        raise ConfigError(f"{name}={raw!r} is not valid: expected one of {', '.join(LOG_LEVELS)}")
+    return logging.getLevelName(raw)
 
 
 def string_list(name: str, default: list[str]) -> list[str]:

@@ -1,13 +1,16 @@
-"""A logging filter that masks secrets before any handler sees them."""
+"""Logging filters: secrets masked before any handler sees them; the periodic tasks' routine
+lines (beat sending them, a worker receiving and finishing them) kept below the level asked."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 # One list of credential patterns for logs and for stored scan text (scans/grader/redaction.py).
 from scans.grader.redaction import redact_patterns as redact
 
-__all__ = ["ACCESS_LOGGERS", "RedactSecretsFilter", "redact", "redact_access_logs"]
+__all__ = ["ACCESS_LOGGERS", "PERIODIC_TASK_LOGGERS", "QuietPeriodicTasksFilter",
+           "RedactSecretsFilter", "quiet_periodic_task_logs", "redact", "redact_access_logs"]
 
 
 class RedactSecretsFilter(logging.Filter):
@@ -29,3 +32,50 @@ def redact_access_logs() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactSecretsFilter) for f in logger.filters):
             logger.addFilter(RedactSecretsFilter())
+
+
+# Celery's loggers of the routine lines: beat's "Sending due task", a worker's "received" and
+# "succeeded". Every 5 s for the network tick, they buried the run command's login (issue 23).
+PERIODIC_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+# Celery's own periodic task (result expiry), which beat schedules beside ours.
+CELERY_PERIODIC_TASKS = frozenset({"celery.backend_cleanup"})
+
+
+@functools.cache
+def _periodic_task_names() -> frozenset[str]:
+    from scans.periodic_tasks import all_periodic_tasks
+
+    return frozenset(task for _, task, _ in all_periodic_tasks()) | CELERY_PERIODIC_TASKS
+
+
+def _task_of(record: logging.LogRecord) -> str | None:
+    """The task a Celery record is about: the worker passes it in `data`, beat as its second
+    argument ("Scheduler: Sending due task %s (%s)")."""
+    data = getattr(record, "data", None)
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return data["name"]
+    if isinstance(record.args, tuple) and len(record.args) == 2 and "due task" in str(record.msg):
+        return str(record.args[1])
+    return None
+
+
+class QuietPeriodicTasksFilter(logging.Filter):
+    """Drop a periodic task's records below settings.PERIODIC_TASK_LOG_LEVEL (WARNING unless
+    TOKVERA_PERIODIC_LOG_LEVEL asks for INFO); other tasks (a scan, an alert) keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from django.apps import apps
+        from django.conf import settings
+
+        if record.levelno >= getattr(settings, "PERIODIC_TASK_LOG_LEVEL", logging.WARNING):
+            return True
+        if not apps.ready:
+            return True
+        return _task_of(record) not in _periodic_task_names()
+
+
+def quiet_periodic_task_logs() -> None:
+    for name in PERIODIC_TASK_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietPeriodicTasksFilter) for f in logger.filters):
+            logger.addFilter(QuietPeriodicTasksFilter())

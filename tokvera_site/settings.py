@@ -44,6 +44,13 @@ def _load():
         # (tokvera_site/auth_failures.py).
         "AUTH_FAILURE_LIMIT": config.positive_integer("AUTH_FAILURE_LIMIT", 30),
         "AUTH_FAILURE_WINDOW_S": config.positive_integer("AUTH_FAILURE_WINDOW_S", 60),
+        # The periodic tasks' routine lines (beat sending, workers receiving and finishing
+        # them) are logged at this level and above only: WARNING keeps them out of the run
+        # command's output; INFO shows them (tokvera_site/logging.py).
+        "PERIODIC_TASK_LOG_LEVEL": config.log_level("TOKVERA_PERIODIC_LOG_LEVEL", "WARNING"),
+        # Anyone may create an account at /signup/ (off for private installs: only invitations
+        # make accounts then). docs/operations.md, "Accounts".
+        "SIGNUP_OPEN": config.flag("SIGNUP_OPEN", default=True),
     }
 
 
@@ -56,6 +63,7 @@ globals().update(config.exit_on_config_error(_load))
 SECRET_KEY: str
 FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
+PERIODIC_TASK_LOG_LEVEL: int
 DEBUG: bool
 DATABASES: dict[str, dict]
 CACHES: dict[str, dict]
@@ -67,6 +75,7 @@ SITE_URL: str
 SITE_METRICS_TOKEN: str
 AUTH_FAILURE_LIMIT: int
 AUTH_FAILURE_WINDOW_S: int
+SIGNUP_OPEN: bool
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [
@@ -76,6 +85,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # allauth's WebAuthn pages
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc served from here: pinned, no CDN
@@ -95,6 +108,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "accounts.middleware.UserTimezoneMiddleware",  # every page in the user's own timezone
+    "accounts.middleware.TwoFactorRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
@@ -116,6 +132,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "accounts.context_processors.current_team",
+                "accounts.context_processors.signup_open",
             ],
         },
     },
@@ -126,6 +143,7 @@ TEMPLATES = [
 # included. Counted in the database (django-axes), per account and per address separately.
 AUTHENTICATION_BACKENDS = [
     "tokvera_site.login_throttle.LoginThrottleBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",  # email or username
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = 10
@@ -134,6 +152,30 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "tokvera_site.login_throttle.locked_out"
 AXES_VERBOSE = False
+# One count per account whichever identifier was typed (email or username).
+AXES_USERNAME_CALLABLE = "tokvera_site.login_throttle.account_key"
+
+# Accounts: django-allauth (sign-up, email verification, password reset and change) and its
+# MFA (TOTP, WebAuthn, recovery codes). See docs/operations.md, "Accounts".
+ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+MFA_ADAPTER = "accounts.adapter.MFAAdapter"
+ACCOUNT_LOGIN_METHODS = {"email", "username"}  # accounts made before sign-up have usernames
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_PREVENT_ENUMERATION = True  # reset and sign-up never say whether an address has an account
+ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
+ACCOUNT_LOGIN_ON_PASSWORD_RESET = False  # a reset never signs in: the login (and its throttle) does
+ACCOUNT_CONFIRM_EMAIL_ON_GET = False
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Tokvera] "
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SITE_URL.startswith("https://") else "http"  # noqa: F821
+# Password failures are counted by axes (above, in the database); allauth's own per-key limit
+# is skipped for passwords (accounts.adapter) and counts two-factor codes, at axes' numbers.
+ACCOUNT_RATE_LIMITS = {"login_failed": f"{AXES_FAILURE_LIMIT}/m/ip,{AXES_FAILURE_LIMIT}/15m/key"}
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_TOTP_ISSUER = "Tokvera"
+# WebAuthn needs a secure origin; plain http on loopback is one only for development.
+MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = DEBUG  # noqa: F821 - set by _load() above
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -164,9 +206,10 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_MANIFEST_STRICT = False
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "login"
+LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "home"
-LOGOUT_REDIRECT_URL = "login"
+LOGOUT_REDIRECT_URL = "account_login"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 # Flash messages live in the session, not in a cookie the browser keeps.

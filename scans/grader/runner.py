@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import threading
 import time
 from array import array
 from collections.abc import AsyncIterator, Callable
@@ -34,13 +35,15 @@ from datetime import UTC, datetime
 import httpx
 
 from .budget import StreamBudget
-from .measurement import LevelResult, Measurement, RequestRecord
+from .measurement import LevelResult, Measurement, ModelsListing, RequestRecord
 from .openai_chat import read_sse
+from .openloop import arrival_offsets
 from .plan import MAX_LEVEL, ScanPlan, builtin_prompt
-from .preflight import run_preflight
+from .preflight import fetch_models, run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .slo import MAX_SEARCH_REQUESTS, evaluate_level, next_search_level, search_requests
 from .sse import SSEDecoder
+from .stopping import until_stopped
 from .stream import JSON_IMPL, StreamParser, classify_end
 from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
 from .workload import LoadBodies, PreparedWorkload, initial_workload, prepare_workload
@@ -49,6 +52,8 @@ __all__ = [
     "LOOP_LAG_INTERVAL_S",
     "LOOP_LAG_THRESHOLD_MS",
     "ProgressCallback",
+    "RateProgressCallback",
+    "list_models",
     "run_scan",
     "run_scan_async",
 ]
@@ -65,6 +70,10 @@ ERROR_DETAIL_BYTES = 512
 #: ``progress(concurrency, completed, total, record)``: called when a level starts (completed 0,
 #: record None) and after each of its requests ends (with that request's record).
 ProgressCallback = Callable[[int, int, int, RequestRecord | None], None]
+#: ``rate_progress(rate_per_s, completed, total, record)``: the same for an open-loop rate level.
+RateProgressCallback = Callable[[float, int, int, RequestRecord | None], None]
+#: A rate level's first deadline is this long after its set-up, so set-up is not lateness.
+RATE_LEAD_S = 0.005
 
 TOOL_NAME = "tokvera-scan"
 
@@ -92,8 +101,10 @@ class _Scan:
 
     def __init__(self, plan: ScanPlan, client: httpx.AsyncClient,
                  progress: ProgressCallback | None, lag_threshold_ms: float,
-                 precise_stale_detection: bool) -> None:
+                 precise_stale_detection: bool,
+                 rate_progress: RateProgressCallback | None = None) -> None:
         self.plan = plan
+        self.rate_progress = rate_progress
         # With ScanTransport, a stale keep-alive connection is recognised exactly
         # (StaleConnectionError: reused, zero response bytes). With another transport, by
         # httpcore's message and the absence of a new TCP connection.
@@ -163,10 +174,76 @@ class _Scan:
                 await monitor
         return level
 
+    # -- an open-loop rate level -------------------------------------------------------------
+    async def run_rate_level(self, rate: float, total: int, index: int) -> LevelResult:
+        """`total` requests due at absolute deadlines (``openloop.arrival_offsets``), each sent
+        whether or not the earlier ones are done; at most ``max_connections`` in flight."""
+        spec = self.plan.open_loop
+        assert spec is not None
+        perf = time.perf_counter
+        offsets = arrival_offsets(spec.arrival, rate, total, index)
+        records = [RequestRecord(level=0, index=i) for i in range(total)]
+        level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
+                            rate_per_s=rate, arrival=spec.arrival.text,
+                            max_connections=spec.max_connections)
+        gate = asyncio.Semaphore(spec.max_connections) if spec.max_connections else None
+        in_flight = peak = completed = 0
+        if self.rate_progress:
+            self.rate_progress(rate, 0, total, None)
+
+        async def send(record: RequestRecord) -> None:
+            nonlocal in_flight, peak, completed
+            record.dispatched_at = perf()
+            if gate is not None:
+                record.waited_for_connection = gate.locked()
+                await gate.acquire()
+                record.connection_wait_s = perf() - record.dispatched_at
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await self.request(record, scheduled=True)
+            finally:
+                in_flight -= 1
+                if gate is not None:
+                    gate.release()
+            completed += 1
+            if self.rate_progress:
+                self.rate_progress(rate, completed, total, record)
+
+        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
+        cpu_start = time.process_time()
+        start = level.started_at = perf() + RATE_LEAD_S
+        tasks = []
+        try:
+            for record, offset in zip(records, offsets, strict=True):
+                due = record.scheduled_at = start + offset
+                # To the deadline, never "a gap after the last send": lateness does not add up.
+                slept = False
+                while (wait := due - perf()) > 0:
+                    await asyncio.sleep(wait)
+                    slept = True
+                if not slept:
+                    await asyncio.sleep(0)  # behind schedule: let the streams run meanwhile
+                tasks.append(asyncio.create_task(send(record)))
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            level.finished_at = perf()
+            level.cpu_s = time.process_time() - cpu_start
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        level.concurrency = max(1, peak)
+        return level
+
     # -- one request ---------------------------------------------------------------------------
-    async def request(self, record: RequestRecord) -> None:
+    async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:
+        """Send one request and fill `record`; `scheduled`: its ``scheduled_at`` is already
+        set (a rate level's deadline), else it is now."""
         body = self._body()
-        record.scheduled_at = time.perf_counter()
+        if not scheduled:
+            record.scheduled_at = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout) as deadline:
                 await self._attempt(record, body, deadline, retry_allowed=True)
@@ -353,6 +430,7 @@ async def run_scan_async(
     lag_threshold_ms: float = LOOP_LAG_THRESHOLD_MS,
     preflight_only: bool = False,
     stream_budget: StreamBudget | None = None,
+    rate_progress: RateProgressCallback | None = None,
 ) -> Measurement:
     """Run the preflight (``preflight.run_preflight``), then every level of `plan` unless the
     preflight stopped the scan or `preflight_only`; return what was measured.
@@ -374,10 +452,12 @@ async def run_scan_async(
                                  follow_redirects=False, trust_env=False,
                                  headers=_client_headers(plan)) as client:
         scan = _Scan(plan, client, progress, lag_threshold_ms,
-                     precise_stale_detection=isinstance(own_transport, ScanTransport))
+                     precise_stale_detection=isinstance(own_transport, ScanTransport),
+                     rate_progress=rate_progress)
         preflight = await run_preflight(plan, client, scan.request)
         levels: list[LevelResult] = []
         searched: list[LevelResult] = []
+        rate_levels: list[LevelResult] = []
         exhausted = False
         if not (preflight.stopped or preflight_only):
             await scan.prepare()  # WorkloadError (one line) before any load
@@ -404,7 +484,13 @@ async def run_scan_async(
                 gpu = await sampler.stop()
             # After the GPU sampler stopped: nothing the search measures reaches a check.
             if plan.find_capacity and plan.slo is not None:
-                exhausted = await _search(scan, plan, levels, searched)
+                exhausted = await _search(scan, plan, levels, searched, stream_budget,
+                                          wait_left)
+            if plan.open_loop is not None:  # measured, never graded: after everything else
+                for index, rate in enumerate(plan.open_loop.rates):
+                    await scan.warm_up(1, plan.workload.warmup)
+                    rate_levels.append(await scan.run_rate_level(
+                        rate, plan.open_loop.requests_at(rate), index))
         if preflight.server_answered and not preflight_only:
             metrics = await probe_metrics(client, plan.origin,
                                           timeout=min(plan.timeout_s, 10.0))
@@ -430,6 +516,7 @@ async def run_scan_async(
         workload=scan.workload.public_dict(),
         searched_levels=searched,
         search_exhausted=exhausted,
+        rate_levels=rate_levels,
         scanner={
             "tool": TOOL_NAME,
             "version": _tool_version(),
@@ -443,23 +530,36 @@ async def run_scan_async(
 
 
 async def _search(scan: _Scan, plan: ScanPlan, levels: list[LevelResult],
-                  searched: list[LevelResult]) -> bool:
+                  searched: list[LevelResult], stream_budget: StreamBudget | None = None,
+                  wait_left: float | None = None) -> bool:
     """The capacity search (scans.grader.slo): run the levels it asks for, appending them to
-    `searched`; True when it stopped at its bound rather than at the boundary it sought."""
+    `searched`; True when it stopped at its bound rather than at the boundary it sought. Each
+    searched level waits for the stream budget like a plan level (the site's workers share
+    one per process)."""
     assert plan.slo is not None
+    ceiling = min(MAX_LEVEL, plan.search_max_level)
     tried = {lv.concurrency: evaluate_level(lv, plan.slo)["met"] for lv in levels}
-    sent = 0
-    while (nxt := next_search_level(tried, MAX_LEVEL)) is not None:
+    sent = spent = 0  # measured requests; requests with their warm-up
+    warmup = plan.workload.warmup
+    while (nxt := next_search_level(tried, ceiling)) is not None:
         count = search_requests(nxt)
-        if len(searched) >= plan.search_levels or sent + count > MAX_SEARCH_REQUESTS:
+        if (len(searched) >= plan.search_levels or sent + count > MAX_SEARCH_REQUESTS
+                or (plan.search_max_requests is not None
+                    and spent + count + warmup > plan.search_max_requests)):
             return True
-        await scan.warm_up(nxt, plan.workload.warmup)
-        level = await scan.run_level(nxt, count)
+        waiting_since = time.perf_counter()
+        async with (stream_budget.level(nxt, wait_left) if stream_budget
+                    else contextlib.nullcontext()):
+            if wait_left is not None:
+                wait_left = max(0.0, wait_left - (time.perf_counter() - waiting_since))
+            await scan.warm_up(nxt, warmup)
+            level = await scan.run_level(nxt, count)
         searched.append(level)
         sent += count
+        spent += count + warmup
         tried[nxt] = evaluate_level(level, plan.slo)["met"]
     best = max((c for c, ok in tried.items() if ok), default=None)
-    return best is not None and best >= MAX_LEVEL
+    return best is not None and best >= ceiling
 
 
 #: During a scan the youngest GC generation is collected after this many allocations instead of
@@ -508,15 +608,38 @@ def run_scan(
     tune_gc: bool = True,
     preflight_only: bool = False,
     stream_budget: StreamBudget | None = None,
+    rate_progress: RateProgressCallback | None = None,
+    stop: threading.Event | None = None,
 ) -> Measurement:
     """Synchronous wrapper of `run_scan_async` on a fresh event loop (uvloop when installed,
     unless `use_uvloop` is False). Must not be called from a running event loop.
 
     `tune_gc`: while the scan runs, raise the garbage collector's young-generation threshold
-    (``GC_GEN0_THRESHOLD``) and freeze older objects; both are restored when it returns."""
+    (``GC_GEN0_THRESHOLD``) and freeze older objects; both are restored when it returns.
+    `stop`: set from another thread, it stops the scan within ``stopping.STOP_POLL_S`` (its
+    requests abandoned) and ``stopping.ScanStopped`` is raised."""
     with _gc_tuned(tune_gc), asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
-        return runner.run(run_scan_async(plan, progress, transport=transport,
-                                         connect_guard=connect_guard,
-                                         lag_threshold_ms=lag_threshold_ms,
-                                         preflight_only=preflight_only,
-                                         stream_budget=stream_budget))
+        scan = run_scan_async(plan, progress, transport=transport,
+                              connect_guard=connect_guard,
+                              lag_threshold_ms=lag_threshold_ms,
+                              preflight_only=preflight_only,
+                              stream_budget=stream_budget,
+                              rate_progress=rate_progress)
+        return runner.run(scan if stop is None else until_stopped(scan, stop))
+
+
+def list_models(plan: ScanPlan, *, connect_guard: ConnectGuard | None = None) -> ModelsListing:
+    """Only the preflight's ``GET {base}/models``, with the scan's client (its headers, API key
+    and connect guard): what a server lists before anyone has picked one of its models.
+    `plan.model` may be blank here; it only decides ``model_listed``."""
+
+    async def listing() -> ModelsListing:
+        timeout = httpx.Timeout(min(plan.timeout_s, 10.0))
+        async with httpx.AsyncClient(transport=ScanTransport(connect_guard=connect_guard),
+                                     timeout=timeout, follow_redirects=False, trust_env=False,
+                                     headers=_client_headers(plan)) as client:
+            return await fetch_models(client, plan.base_url, plan.model,
+                                      min(plan.timeout_s, 10.0))
+
+    with asyncio.Runner() as runner:
+        return runner.run(listing())

@@ -20,6 +20,7 @@ from accounts.validators import validate_one_line
 from scans import endpoint_limits, endpoints, profile, scheduling
 from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
 from scans.grader.prompts import PromptsFileError, parse_prompts_text
+from scans.grader.slo import DEFAULT_SEARCH_LEVELS
 from scans.grader.workload import DatasetError
 from scans.guarded_urls import GuardedURL
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
@@ -53,27 +54,25 @@ class EndpointForm(forms.ModelForm):
     api_key = forms.CharField(
         label="API key", required=False, max_length=MAX_SECRET_CHARS, strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="Write-only: stored encrypted, never shown again. Leave blank to keep the "
-                  "stored key.")
+        help_text="Write-only: stored encrypted, never shown again.")
     clear_api_key = forms.BooleanField(label="Remove the stored API key", required=False)
     prompt_sample = forms.FileField(
         label="Prompt sample", required=False,
         help_text="Your export of real traffic: JSONL or one prompt per line (UTF-8, at most 5 MB). "
-                  "Stored encrypted, never sent anywhere; used only for repeat_prompt_share. "
-                  "Leave empty to keep the stored sample.")
+                  "Stored encrypted, never sent anywhere; used only for repeat_prompt_share.")
     load_dataset = forms.FileField(
         label="Load dataset", required=False,
         help_text="Prompts the load sends instead of built-in ones, as tokvera scan --dataset "
                   'reads them: JSONL, one {"prompt": "..."} or {"messages": [...]} per line '
                   f"(UTF-8, at most {profile.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB, "
                   f"{profile.SITE_MAX_DATASET_PROMPTS:,} prompts). Stored encrypted, never "
-                  "shown again. Leave empty to keep the stored dataset.")
+                  "shown again.")
     clear_load_dataset = forms.BooleanField(label="Remove the stored load dataset",
                                             required=False)
     webhook_secret = forms.CharField(
         label="Webhook secret", required=False, max_length=500, strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="Signs alert webhooks (HMAC-SHA256). Write-only; leave blank to keep.")
+        help_text="Signs alert webhooks (HMAC-SHA256). Write-only: never shown again.")
     clear_webhook_secret = forms.BooleanField(label="Remove the stored webhook secret",
                                               required=False)
     webhook_url = forms.URLField(
@@ -81,8 +80,7 @@ class EndpointForm(forms.ModelForm):
         widget=WriteOnlyURLInput(attrs={"autocomplete": "off"}),
         error_messages={"invalid": "Expected an http(s) URL such as "
                                    "https://hooks.example.com/tokvera."},
-        help_text="Write-only (it often carries its own secret): never shown again. Leave "
-                  "blank to keep the stored URL.")
+        help_text="Write-only (it often carries its own secret): never shown again.")
     clear_webhook_url = forms.BooleanField(label="Remove the stored webhook URL",
                                            required=False)
 
@@ -94,7 +92,7 @@ class EndpointForm(forms.ModelForm):
             "timeout_s", "interval_minutes", "enabled", "accepts_pushes", "price_input_per_mtok",
             "price_output_per_mtok", "input_tokens", "output_tokens", "shared_prefix_tokens",
             "warmup", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
-            "slo_objective", "alert_email", "alert_after_errors",
+            "slo_objective", "alert_email", "alert_after_errors", *endpoints.CAPACITY_FIELDS,
         ]
         labels = {
             "base_url": "Base URL",
@@ -114,9 +112,21 @@ class EndpointForm(forms.ModelForm):
             "output_tokens": "Reply length (tokens)",
             "shared_prefix_tokens": "Shared prefix (tokens)",
             "warmup": "Warm-up requests per level",
+            "capacity_search": "Find the capacity within the SLO",
+            "capacity_search_levels": "Capacity search: at most this many extra levels",
+            "capacity_alert_below": "Alert when the capacity drops below (streams)",
         }
         help_texts = {
+            "capacity_search": "After the levels, each scan searches for the most concurrent "
+                               "streams that meet the TTFT and error-rate targets above (95% of "
+                               "requests within them). Not graded. The search's requests count "
+                               "against the site's per-scan limits.",
+            "capacity_search_levels": "From 1 to 16 (default 8); at most "
+                                      f"{profile.SITE_MAX_LEVEL} streams.",
+            "capacity_alert_below": "One alert when a scan finds fewer, one when it recovers. "
+                                    "Blank: no capacity alert.",
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
+            "model": "As the server names it at /models: Test connection lists them.",
             "requests_per_level": "Blank: at least 20, and four rounds of each level.",
             "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
                                 f"({MAX_INTERVAL_MINUTES}).",
@@ -150,6 +160,8 @@ class EndpointForm(forms.ModelForm):
         self.fields["name"].validators.append(validate_one_line)
         self.fields["requests_per_level"].validators.append(MinValueValidator(1))
         self.fields["max_tokens"].validators.append(MinValueValidator(1))
+        self.fields["capacity_search_levels"].required = False  # blank: the default
+        self.fields["capacity_alert_below"].validators.append(MinValueValidator(1))
         for name in ("input_tokens", "output_tokens", "shared_prefix_tokens"):
             self.fields[name].validators.append(MinValueValidator(1))
         for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
@@ -160,13 +172,23 @@ class EndpointForm(forms.ModelForm):
         self.fields["locations_text"].initial = ", ".join(self.instance.locations or [])
         self.fields["locations_text"].help_text += (
             " Available: " + ", ".join(scheduling.configured_locations()) + ".")
-        if self.instance.pk:
+        self.fields["model"].widget.attrs.update(list="server-models", autocomplete="off")
+        if self.instance.pk:  # only an edit has something stored to keep
             self.fields["api_key"].help_text = (
                 ("An API key is stored. " if self.instance.has_api_key else "No API key stored. ")
-                + self.fields["api_key"].help_text)
+                + self.fields["api_key"].help_text + " Leave blank to keep the stored key.")
             self.fields["webhook_url"].help_text = (
                 ("A webhook URL is stored. " if self.instance.webhook_url
-                 else "No webhook URL stored. ") + self.fields["webhook_url"].help_text)
+                 else "No webhook URL stored. ") + self.fields["webhook_url"].help_text
+                + " Leave blank to keep the stored URL.")
+            self.fields["webhook_secret"].help_text += " Leave blank to keep the stored secret."
+            self.fields["prompt_sample"].help_text += " Leave empty to keep the stored sample."
+            self.fields["load_dataset"].help_text += " Leave empty to keep the stored dataset."
+
+    @property
+    def errors_outside_target(self) -> bool:
+        """An error the first section does not show: the "advanced" section opens for it."""
+        return any(name not in TARGET_FIELDS for name in self.errors)
 
     # -- fields ---------------------------------------------------------------------------------
     def clean_levels_text(self) -> list[int]:
@@ -197,6 +219,10 @@ class EndpointForm(forms.ModelForm):
         if value is not None and not 0 <= value <= 1:
             raise forms.ValidationError("Expected a share between 0 and 1 (0.01 is 1%).")
         return value
+
+    def clean_capacity_search_levels(self) -> int:
+        value = self.cleaned_data.get("capacity_search_levels")
+        return DEFAULT_SEARCH_LEVELS if value is None else value
 
     def clean_slo_objective(self):
         value = self.cleaned_data["slo_objective"]
@@ -287,6 +313,8 @@ class EndpointForm(forms.ModelForm):
                 "price_input_per_mtok": cleaned.get("price_input_per_mtok"),
                 "price_output_per_mtok": cleaned.get("price_output_per_mtok"),
                 **{name: cleaned.get(name) for name in endpoints.WORKLOAD_FIELDS},
+                **{name: cleaned.get(name) for name in ("slo_ttft_p95_ms", "slo_error_rate")},
+                **{name: cleaned.get(name) for name in endpoints.CAPACITY_FIELDS},
                 **self._new_load_dataset(cleaned)})
         except PlanError as exc:
             field = _profile_error_field(str(exc))
@@ -350,6 +378,11 @@ class EndpointForm(forms.ModelForm):
         return endpoint
 
 
+# The form's first section (name, URL, key, model, then Test connection); the rest is "advanced".
+# An error of the whole profile (shown at the top) opens "advanced" too: it is about its fields.
+TARGET_FIELDS = ("name", "base_url", "api_key", "clear_api_key", "model")
+
+
 FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url",
                      "webhook_secret_encrypted", "prompt_sample_encrypted",
                      "load_dataset_encrypted", "next_scan_at")
@@ -362,6 +395,7 @@ _PROFILE_ERROR_FIELDS = (
     ("input-tokens", "input_tokens"), ("input tokens", "input_tokens"),
     ("output-tokens", "output_tokens"), ("output tokens", "output_tokens"),
     ("warm", "warmup"), ("dataset", "load_dataset"),
+    ("capacity alert", "capacity_alert_below"), ("capacity search", "capacity_search"),
 )
 
 

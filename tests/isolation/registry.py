@@ -12,14 +12,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.utils import timezone
 
 from accounts.models import ApiToken, Invitation, Membership, Role, Team
 from scans.models import Endpoint, Scan
 from tests.helpers.factories import make_endpoint, make_scan, measured_report
 
-PUBLIC = {"login", "logout", "healthz", "site-metrics", "api-schema", "api-docs", "invite-accept",
+PUBLIC = {"healthz", "site-metrics", "api-schema", "api-docs", "invite-accept",
           "api-root", "api-redoc"}
 ACCOUNT = {"home", "api-whoami"}
+
+# Signing in (django-allauth): pages for callers not logged in yet, or in the middle of it
+# (the two-factor step of a login). tests/accounts covers their flows.
+PUBLIC |= {"account_login", "account_logout", "account_inactive", "account_signup",
+           "account_email_verification_sent", "account_confirm_email", "account_reset_password",
+           "account_reset_password_done", "account_reset_password_from_key",
+           "account_reset_password_from_key_done", "account_confirm_login_code", "mfa_authenticate"}
+# One user's own account: login required, nothing of a team, nothing of another user
+# (tests/isolation/test_account_urls.py walks them).
+ACCOUNT |= {"profile", "team-create", "account_email", "account_change_password",
+            "account_set_password", "account_reauthenticate", "account_request_reauthentication_code",
+            "account_confirm_reauthentication_code", "mfa_index", "mfa_reauthenticate",
+            "mfa_activate_totp", "mfa_deactivate_totp", "mfa_view_recovery_codes",
+            "mfa_generate_recovery_codes", "mfa_download_recovery_codes", "mfa_list_webauthn",
+            "mfa_add_webauthn", "mfa_reauthenticate_webauthn", "mfa_remove_webauthn",
+            "mfa_edit_webauthn"}
 HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete", "job-fail"}
 
 
@@ -67,6 +86,14 @@ def _endpoint_with_scan_id(w) -> dict:
     return _endpoint_id(w)
 
 
+def _endpoint_with_capacity_id(w) -> dict:
+    """The team's endpoint with a scan that searched for its capacity (issue 22)."""
+    scan_id = _scan_id(w)["public_id"]
+    Scan.dangerously_unscoped.filter(public_id=scan_id).update(
+        capacity_outcome="met", capacity_concurrency=6, capacity_requests_per_s=12.5)
+    return _endpoint_id(w)
+
+
 def _network_job(w):
     from benchmarks.models import CatalogModel, Job
 
@@ -94,6 +121,18 @@ def _network_job_submitted(w) -> bool:
     from benchmarks.models import Job
 
     return Job.dangerously_unscoped.filter(team=w.team).exists()
+
+
+def _invitation(w) -> Invitation:
+    """An open invitation of the team, its link hash known (so a resend shows as a new hash)."""
+    existing = Invitation.dangerously_unscoped.filter(team=w.team, email="invited@example.test").first()
+    return existing or Invitation.dangerously_unscoped.create(
+        team=w.team, email="invited@example.test", role=Role.MEMBER,
+        secret_hash=f"isolation-{w.team.slug}", expires_at=timezone.now() + timedelta(hours=1))
+
+
+def _invitation_id(w) -> dict:
+    return {"slug": w.team.slug, "public_id": _invitation(w).public_id}
 
 
 def _spare_token(w) -> ApiToken:
@@ -142,6 +181,33 @@ TEAM: dict[str, list[Case]] = {
             ok=frozenset({302}),
             effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).badge_site_measured_only,
         ),
+    ],
+    "team-rename": [
+        Case(
+            "page", "POST", "manage", data=lambda w: {"name": "Renamed Acme"}, ok=frozenset({302}),
+            effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).name == "Renamed Acme",
+        )
+    ],
+    # Owners only: "own" is a need only owners meet (test_every_team_url.ROLE_ALLOWS).
+    "team-delete": [
+        Case("page", "GET", "own"),
+        Case(
+            "page", "POST", "own", data=lambda w: {"confirm_name": w.team.name}, ok=frozenset({302}),
+            effect=lambda w: not Team.dangerously_unscoped.filter(pk=w.team.pk).exists(),
+        ),
+    ],
+    "invitation-revoke": [
+        Case(
+            "page", "POST", "manage", kwargs=_invitation_id, ok=frozenset({302}),
+            effect=lambda w: not Invitation.dangerously_unscoped.filter(
+                team=w.team, email="invited@example.test").exists(),
+        )
+    ],
+    "invitation-resend": [
+        Case(
+            "page", "POST", "manage", kwargs=_invitation_id, ok=frozenset({302}),
+            effect=lambda w: _invitation(w).secret_hash != f"isolation-{w.team.slug}",
+        )
     ],
     "token-create": [
         Case(
@@ -202,6 +268,7 @@ TEAM: dict[str, list[Case]] = {
     "api-endpoint-history": [
         Case("api", "GET", "read", kwargs=_endpoint_with_scan_id, query="?check=error_rate"),
     ],
+    "api-endpoint-capacity": [Case("api", "GET", "read", kwargs=_endpoint_with_capacity_id)],
     "api-endpoint-reports": [
         Case(
             # 202: taken for the proof workers (issue 19).
@@ -273,6 +340,15 @@ TEAM.update({
         ),
     ],
     "endpoint-detail": [Case("page", "GET", "read", kwargs=_endpoint_with_scan_id)],
+    # Test connection writes nothing; a discard-port URL answers at once (or the guard refuses).
+    "endpoint-test-connection-new": [
+        Case("page", "POST", "write", data=lambda w: {"base_url": "http://127.0.0.1:9/v1",
+                                                       "model": "m"}),
+    ],
+    "endpoint-test-connection": [
+        Case("page", "POST", "write", kwargs=_endpoint_id,
+             data=lambda w: {"base_url": "http://127.0.0.1:9/v1", "model": "m"}),
+    ],
     "endpoint-edit": [
         Case("page", "GET", "write", kwargs=_endpoint_id),
         Case(

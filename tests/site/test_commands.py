@@ -5,6 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.models import Membership, Role, Team
+from tokvera_site.paths import VAR_DIR
 
 pytestmark = pytest.mark.django_db
 
@@ -77,7 +78,7 @@ def test_the_demo_endpoint_asks_for_the_model_its_target_lists():
     assert demos.get().model in listed
 
 
-def test_the_login_line_is_printed_once_the_site_answers_at_site_url(settings, capsys):
+def test_the_ready_banner_with_the_login_is_printed_once_the_site_answers_at_site_url(settings, capsys):
     import http.server
     import threading
 
@@ -100,8 +101,15 @@ def test_the_login_line_is_printed_once_the_site_answers_at_site_url(settings, c
     finally:
         server.shutdown()
         server.server_close()
-    assert out.startswith(f"Demo login: http://127.0.0.1:{server.server_port}/login/  user: demo")
-    assert out.count("\n") == 1
+    site = f"http://127.0.0.1:{server.server_port}"
+    lines = out.splitlines()
+    assert lines[0] == lines[-1] == "=" * 58  # a banner that stands out at the end
+    assert f"Tokvera is ready: {site}/" in lines
+    assert f"  Log in at  {site}/login/" in lines and "  user       demo" in lines
+    password = (VAR_DIR / "demo_password").read_text().strip()
+    assert f"  password   {password}" in lines
+    assert any("kept in" in line and "demo_password" in line for line in lines)
+    assert max(len(line) for line in lines) <= 58  # fits 80 columns under honcho's prefix
 
 
 def test_the_login_line_says_so_when_the_site_never_answers(settings, monkeypatch):

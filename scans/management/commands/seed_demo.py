@@ -2,14 +2,16 @@
 
 The endpoint points at the `tokvera target` the run command starts on loopback (its port is
 DEMO_TARGET_PORT, which the Makefile derives from PORT) and is scanned every 5 minutes, so
-grades appear without any network. `--login-when-up` prints only the login line, once
-SITE_URL/healthz answers, so it comes last in the run command's output."""
+grades appear without any network. `--login-when-up` prints only the ready banner (the login
+and where its password is kept), once SITE_URL/healthz answers, so it comes last in the run
+command's output; the periodic tasks stay quiet after it (tokvera_site/logging.py)."""
 
 import os
 import secrets
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -29,6 +31,14 @@ DEMO_ENDPOINT = "Demo target"
 WAIT_FOR_SITE_S = 120
 
 
+def _shown_path(path: Path) -> str:
+    """`path` relative to the working directory when it is inside it (var/demo_password)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def demo_target_url() -> str:
     """Where the run command starts `tokvera target` (Procfile.dev), on loopback."""
     return f"http://127.0.0.1:{int(os.environ.get('DEMO_TARGET_PORT', '8090'))}/v1"
@@ -44,7 +54,7 @@ class Command(BaseCommand):
     def handle(self, login_when_up=False, **options):
         if login_when_up:
             self._wait_for_site()
-            self.stdout.write(self._login_line(self._password()))
+            self.stdout.write(self._ready_banner(self._password()))
             return
         self._seed()
 
@@ -53,6 +63,24 @@ class Command(BaseCommand):
 
     def _login_line(self, password: str) -> str:
         return f"Demo login: {settings.SITE_URL}/login/  user: {DEMO_USERNAME}  password: {password}"
+
+    def _ready_banner(self, password: str) -> str:
+        """The login as the run command's last words, short enough for an 80-column terminal
+        under the process manager's prefix."""
+        rule = "=" * 58
+        return "\n".join([
+            rule,
+            f"Tokvera is ready: {settings.SITE_URL}/",
+            f"  Log in at  {settings.SITE_URL}/login/",
+            f"  user       {DEMO_USERNAME}",
+            f"  password   {password}",
+            f"The password is kept in {_shown_path(VAR_DIR / 'demo_password')};",
+            "delete that file and run again for a new one.",
+            "Periodic tasks log warnings only",
+            "(TOKVERA_PERIODIC_LOG_LEVEL=INFO shows each run).",
+            "Ctrl-C stops everything.",
+            rule,
+        ])
 
     def _wait_for_site(self) -> None:
         url = f"{settings.SITE_URL}/healthz"

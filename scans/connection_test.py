@@ -1,0 +1,165 @@
+"""Test a connection before saving: the scan's own preflight (``GET /models`` and one probe)
+for a URL, model and API key as typed in the endpoint form, through the outbound guard.
+
+Nothing is stored and nothing is logged: the key lives in memory for the call and is masked in
+every sentence the result carries (the preflight redacts it). A team may test
+``TESTS_PER_WINDOW`` times per ``WINDOW_S`` (the probe costs the target one real request).
+
+With no model given, the server's list is read first and the probe asks for its first model,
+so the person sees both what the server offers and whether it answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from scans import endpoints, outbound
+from scans.grader import PlanError, ScanPlan, run_scan
+from scans.grader.measurement import ModelsListing
+from scans.grader.redaction import redact_text
+from scans.grader.runner import list_models
+from tokvera_site import ratelimit
+
+__all__ = [
+    "MAX_TIMEOUT_S",
+    "TESTS_PER_WINDOW",
+    "WINDOW_S",
+    "ConnectionReport",
+    "TooManyTests",
+    "check_connection",
+]
+
+#: Per team: each test sends the target one real request (and reads /models).
+TESTS_PER_WINDOW = 10
+WINDOW_S = 60
+#: A test waits at most this long for the probe, whatever the endpoint's own timeout is.
+MAX_TIMEOUT_S = 15.0
+PROBE_MAX_TOKENS = 16
+
+
+class TooManyTests(Exception):
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"too many connection tests for this team; try again in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class ConnectionReport:
+    """What a test found, as the form shows it (and the JSON answer carries)."""
+
+    base_url: str
+    model: str  # the model the probe asked for ("" when no probe was sent)
+    model_chosen: bool = False  # no model was given: the probe asked for the server's first
+    reachable: bool = False  # the server answered the probe (any HTTP status)
+    ok: bool = False  # the probe got a streamed answer: a scan can run
+    cause: str | None = None  # one sentence when not ok
+    kind: str | None = None  # connection_refused, dns, tls, timeout, auth, refused_by_guard…
+    ttft_ms: float | None = None
+    models_answered: bool = False
+    models: list[str] = field(default_factory=list)
+    models_total: int = 0
+    models_detail: str = ""
+    model_listed: bool | None = None  # None: the server gave no usable list
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def check_connection(
+    team_id: int, base_url: str, model: str, api_key: str | None, timeout_s: float = MAX_TIMEOUT_S
+) -> ConnectionReport:
+    """Run the preflight against `base_url`. Raises endpoints.InvalidURL for a URL the form
+    refuses anyway and TooManyTests past the team's limit; every network outcome, the guard's
+    refusal included, is a report."""
+    base_url = endpoints.clean_base_url(base_url)
+    allowed, retry_after = ratelimit.allow("connection-test", str(team_id), TESTS_PER_WINDOW, WINDOW_S)
+    if not allowed:
+        raise TooManyTests(retry_after)
+    model = (model or "").strip()
+    timeout_s = min(max(float(timeout_s or MAX_TIMEOUT_S), 1.0), MAX_TIMEOUT_S)
+    report = ConnectionReport(base_url=base_url, model=model)
+    secrets = [api_key] if api_key else []
+    try:
+        outbound.check_url(base_url)  # a forbidden address is refused before any connection
+        plan = ScanPlan(
+            base_url=base_url,
+            model=model or "-",
+            levels=(1,),
+            requests=1,
+            max_tokens=PROBE_MAX_TOKENS,
+            timeout_s=timeout_s,
+            api_key=api_key,
+            use_nvidia_smi=False,
+        )
+        if not model:
+            listing = list_models(plan, connect_guard=outbound.guard)
+            _keep_listing(report, listing, secrets)
+            if listing.ids:
+                report.model, report.model_chosen = listing.ids[0], True
+                plan = dataclasses.replace(plan, model=report.model)
+            elif listing.status_code is not None or listing.detail.startswith("timeout"):
+                return _listing_failed(report, listing, secrets)
+            # else no connection at all: the probe names the cause as a scan would (TLS,
+            # refused, DNS), whatever model it asks for.
+        measurement = run_scan(
+            plan.validate(), connect_guard=outbound.guard, tune_gc=False, preflight_only=True
+        )
+    except outbound.OutboundRefused as exc:
+        return _refused(report, str(exc))
+    except PlanError as exc:
+        report.cause, report.kind = redact_text(str(exc), secrets), "invalid"
+        return report
+    refused = outbound.refusal_in(measurement)
+    if refused:
+        return _refused(report, refused)
+    preflight = measurement.preflight
+    assert preflight is not None  # run_scan always runs the preflight
+    _keep_listing(report, preflight.models, secrets)
+    probe = preflight.probe
+    report.reachable = preflight.server_answered
+    report.ok = probe.failure is None
+    report.cause, report.kind = preflight.cause, preflight.kind
+    report.ttft_ms = probe.ttft_ms if report.ok else None
+    return report
+
+
+def _keep_listing(report: ConnectionReport, listing: ModelsListing, secrets: list[str]) -> None:
+    report.models_answered = listing.answered
+    report.models = list(listing.ids)
+    report.models_total = listing.ids_total
+    report.models_detail = redact_text(listing.detail, secrets)
+    report.model_listed = listing.model_listed if listing.answered and report.model else None
+
+
+def _listing_failed(report: ConnectionReport, listing: ModelsListing, secrets: list[str]) -> ConnectionReport:
+    """No model given and no list to pick from: say why the list is missing."""
+    detail = redact_text(listing.detail, secrets)
+    if listing.answered:  # a list without a single model id
+        report.reachable = True
+        report.cause, report.kind = (f"{listing.url} lists no models: type the model name", "no_models")
+    elif listing.status_code is not None:
+        report.reachable = True
+        if listing.status_code in (401, 403):
+            key = "the API key sent was refused" if secrets else "no API key was sent"
+            report.cause, report.kind = (
+                f"the server refused the request (HTTP {listing.status_code}): {key}",
+                "auth",
+            )
+        else:
+            report.cause, report.kind = (
+                f"{listing.url} answered {detail}: type the model name",
+                "http_status",
+            )
+    else:
+        report.cause, report.kind = f"{listing.url}: {detail}", "timeout"
+    return report
+
+
+def _refused(report: ConnectionReport, message: str) -> ConnectionReport:
+    report.reachable, report.ok = False, False
+    report.cause = f"not tested: {message}"
+    report.kind = "refused_by_guard"
+    report.models, report.models_total, report.models_answered = [], 0, False
+    report.model_listed = None
+    return report
