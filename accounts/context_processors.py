@@ -1,3 +1,5 @@
+from django.conf import settings
+
 from accounts.models import Team
 from accounts.tenancy import Access
 
@@ -8,3 +10,8 @@ def current_team(request):
         return {}
     teams = list(Team.objects.visible_to(Access.for_request(request)))
     return {"my_teams": teams}
+
+
+def signup_open(request):
+    """Whether the login page offers "Create an account" (settings.SIGNUP_OPEN)."""
+    return {"signup_open": settings.SIGNUP_OPEN}

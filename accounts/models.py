@@ -12,6 +12,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from timezone_field import TimeZoneField
 
 from accounts.tenancy import TeamOwned
 
@@ -29,6 +30,9 @@ class Team(TeamOwned):
     created_at = models.DateTimeField(auto_now_add=True)
     # Badges show only grades the site measured itself, never pushed ones (owners and admins).
     badge_site_measured_only = models.BooleanField(default=False)
+    # Members without two-factor authentication are sent to set it up before they see the
+    # team's pages (accounts.tenancy.Access.withheld); API tokens are unaffected.
+    require_two_factor = models.BooleanField(default=False)
 
     team_lookup = "pk"
 
@@ -37,6 +41,18 @@ class Team(TeamOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Profile(models.Model):
+    """What a person says about themselves: a name to show and the timezone every page uses
+    (accounts.middleware.UserTimezoneMiddleware). Not team-owned: it belongs to the user."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    name = models.CharField(max_length=100, blank=True)
+    timezone = TimeZoneField(default="UTC", choices_display="WITH_GMT_OFFSET")
+
+    def __str__(self) -> str:
+        return f"profile of {self.user}"
 
 
 class Membership(TeamOwned):

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
+from django.utils.text import slugify
 
-from accounts import credentials
+from accounts import credentials, identity
 from accounts.models import ApiToken, Invitation, Membership, Role, Team, TokenScope
 from accounts.tenancy import Access
 from accounts.validators import validate_one_line
@@ -46,6 +48,59 @@ def create_team(slug: str, name: str, owner) -> Team:
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)  # no team yet: this makes it
     Membership.objects.for_team(team).create(team=team, user=owner, role=Role.OWNER)
     return team
+
+
+def free_slug(name: str) -> str:
+    """A slug for a new team from its name, made unique with a number if taken."""
+    base = slugify(name)[:40].strip("-") or "team"
+    slug, n = base, 2
+    while Team.dangerously_unscoped.filter(slug=slug).exists():  # slugs are site-wide
+        slug, n = f"{base}-{n}", n + 1
+    return slug
+
+
+def rename_team(team: Team, name: str) -> Team:
+    """A new name; the slug (and every URL and badge link with it) stays."""
+    name = name.strip()
+    if not name:
+        raise TeamRuleError("Team name: give the team a name.")
+    _one_line("Team name", name)
+    team.name = name[:100]
+    team.save(update_fields=["name"])
+    return team
+
+
+def what_deleting_loses(team: Team) -> list[tuple[str, int]]:
+    """What deleting the team deletes with it, as (what, how many), largest first: every row
+    that cascades from the team, found from the models' relations (accounts knows nothing of
+    the apps that hang their rows on a team), counted in SQL."""
+    counts: dict[str, int] = {}
+    for model, path in _cascade_paths(Team, "", set()):
+        if model is Team:
+            continue
+        # Rows reached through the team's own relations: this team's rows only.
+        count = model._base_manager.filter(**{path: team}).count()
+        if count:
+            label = str(model._meta.verbose_name_plural)
+            counts[label] = counts.get(label, 0) + count
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _cascade_paths(model: Any, path: str, seen: set) -> list[tuple[Any, str]]:
+    found = [(model, path or "pk")]
+    seen = seen | {model}
+    for relation in model._meta.related_objects:
+        if relation.on_delete is not models.CASCADE or relation.related_model in seen:
+            continue
+        # The lookup from the related model back to the team, e.g. "endpoint__team".
+        step = relation.field.name
+        found += _cascade_paths(relation.related_model, f"{step}__{path}" if path else step, seen)
+    return found
+
+
+@transaction.atomic
+def delete_team(team: Team) -> None:
+    Team.dangerously_unscoped.filter(pk=team.pk).delete()  # the team itself: its own row
 
 
 def team_by_slug(slug: str) -> Team | None:
@@ -90,27 +145,52 @@ def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, s
     """Create an invitation and email its link. Returns the invitation and the link."""
     if role not in Role.values:
         raise TeamRuleError(f"Unknown role {role!r}.")
+    email = email.strip().lower()
+    open_ = Invitation.objects.for_team(team).filter(email=email, accepted_at__isnull=True)
+    if open_.filter(expires_at__gt=timezone.now()).exists():
+        raise TeamRuleError(f"{email} already has an open invitation: resend it instead.")
     secret = secrets.token_urlsafe(32)
     invitation = Invitation.objects.for_team(team).create(
         team=team,
-        email=email.strip().lower(),
+        email=email,
         role=role,
         secret_hash=_invite_hash(secret),
         invited_by=invited_by,
         expires_at=timezone.now() + timedelta(hours=settings.INVITE_MAX_AGE_HOURS),
     )
+    return invitation, _send_invitation(invitation, secret, invited_by)
+
+
+def _send_invitation(invitation: Invitation, secret: str, invited_by) -> str:
     link = f"{settings.SITE_URL}/invites/{secret}/"
     send_mail(
-        subject=f"You are invited to {team.name} on Tokvera",
+        subject=f"You are invited to {invitation.team.name} on Tokvera",
         message=(
-            f"{invited_by} invited you to join {team.name} as {role}.\n\n"
+            f"{invited_by} invited you to join {invitation.team.name} as {invitation.role}.\n\n"
             f"Accept within {settings.INVITE_MAX_AGE_HOURS} hours: {link}\n"
             "The link works once."
         ),
         from_email=None,
         recipient_list=[invitation.email],
     )
-    return invitation, link
+    return link
+
+
+@transaction.atomic
+def resend_invitation(invitation: Invitation, sent_by) -> str:
+    """A new link (the old one stops working: only its hash was kept) and a new expiry."""
+    secret = secrets.token_urlsafe(32)
+    invitation.secret_hash = _invite_hash(secret)
+    invitation.expires_at = timezone.now() + timedelta(hours=settings.INVITE_MAX_AGE_HOURS)
+    invitation.save(update_fields=["secret_hash", "expires_at"])
+    return _send_invitation(invitation, secret, sent_by)
+
+
+def revoke_invitation(invitation: Invitation) -> None:
+    """The link stops working at once; an accepted invitation is history and stays."""
+    Invitation.objects.for_team(invitation.team_id).filter(
+        pk=invitation.pk, accepted_at__isnull=True
+    ).delete()
 
 
 def find_invitation(secret: str) -> Invitation | None:
@@ -144,10 +224,15 @@ def accept_invitation(secret: str, user) -> Membership | None:
     return membership
 
 
-def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tuple[ApiToken, str]:
-    """Create an API token; the returned secret is shown once and never stored."""
+def issue_token(
+    team: Team, scope: str, name: str = "", created_by=None, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Create an API token (never expiring, or refused from `expires_at` on); the returned
+    secret is shown once and never stored."""
     if scope not in TokenScope.values:
         raise TeamRuleError(f"Unknown scope {scope!r}: expected read-only or read-write.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise TeamRuleError("Expiry: choose a time in the future.")
     _one_line("Token name", name)
     new = credentials.new_secret("tkv")
     token = ApiToken.objects.for_team(team).create(
@@ -157,6 +242,7 @@ def issue_token(team: Team, scope: str, name: str = "", created_by=None) -> tupl
         secret_hmac=new.digest,
         scope=scope,
         created_by=created_by,
+        expires_at=expires_at,
     )
     return token, new.token
 
@@ -175,6 +261,8 @@ def user_by_email(email: str, create: bool = False):
         user = User.objects.create_user(username=email, email=email)
         user.set_unusable_password()
         user.save()
+        # Made for an invitation (whose link reached this mailbox) or by an operator.
+        identity.vouch_for_email(user)
     return user
 
 

@@ -10,7 +10,9 @@
   `accounts.tenancy_api.TeamScopedViewSet`, which does not let a subclass replace `get_queryset`.
 
 Outsiders get 404 (never a 403 that would confirm the object exists); members without the
-needed role get 403.
+needed role get 403. A team that requires two-factor authentication is left out of the access
+of a member who has none (`Access.withheld`), so every page read of it fails closed; the
+middleware in accounts/middleware.py turns that into "set up two-factor first".
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class Access:
 
     roles: dict[int, str] = field(default_factory=dict)
     token: TeamToken | None = None  # the ApiToken when the request used one
+    # Teams the user belongs to but may not see yet: they require two-factor authentication
+    # and the user has none (accounts.middleware sends them to set it up). Tokens are exempt.
+    withheld: frozenset[int] = frozenset()
 
     @property
     def team_ids(self) -> list[int]:
@@ -75,12 +80,25 @@ class Access:
         elif request.user.is_authenticated:
             # The user's own memberships, through the reverse relation: no import of
             # accounts.models, which imports this module for TeamOwned.
-            rows = request.user.memberships.values_list("team_id", "role")
-            access = cls(roles=dict(rows))
+            rows = request.user.memberships.values_list("team_id", "role", "team__require_two_factor")
+            roles = {team_id: role for team_id, role, _ in rows}
+            needs_two_factor = frozenset(team_id for team_id, _, required in rows if required)
+            if needs_two_factor and not _has_two_factor(request.user):
+                roles = {t: r for t, r in roles.items() if t not in needs_two_factor}
+                access = cls(roles=roles, withheld=needs_two_factor)
+            else:
+                access = cls(roles=roles)
         else:
             access = cls()
         request._tokvera_access = access
         return access
+
+
+def _has_two_factor(user) -> bool:
+    # Imported here: this module is loaded with the models, before allauth's app is ready.
+    from allauth.mfa.utils import is_mfa_enabled
+
+    return is_mfa_enabled(user)
 
 
 _Owned = TypeVar("_Owned", bound="TeamOwned")

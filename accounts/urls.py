@@ -1,4 +1,5 @@
-"""The team pages: home, invitations, members, tokens and settings (views in accounts/views.py)."""
+"""The team pages: home, profile, team create/rename/delete, invitations, members, tokens and
+settings (views in accounts/views.py). Sign-in pages are allauth's (tokvera_site/urls.py)."""
 
 from django.urls import path
 
@@ -7,6 +8,14 @@ from accounts import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("invites/<str:secret>/", views.invite_accept, name="invite-accept"),
+    path("profile/", views.profile, name="profile"),
+    path("teams/new", views.team_create, name="team-create"),
+    path("teams/<slug:slug>/rename", views.team_rename, name="team-rename"),
+    path("teams/<slug:slug>/delete", views.team_delete, name="team-delete"),
+    path("teams/<slug:slug>/invitations/<uuid:public_id>/revoke", views.invitation_revoke,
+         name="invitation-revoke"),
+    path("teams/<slug:slug>/invitations/<uuid:public_id>/resend", views.invitation_resend,
+         name="invitation-resend"),
     path("teams/<slug:slug>/switch", views.team_switch, name="team-switch"),
     path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
     path("teams/<slug:slug>/members/invite", views.member_invite, name="member-invite"),

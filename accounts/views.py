@@ -8,22 +8,27 @@ from __future__ import annotations
 
 from smtplib import SMTPException
 
+from allauth.mfa.utils import is_mfa_enabled
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import SetPasswordForm
 from django.core.exceptions import PermissionDenied
 from django.core.validators import validate_email
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.forms import ValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from accounts import teams
-from accounts.models import Membership, Role, Team, TokenScope
+from accounts import identity, teams
+from accounts.forms import InvitedAccountForm, ProfileForm, TeamCreateForm, TeamRenameForm, TokenForm
+from accounts.middleware import ask_for_two_factor
+from accounts.models import Membership, Role, Team
 from accounts.tenancy import Access, get_visible_or_404, require_manage
 
 CURRENT_TEAM_SESSION_KEY = "current_team"
@@ -57,22 +62,99 @@ def home(request):
     current = visible.filter(slug=request.session.get(CURRENT_TEAM_SESSION_KEY)).first()
     current = current or visible.first()
     if current is None:
-        return render(request, "accounts/no_team.html")
+        # A team that requires two-factor is the user's team all the same: say what it takes.
+        return ask_for_two_factor(request) or render(request, "accounts/no_team.html")
     return redirect("team-dashboard", slug=current.slug)
+
+
+@login_required
+def profile(request):
+    """Name and timezone; the sign-in settings (email, password, two-factor) link from here."""
+    form = ProfileForm(request.POST or None, instance=identity.profile_of(request.user))
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        messages.success(request, "Profile saved.")
+        return redirect("profile")
+    return render(request, "accounts/profile.html", {"form": form})
+
+
+@login_required
+def team_create(request):
+    """A new team; its creator is its owner."""
+    form = TeamCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        name = form.cleaned_data["name"].strip()
+        slug = form.cleaned_data["slug"] or teams.free_slug(name)
+        if teams.team_by_slug(slug) is not None:
+            form.add_error("slug", "This slug is taken: choose another (or leave it empty).")
+        else:
+            try:
+                team = teams.create_team(slug, name, owner=request.user)
+            except teams.TeamRuleError as exc:
+                form.add_error("name", str(exc))
+            else:
+                request.session[CURRENT_TEAM_SESSION_KEY] = team.slug
+                messages.success(request, f"Team {team.name} created; you are its owner.")
+                return redirect("team-dashboard", slug=team.slug)
+    return render(request, "accounts/team_create.html", {"form": form},
+                  status=400 if form.errors else 200)
 
 
 @login_required
 def team_members(request, slug):
     team = team_for_request(request, slug)
     access = Access.for_request(request)
+    memberships = list(team.memberships.select_related("user", "user__profile").order_by("created_at"))
     context = {
         "team": team,
-        "memberships": team.memberships.select_related("user").order_by("created_at"),
-        "invitations": team.invitations.filter(accepted_at__isnull=True),
+        "memberships": memberships,
+        # The last owner is offered neither "Leave" nor another role (teams.py refuses both).
+        "sole_owner_id": _sole_owner_id(memberships),
+        "invitations": team.invitations.filter(accepted_at__isnull=True).select_related("invited_by"),
         "roles": Role.choices,
         "can_manage": access.can_manage(team.pk),
+        "now": timezone.now(),
     }
     return render(request, "accounts/team_members.html", context)
+
+
+def _sole_owner_id(memberships) -> int | None:
+    owners = [m for m in memberships if m.role == Role.OWNER]
+    return owners[0].pk if len(owners) == 1 else None
+
+
+def _open_invitation(team: Team, public_id):
+    return get_object_or_404(team.invitations.filter(accepted_at__isnull=True), public_id=public_id)
+
+
+@login_required
+@require_POST
+def invitation_revoke(request, slug, public_id):
+    team = team_for_request(request, slug)
+    invitation = _open_invitation(team, public_id)
+    require_manage(request, team)
+    _require_owner_for_owners(request, team, invitation.role)
+    teams.revoke_invitation(invitation)
+    messages.success(request, f"Invitation of {invitation.email} revoked: its link no longer works.")
+    return redirect("team-members", slug=team.slug)
+
+
+@login_required
+@require_POST
+def invitation_resend(request, slug, public_id):
+    team = team_for_request(request, slug)
+    invitation = _open_invitation(team, public_id)
+    require_manage(request, team)
+    _require_owner_for_owners(request, team, invitation.role)
+    try:
+        with transaction.atomic():  # the old link is replaced only if the new one was sent
+            teams.resend_invitation(invitation, sent_by=request.user)
+    except (SMTPException, OSError):
+        messages.error(request, "Invitation not sent: the email could not be delivered. Try again.")
+    else:
+        messages.success(request, f"Invitation sent again to {invitation.email}, with a new link valid "
+                                  f"{settings.INVITE_MAX_AGE_HOURS} hours; the old link no longer works.")
+    return redirect("team-members", slug=team.slug)
 
 
 @login_required
@@ -151,13 +233,17 @@ def member_remove(request, slug, public_id):
 @login_required
 def team_tokens(request, slug):
     team = team_for_request(request, slug)
+    return _tokens_page(request, team, TokenForm())
+
+
+def _tokens_page(request, team: Team, form: TokenForm, status: int = 200):
     context = {
         "team": team,
-        "tokens": team.api_tokens.all(),
-        "scopes": TokenScope.choices,
+        "tokens": team.api_tokens.select_related("created_by"),
+        "form": form,
         "can_manage": Access.for_request(request).can_manage(team.pk),
     }
-    return render(request, "accounts/team_tokens.html", context)
+    return render(request, "accounts/team_tokens.html", context, status=status)
 
 
 @login_required
@@ -168,10 +254,63 @@ def team_settings(request, slug):
     if request.method == "POST":
         require_manage(request, team)
         team.badge_site_measured_only = request.POST.get("badge_site_measured_only") == "on"
-        team.save(update_fields=["badge_site_measured_only"])
+        require_two_factor = request.POST.get("require_two_factor") == "on"
+        if require_two_factor and not team.require_two_factor and not is_mfa_enabled(request.user):
+            # Or the one who turns it on would be shut out of the team at once.
+            messages.error(request, "Set up two-factor authentication for yourself first "
+                                    "(Profile → Two-factor), then require it of the team.")
+            require_two_factor = False
+        team.require_two_factor = require_two_factor
+        team.save(update_fields=["badge_site_measured_only", "require_two_factor"])
         messages.success(request, "Settings saved.")
         return redirect("team-settings", slug=team.slug)
-    return render(request, "accounts/team_settings.html", {"team": team, "can_manage": can_manage})
+    context = {"team": team, "can_manage": can_manage,
+               "is_owner": Access.for_request(request).role_in(team.pk) == Role.OWNER,
+               "rename_form": TeamRenameForm(initial={"name": team.name})}
+    return render(request, "accounts/team_settings.html", context)
+
+
+@login_required
+@require_POST
+def team_rename(request, slug):
+    team = team_for_request(request, slug)
+    require_manage(request, team)
+    form = TeamRenameForm(request.POST)
+    if form.is_valid():
+        try:
+            teams.rename_team(team, form.cleaned_data["name"])
+        except teams.TeamRuleError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"The team is now called {team.name}.")
+    else:
+        errors = form.errors.get("name", ["invalid"])
+        messages.error(request, "Team name: " + "; ".join(str(e) for e in errors))
+    return redirect("team-settings", slug=team.slug)
+
+
+@login_required
+def team_delete(request, slug):
+    """Owners only. The page spells out what goes with the team; typing its name confirms."""
+    team = team_for_request(request, slug)
+    if Access.for_request(request).role_in(team.pk) != Role.OWNER:
+        raise PermissionDenied("Only an owner can delete the team.")
+    error = ""
+    if request.method == "POST":
+        if request.POST.get("confirm_name", "").strip() != team.name:
+            error = f"Type the team's name, {team.name}, exactly to confirm."
+        else:
+            name = team.name
+            try:
+                teams.delete_team(team)
+            except ProtectedError:
+                error = "Something still refers to this team's rows; nothing was deleted."
+            else:
+                request.session.pop(CURRENT_TEAM_SESSION_KEY, None)
+                messages.success(request, f"Team {name} and everything in it was deleted.")
+                return redirect("home")
+    context = {"team": team, "losses": teams.what_deleting_loses(team), "error": error}
+    return render(request, "accounts/team_delete.html", context, status=400 if error else 200)
 
 
 @never_cache  # the page carries the new token: no cache may keep it
@@ -180,10 +319,13 @@ def team_settings(request, slug):
 def token_create(request, slug):
     team = team_for_request(request, slug)
     require_manage(request, team)
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        return _tokens_page(request, team, form, status=400)
     try:
         token, secret = teams.issue_token(
-            team, request.POST.get("scope", ""), request.POST.get("name", "").strip()[:100],
-            created_by=request.user,
+            team, form.cleaned_data["scope"], form.cleaned_data["name"].strip(),
+            created_by=request.user, expires_at=form.expires_at(),
         )
     except teams.TeamRuleError as exc:
         messages.error(request, str(exc))
@@ -224,10 +366,9 @@ def invite_accept(request, secret):
     if not request.user.is_authenticated:
         if teams.user_by_email(invitation.email) is not None:
             messages.info(request, "Log in to accept the invitation.")
-            return redirect(f"{reverse('login')}?next={request.path}")
-        # django-stubs require a user; here the form only validates the new password (the
-        # account is created on accept).
-        form = SetPasswordForm(user=None, data=request.POST or None)  # type: ignore[type-var]
+            return redirect(f"{reverse('account_login')}?next={request.path}")
+        # Works whether or not self sign-up is open: the link is the permission.
+        form = InvitedAccountForm(request.POST or None, email=invitation.email)
     if request.method == "POST":
         if form is not None and not form.is_valid():
             return render(
@@ -238,14 +379,17 @@ def invite_accept(request, secret):
             user = request.user
             if form is not None:
                 user = teams.user_by_email(invitation.email, create=True)
-                form.user = user
-                form.save()
+                user.set_password(form.cleaned_data["new_password1"])
+                user.save(update_fields=["password"])
+                profile = identity.profile_of(user)
+                profile.name = form.cleaned_data["name"].strip()
+                profile.save(update_fields=["name"])
             membership = teams.accept_invitation(secret, user)
             if membership is None:
                 transaction.set_rollback(True)
                 return render(request, "accounts/invite_invalid.html", status=404)
         if form is not None:
-            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            login(request, user, backend="allauth.account.auth_backends.AuthenticationBackend")
         messages.success(request, f"You joined {membership.team.name}.")
         return redirect("team-dashboard", slug=membership.team.slug)
     return render(request, "accounts/invite_accept.html", {"invitation": invitation, "form": form})

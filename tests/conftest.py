@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from accounts import teams
+from accounts import identity, teams
 from accounts.models import Membership, Role, Team
 
 REQUIRE_SERVICES = os.environ.get("TOKVERA_REQUIRE_SERVICES") == "1"
@@ -131,9 +131,11 @@ def free_port() -> int:
 
 def make_user(name: str | None = None, password: str = "correct horse battery staple"):
     name = name or f"user-{uuid.uuid4().hex[:8]}"
-    return get_user_model().objects.create_user(
+    user = get_user_model().objects.create_user(
         username=name, email=f"{name}@example.test", password=password
     )
+    identity.vouch_for_email(user)  # as an invitation or operator would: it may log in at once
+    return user
 
 
 @dataclass

@@ -12,6 +12,8 @@ import math
 
 from axes.backends import AxesStandaloneBackend
 from axes.helpers import get_cool_off
+from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.shortcuts import render
 
 
@@ -25,6 +27,23 @@ class LoginThrottleBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+def account_key(request, credentials=None) -> str:
+    """What the per-account count is keyed by: the account's username, whichever identifier
+    was typed (allauth's login takes an email or a username), so switching between the two
+    does not double the guesses; for an unknown identifier, that identifier (lowercased)."""
+    credentials = credentials or {}
+    typed = credentials.get("email") or credentials.get("username")
+    if not typed and request is not None:
+        data = getattr(request, "data", None) or request.POST
+        typed = data.get("login") or data.get("username")
+    typed = (typed or "").strip().lower()
+    if not typed:
+        return ""
+    users = get_user_model().objects.filter(Q(username__iexact=typed) | Q(email__iexact=typed))
+    usernames = sorted(users.values_list("username", flat=True)[:2])
+    return usernames[0].lower() if len(usernames) == 1 else typed
 
 
 def locked_out(request, original_response=None, credentials=None):

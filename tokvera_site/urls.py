@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -14,8 +13,9 @@ handler500 = errors.server_error
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Sign-up, login, logout, email verification, password reset and change, two-factor (/2fa/):
+    # django-allauth, at the site's root so /login/ and /logout/ stay where they were.
+    path("", include("allauth.urls")),
     path("healthz", healthz, name="healthz"),
     path("metrics", site_metrics, name="site-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

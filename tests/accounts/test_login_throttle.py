@@ -19,7 +19,7 @@ ATTACKER, ELSEWHERE = "198.51.100.7", "203.0.113.9"
 
 def _log_in(address: str, username: str, password: str):
     client = Client(REMOTE_ADDR=address)
-    response = client.post("/login/", {"username": username, "password": password})
+    response = client.post("/login/", {"login": username, "password": password})
     return response, "_auth_user_id" in client.session
 
 

@@ -135,7 +135,7 @@ def test_existing_user_logs_in_to_accept(world, client):
     existing = make_user("already-here")
     url = _invite(client, world, email=existing.email, role="member")
     response = client.get(url)
-    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("account_login"))
     client.force_login(existing)
     client.post(url)
     assert _membership(world, existing).role == Role.MEMBER

@@ -21,7 +21,7 @@ CALLERS = [
     "read_only_token", "read_write_token", "other_team_token",
 ]
 ROLE_ALLOWS = {
-    "owner": {"read", "write", "manage"},
+    "owner": {"read", "write", "manage", "own"},
     "admin": {"read", "write", "manage"},
     "member": {"read", "write"},
     "viewer": {"read"},
@@ -115,7 +115,7 @@ def test_every_team_url(name, index, caller):
         assert response.status_code == 404, (response.status_code, body[:300])
     elif expected == "login":
         assert response.status_code == 302
-        assert response["Location"].startswith(reverse("login"))
+        assert response["Location"].startswith(reverse("account_login"))
     else:
         assert response.status_code == 401, (response.status_code, body[:300])
         assert response.json()["detail"]

@@ -32,7 +32,7 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
     refused = offline(page, live_server)
 
     page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", world.owner.username)
+    page.fill("input[name=login]", world.owner.username)
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/teams/{world.team.slug}/")

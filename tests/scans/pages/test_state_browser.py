@@ -39,7 +39,7 @@ def _in_a_thread(function, *args):
 
 def _login(page, live_server, world):
     page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", world.owner.username)
+    page.fill("input[name=login]", world.owner.username)
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/teams/{world.team.slug}/")
@@ -96,10 +96,14 @@ def test_the_slo_window_reads_in_time_with_burn_rates(browser, live_server):
     page.goto(f"{live_server.url}/endpoints/{endpoint.public_id}/#slo")
     seven = page.locator('#slo .window[data-days="7"]')
 
-    assert seven.locator("[data-budget-text]").inner_text() == "16 h 48 min of 7 d allowed, 1 h used"
+    assert seven.locator("[data-allowance]").inner_text() == (
+        "90% over 7 days allows 16 h 48 min of bad time")
+    assert seven.locator("[data-budget-text]").inner_text() == "1 h used, 15 h 48 min left"
     assert "Scans cover 3 h of 7 d (1.8%)" in seven.inner_text()
-    assert seven.locator('[data-burn-hours="1"]').inner_text() == "last 1 h 10.0×"
-    assert seven.locator('[data-burn-hours="6"]').inner_text() == "last 6 h 3.3×"
+    # 6 h and 30 min: 3.3x over 6 h and 10x over the last half hour; 6x pages
+    assert seven.locator('[data-pair="21600-1800"] td').nth(1).inner_text() == "3.3× · 10.0×"
+    # a third of the covered time bad: under the 90 % objective
+    assert seven.locator("[data-slo]").inner_text() == "breaching"
     seven.screenshot(path=str(ARTIFACTS / "slo-window-in-time.png"))
     assert refused == []
 

@@ -94,7 +94,7 @@ def test_scan_now_with_the_broker_down_answers_503_and_saves_nothing(tmp_path):
 def _logged_in(site: str) -> httpx.Client:
     browser = httpx.Client(base_url=site, trust_env=False, timeout=30)
     login = browser.get("/login/")
-    answer = browser.post("/login/", data={"username": OWNER, "password": PASSWORD,
+    answer = browser.post("/login/", data={"login": OWNER, "password": PASSWORD,
                                            "csrfmiddlewaretoken": _csrf(login.text)})
     assert answer.status_code == 302, answer.text[-2000:]
     return browser

@@ -1,0 +1,71 @@
+"""Per-request account settings: the user's timezone, and teams that require two-factor."""
+
+from __future__ import annotations
+
+import zoneinfo
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.models import Profile, Team
+from accounts.tenancy import Access
+
+
+class UserTimezoneMiddleware:
+    """Every page (dates, charts) is shown in the logged-in user's timezone (their profile);
+    anonymous pages and token requests stay in UTC."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        zone = _profile_timezone(request.user) if request.user.is_authenticated else None
+        if zone is None:
+            timezone.deactivate()
+        else:
+            timezone.activate(zone)
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()  # a worker thread serves other users next
+
+
+def _profile_timezone(user) -> zoneinfo.ZoneInfo | None:
+    zone = Profile.objects.filter(user_id=user.pk).values_list("timezone", flat=True).first()
+    return None if zone is None or str(zone) == "UTC" else zone
+
+
+class TwoFactorRequiredMiddleware:
+    """A page of a team that requires two-factor answers a member without it with the set-up
+    page, naming the team, instead of the 404 the scoping layer gives (accounts.tenancy).
+    API requests keep the 404 (session) or are not concerned at all (team tokens)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, Http404) or request.path.startswith("/api/"):
+            return None
+        if not getattr(request, "user", None) or not request.user.is_authenticated:
+            return None
+        return ask_for_two_factor(request)
+
+
+def ask_for_two_factor(request):
+    """The redirect to the two-factor set-up, or None when no team of the user's is withheld."""
+    access = Access.for_request(request)
+    if not access.withheld:
+        return None
+    # The user is a member of these teams: their names are theirs to see.
+    names = sorted(Team.dangerously_unscoped.filter(pk__in=access.withheld).values_list("name", flat=True))
+    messages.warning(
+        request,
+        f"{', '.join(names)} requires two-factor authentication: set it up to see the team's pages.",
+    )
+    return redirect(reverse("mfa_index"))
