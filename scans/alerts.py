@@ -5,7 +5,9 @@ Each is a state on the endpoint (below_floor, erroring) flipped by a conditional
 message goes out once per change of state, with a recovery message when it flips back. Down
 is read from the scans' states (scans/state.py): a message when a scan finds the endpoint down
 after one that did not (and back), sent once per scan (a cache key), replacing the floor
-message that would say the same.
+message that would say the same. The SLO's multi-window burn-rate alerts (scans/slo.py) page
+when a fast pair fires and file a ticket for a slow one, once per episode (the level sent is
+kept on the endpoint), with a recovery message when no pair fires any more.
 Messages go by email to the team's owners and admins and, optionally, to a webhook signed
 with HMAC-SHA256 and sent through the site's outbound guard. The two delivery tasks live here,
 beside what they deliver, under their scans.tasks.* names (so alerts and tasks import each
@@ -31,10 +33,10 @@ from django.db import transaction
 from accounts import encryption
 from accounts.models import Membership, Role
 from accounts.validators import one_line
-from scans import state
+from scans import slo, state
 from scans.grader.scoring import is_below_floor
 from scans.grader.transport import ScanTransport
-from scans.models import Endpoint, Scan, ScanStatus
+from scans.models import CapacityOutcome, Endpoint, Scan, ScanStatus
 from scans.outbound import check_url, guard
 from scans.system_wide import ALL_ENDPOINTS
 
@@ -89,6 +91,96 @@ def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     return ("down_recovered", f"the endpoint answers again ({states[mine].label})")
 
 
+# --- SLO burn-rate alerts (scans/slo.py's BURN_PAIRS; docs/slo.md) ---------------------------
+# The window whose figures an SLO message carries (the dashboard's); the pairs' rates do not
+# depend on it (their spans are at most 3 days).
+SLO_ALERT_WINDOW_DAYS = 7
+SLO_EVENTS = {"page": "slo_breaching", "ticket": "slo_at_risk", "": "slo_recovered"}
+_BURN_RANK = {"": 0, "ticket": 1, "page": 2}
+
+
+def _slo_burn_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
+    """("slo_breaching", detail) when a fast burn-rate pair starts firing, ("slo_at_risk", …)
+    when only a slow one does, ("slo_recovered", …) when no pair's two rates reach its
+    threshold any more after one fired.
+    Once per episode: a calmer level while still burning (page → ticket) sends nothing, and a
+    conditional UPDATE of Endpoint.slo_burn_alert lets one caller send each change."""
+    current = slo.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
+    level, sent = current.alert_level, endpoint.slo_burn_alert
+    if level == sent or (level and _BURN_RANK[level] < _BURN_RANK[sent]):
+        return None
+    if sent and not level and current.still_burning:
+        return None  # the episode goes on: a recovery only when no pair's rates reach it
+    won = Endpoint.objects.for_team(endpoint.team_id).filter(
+        pk=endpoint.pk, slo_burn_alert=sent).update(slo_burn_alert=level)
+    if not won:
+        return None  # another scan's alert got there first
+    measured = (f"{current.share:.1%} of the covered time of the last {current.days} days "
+                f"was good (objective {current.objective:.1%})" if current.enough else
+                current.empty_message)
+    if level:
+        pair = next(w for w in current.alert_windows if w["firing"] and w["level"] == level)
+        return (SLO_EVENTS[level],
+                f"the SLO's error budget burns at {slo.rate_text(pair['long_rate'])} over the "
+                f"last {slo.span_text(pair['long_s'])} and "
+                f"{slo.rate_text(pair['short_rate'])} over the last "
+                f"{slo.span_text(pair['short_s'])} ({level} at {pair['threshold']:g}× or more); "
+                f"{measured}")
+    return ("slo_recovered", f"no burn-rate alert fires any more; {measured}")
+
+
+def slo_message(endpoint: Endpoint, scan: Scan) -> dict:
+    """The SLO figures an SLO alert carries, as of the scan that raised it."""
+    current = slo.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
+    return {
+        "status": current.status, "reason": current.status_reason,
+        "window_days": current.days, "objective": current.objective,
+        "good_share_of_covered": current.share, "covered_s": current.covered_s,
+        "burn_rates": [{"span": b["span"], "span_s": b["span_s"], "rate": b["rate"],
+                        "covered_s": b["covered_s"]} for b in current.burn],
+        "firing": [{"level": w["level"], "windows": w["label"], "threshold": w["threshold"]}
+                   for w in current.alert_windows if w["firing"]],
+        "url": f"{settings.SITE_URL}/endpoints/{endpoint.public_id}/#slo",
+    }
+
+
+# --- capacity within the SLO (issue 22) ------------------------------------------------------
+CAPACITY_EVENTS = ("capacity_low", "capacity_recovered")
+
+
+def _capacity_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
+    """("capacity_low", detail) when a scan that searched finds fewer concurrent streams within
+    the SLO than the endpoint's capacity_alert_below, ("capacity_recovered", …) when one finds
+    at least that many again; once per change (Endpoint.capacity_low, flipped by a conditional
+    UPDATE). A scan that did not search says nothing; nor does one whose search stopped at its
+    bound below the threshold while every level it tried met the SLO (the capacity may be
+    higher)."""
+    threshold = endpoint.capacity_alert_below
+    if threshold is None or not scan.capacity_outcome:
+        return None
+    streams = scan.capacity_concurrency or 0
+    if scan.capacity_outcome == CapacityOutcome.MET_AT_HIGHEST and streams < threshold:
+        return None
+    low = streams < threshold
+    if low == endpoint.capacity_low or not _flip(endpoint, "capacity_low", low):
+        return None
+    if low:
+        found = ("no level met the SLO" if scan.capacity_outcome == CapacityOutcome.NONE_MET
+                 else f"it serves up to {streams} concurrent stream{'s' * (streams != 1)} "
+                      "within the SLO")
+        return ("capacity_low", f"capacity dropped below {threshold} streams: {found}")
+    return ("capacity_recovered", f"capacity is back to {streams} concurrent streams within the "
+                                  f"SLO (the alert is below {threshold})")
+
+
+def capacity_message(scan: Scan) -> dict:
+    """The capacity figures a capacity alert carries, as of the scan that raised it."""
+    return {"outcome": scan.capacity_outcome, "concurrency": scan.capacity_concurrency,
+            "requests_per_s": scan.capacity_requests_per_s,
+            "output_tokens_per_s": scan.capacity_output_tokens_per_s,
+            "output_unit": scan.capacity_output_unit or None}
+
+
 def after_scan(scan: Scan) -> None:
     # Read again (its alert states may have just changed), within the scan's own team.
     endpoint = (Endpoint.objects.for_team(scan.endpoint.team_id).select_related("team")
@@ -116,6 +208,10 @@ def after_scan(scan: Scan) -> None:
             # endpoint grades F), and "up again" more than "floor recovered".
             same_news = {"down": "below_floor", "down_recovered": "floor_recovered"}[change[0]]
             events = [e for e in events if e[0] != same_news] + [change]
+        if (burn := _slo_burn_change(endpoint, scan)) is not None:
+            events.append(burn)
+        if (capacity := _capacity_change(endpoint, scan)) is not None:
+            events.append(capacity)
     for kind, detail in events:
         # A task, so a mail server hiccup is retried instead of losing the one message
         # this change of state gets.
@@ -134,6 +230,8 @@ def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
         "scan": {"id": str(scan.public_id), "status": scan.status, "grade": scan.grade or None,
                  "scoring_version": scan.scoring_version or None},
         "url": f"{settings.SITE_URL}/scans/{scan.public_id}/",
+        **({"slo": slo_message(endpoint, scan)} if kind in SLO_EVENTS.values() else {}),
+        **({"capacity": capacity_message(scan)} if kind in CAPACITY_EVENTS else {}),
     }
 
 
@@ -161,7 +259,8 @@ def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
                 message=(f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n"
                          f"State: {state.LABELS[message['state']]}\n"
                          + (f"Cause: {message['cause']}\n" if message["cause"] else "")
-                         + f"\nThe scan: {message['url']}\n"),
+                         + f"\nThe scan: {message['url']}\n"
+                         + (f"The SLO: {message['slo']['url']}\n" if "slo" in message else "")),
                 from_email=None,
                 recipient_list=recipients,
             )

@@ -16,9 +16,16 @@ Time, not scan counts (DECISIONS.md, "SLO windows in time"):
 - Error budget = (1 - objective) x the window's length ("16 h 48 min of 7 d allowed");
   used = bad time. The window meets its objective while used <= budget. With little coverage
   the window says how much of it is covered, and the share (good / covered) is shown beside.
-- Burn rate over the last 1 h and 6 h = (bad / covered time in that span) / (1 - objective):
-  1 spends the budget exactly over the window, 14.4 over 1 h is the workbook's page-now rate.
-  None when nothing in the span is covered, or the objective is 100 % (no budget to burn).
+- Burn rate over the last 5 min, 30 min, 1 h, 2 h, 6 h, 24 h and 3 d = (bad / covered time
+  in that span) / (1 - objective): 1 spends the budget exactly over the window. None when
+  nothing in the span is covered, or the objective is 100 % (no budget to burn).
+- Status (docs/slo.md, DECISIONS.md), from what was measured, never from uncovered time:
+  breaching when a fast pair fires (1 h and 5 min both at 14.4x or more, or 6 h and 30 min
+  at 6x) or the good share of the covered time is under the objective; at risk when a slow
+  pair fires (24 h and 2 h at 3x, or 3 d and 6 h at 1x); no data when nothing is covered, or
+  under MEETING_MIN_COVERED_S with nothing wrong; else meeting. A pair fires only once its
+  long span holds at least its short span's length of covered time (one scan of a new
+  endpoint is not a trend). The pairs are also the alerts: fast pages, slow is a ticket.
 
 No scan count is ever divided: every share is a ratio of times. Each window carries the scoring
 versions of the scans it counted (grades of different versions are not comparable).
@@ -46,11 +53,41 @@ from accounts.tenancy import scoped_to_teams
 from scans.grader import scoring
 from scans.models import Endpoint, Scan, ScanStatus
 
-__all__ = ["BURN_SPANS_H", "WINDOW_DAYS", "SloWindow", "TargetResult", "duration_text", "window",
-           "windows_for"]
+__all__ = ["BURN_PAIRS", "BURN_SPANS_S", "STATUS_LABELS", "WINDOW_DAYS", "BurnPair", "SloWindow",
+           "TargetResult", "duration_text", "window", "windows_for"]
 
 WINDOW_DAYS = (7, 30)
-BURN_SPANS_H = (1, 6)
+MINUTE, HOUR, DAY = 60, 3600, 86400
+
+
+@dataclass(frozen=True)
+class BurnPair:
+    """A multi-window burn-rate alert (the SRE workbook, chapter 5): it fires while the burn
+    rate over both its long and its short span is at least `threshold`."""
+
+    level: str  # "page" (fast: breaching) or "ticket" (slow: at risk)
+    long_s: int
+    short_s: int
+    threshold: float
+
+    @property
+    def label(self) -> str:
+        return f"{span_text(self.long_s)} and {span_text(self.short_s)}"
+
+
+# 14.4x for 1 h spends 2 % of a 30-day budget, 6x for 6 h 5 %, 3x for 24 h and 1x for 3 d 10 %.
+BURN_PAIRS = (
+    BurnPair("page", HOUR, 5 * MINUTE, 14.4),
+    BurnPair("page", 6 * HOUR, 30 * MINUTE, 6.0),
+    BurnPair("ticket", DAY, 2 * HOUR, 3.0),
+    BurnPair("ticket", 3 * DAY, 6 * HOUR, 1.0),
+)
+BURN_SPANS_S = tuple(sorted({s for p in BURN_PAIRS for s in (p.long_s, p.short_s)}))
+# Less covered time than this, with nothing wrong in it, is too little to say "meeting".
+MEETING_MIN_COVERED_S = HOUR
+BREACHING, AT_RISK, MEETING, NO_DATA = "breaching", "at_risk", "meeting", "no_data"
+STATUS_LABELS = {BREACHING: "breaching", AT_RISK: "at risk", MEETING: "meeting",
+                 NO_DATA: "no data"}
 TTFT_CHECK = "ttft_p95_at_concurrency_1"
 ERROR_RATE_CHECK = "error_rate"
 LETTERS = scoring.GRADES
@@ -69,6 +106,19 @@ def duration_text(seconds: float | None) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def span_text(seconds: float) -> str:
+    """A burn span as the workbook names it: 5 min, 30 min, 1 h, 24 h, 3 d."""
+    if seconds < HOUR:
+        return f"{seconds / MINUTE:g} min"
+    if seconds <= DAY:
+        return f"{seconds / HOUR:g} h"
+    return f"{seconds / DAY:g} d"
+
+
+def rate_text(rate: float | None) -> str:
+    return "no data" if rate is None else f"{rate:.1f}×"
 
 
 @dataclass(frozen=True)
@@ -99,7 +149,7 @@ class SloWindow:
     targets: tuple[TargetResult, ...]
     objective: float
     versions: tuple[str, ...]  # scoring versions of the counted scans, sorted
-    burn_rates: tuple[tuple[int, float | None, float], ...]  # (hours, rate, covered_s)
+    burn_rates: tuple[tuple[int, float | None, float], ...]  # (span_s, rate, covered_s)
 
     @property
     def enough(self) -> bool:
@@ -109,6 +159,127 @@ class SloWindow:
     @property
     def empty_message(self) -> str:
         return "" if self.enough else f"no scan covers the last {self.days} days"
+
+    @property
+    def uncovered_s(self) -> float:
+        return max(self.window_s - self.covered_s, 0.0)
+
+    @property
+    def uncovered_text(self) -> str:
+        """'no data for 29 d 23 h of the 30 days': never counted as good (nor as bad)."""
+        if self.uncovered_s < 60:
+            return ""
+        return f"no data for {duration_text(self.uncovered_s)} of the {self.days} days"
+
+    @property
+    def good_s(self) -> float:
+        return self.covered_s - self.bad_s
+
+    @property
+    def allowance_text(self) -> str:
+        """The objective's help in time: '99% over 30 days allows 7 h 12 min of bad time'."""
+        objective = f"{float(_exact(self.objective) * 100):g}%"
+        if self._budget == 0:
+            return f"{objective} over {self.days} days allows no bad time"
+        return (f"{objective} over {self.days} days allows "
+                f"{duration_text(self.budget_s)} of bad time")
+
+    @property
+    def budget_used_text(self) -> str:
+        """'1 h used, 15 h 48 min left' or '20 h used: spent, 3 h 12 min over'."""
+        used = f"{duration_text(self.bad_s)} used"
+        if self.budget_spent:
+            return f"{used}: spent, {duration_text(-self.budget_left_s)} over"
+        return f"{used}, {duration_text(self.budget_left_s)} left"
+
+    @property
+    def covered_text(self) -> str:
+        """'0 min good and 37 min bad of 37 min covered'."""
+        return (f"{duration_text(self.good_s)} good and {duration_text(self.bad_s)} bad of "
+                f"{duration_text(self.covered_s)} covered")
+
+    @property
+    def budget_spent(self) -> bool:
+        return Fraction(self.bad_s) > self._budget
+
+    @property
+    def burn_rate(self) -> dict[int, float | None]:
+        return {span: rate for span, rate, _ in self.burn_rates}
+
+    def _fires(self, pair: BurnPair, *, need_coverage: bool = True) -> bool:
+        rates = {span: (rate, covered) for span, rate, covered in self.burn_rates}
+        long_rate, long_covered = rates.get(pair.long_s, (None, 0.0))
+        short_rate, _ = rates.get(pair.short_s, (None, 0.0))
+        return (long_rate is not None and short_rate is not None
+                and long_rate >= pair.threshold and short_rate >= pair.threshold
+                and (long_covered >= pair.short_s or not need_coverage))
+
+    @property
+    def still_burning(self) -> bool:
+        """Some pair's two rates reach its threshold, however little its long span covers:
+        an alert episode already under way goes on (no recovery while a young endpoint's
+        3 d span holds under 6 h)."""
+        return any(self._fires(p, need_coverage=False) for p in BURN_PAIRS)
+
+    @property
+    def alert_windows(self) -> list[dict]:
+        """Each burn-rate pair with its two rates and whether it fires now."""
+        return [{"level": p.level, "label": p.label, "long_s": p.long_s, "short_s": p.short_s,
+                 "threshold": p.threshold, "long_rate": self.burn_rate.get(p.long_s),
+                 "short_rate": self.burn_rate.get(p.short_s),
+                 "rates_text": (f"{rate_text(self.burn_rate.get(p.long_s))} · "
+                                f"{rate_text(self.burn_rate.get(p.short_s))}"),
+                 "firing": self._fires(p)} for p in BURN_PAIRS]
+
+    @property
+    def alert_level(self) -> str:
+        """"page" while a fast pair fires, "ticket" while only a slow one does, else ""."""
+        firing = [p.level for p in BURN_PAIRS if self._fires(p)]
+        return "page" if "page" in firing else "ticket" if firing else ""
+
+    @property
+    def status(self) -> str:
+        """breaching, at_risk, meeting or no_data, from the covered time only."""
+        if not self.enough:
+            return NO_DATA
+        if self.alert_level == "page" or self.below_objective:
+            return BREACHING
+        if self.alert_level == "ticket":
+            return AT_RISK
+        if self.covered_s < MEETING_MIN_COVERED_S:
+            return NO_DATA
+        return MEETING
+
+    @property
+    def status_label(self) -> str:
+        return STATUS_LABELS[self.status]
+
+    @property
+    def below_objective(self) -> bool:
+        """The good share of the covered time is under the objective."""
+        return bool(self.covered_s) and (
+            Fraction(self.bad_s) > (1 - _exact(self.objective)) * Fraction(self.covered_s))
+
+    @property
+    def status_reason(self) -> str:
+        """One sentence: why the status is what it is."""
+        status = self.status
+        if status == NO_DATA:
+            if not self.enough:
+                return self.empty_message
+            return (f"only {duration_text(self.covered_s)} covered, nothing wrong in it: too "
+                    f"little to say it meets")
+        firing = [p for p in BURN_PAIRS if self._fires(p)]
+        pages = [p for p in firing if p.level == "page"]
+        if status == BREACHING:
+            if pages:
+                return _burn_sentence(pages[0], self.burn_rate)
+            return (f"{self.share:.1%} of the covered time was good, under the "
+                    f"{self.objective:.1%} objective")
+        if status == AT_RISK:
+            return _burn_sentence(firing[0], self.burn_rate)
+        return (f"{self.share:.1%} of the covered time was good (objective "
+                f"{self.objective:.1%}); no burn-rate alert fires")
 
     @property
     def coverage(self) -> float:
@@ -148,9 +319,11 @@ class SloWindow:
 
     @property
     def meets_objective(self) -> bool | None:
+        """The good share of the covered time reaches the objective (None: nothing covered).
+        Uncovered time is never counted as good."""
         if not self.enough:
             return None
-        return Fraction(self.bad_s) <= self._budget
+        return not self.below_objective
 
     @property
     def budget_text(self) -> str:
@@ -161,8 +334,10 @@ class SloWindow:
     @property
     def burn(self) -> list[dict]:
         """The burn rates as the page shows them: span, rate (None: nothing covered)."""
-        return [{"hours": hours, "rate": rate, "covered": duration_text(covered)}
-                for hours, rate, covered in self.burn_rates]
+        return [{"span_s": span, "span": span_text(span), "rate": rate,
+                 "rate_text": rate_text(rate), "covered": duration_text(covered),
+                 "covered_s": covered}
+                for span, rate, covered in self.burn_rates]
 
     @property
     def mixed_versions(self) -> bool:
@@ -171,6 +346,12 @@ class SloWindow:
     @property
     def _budget(self) -> Fraction:
         return (1 - _exact(self.objective)) * Fraction(self.window_s)
+
+
+def _burn_sentence(pair: BurnPair, rates: dict[int, float | None]) -> str:
+    return (f"the last {span_text(pair.long_s)} burned the error budget at "
+            f"{rate_text(rates.get(pair.long_s))} and the last {span_text(pair.short_s)} at "
+            f"{rate_text(rates.get(pair.short_s))} ({pair.level} at {pair.threshold:g}× or more)")
 
 
 def _exact(objective: float) -> Fraction:
@@ -211,11 +392,13 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
         return {}
     now = now or timezone.now()
     since = now - timedelta(days=days)
-    # A scan started up to one interval before the window still stands for part of it.
+    # A scan started up to one interval before the window (or the longest burn span) still
+    # stands for part of it.
     longest = max(e.interval_minutes for e in endpoints)
+    earliest = min(since, now - timedelta(seconds=max(BURN_SPANS_S)))
     scans = scoped_to_teams(Scan, {e.team_id for e in endpoints}).filter(
         endpoint__in=[e.pk for e in endpoints],
-        queued_at__gt=since - timedelta(minutes=longest), queued_at__lte=now,
+        queued_at__gt=earliest - timedelta(minutes=longest), queued_at__lte=now,
         status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED],
     )
     if location:
@@ -245,12 +428,12 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
         covered = r.get("covered", Fraction(0))
         budget_share = 1 - _exact(endpoint.slo_objective)
         burn = []
-        for hours in BURN_SPANS_H:
-            span_covered = r.get(f"covered_{hours}h", Fraction(0))
-            span_bad = r.get(f"bad_{hours}h", Fraction(0))
+        for span in BURN_SPANS_S:
+            span_covered = r.get(f"covered_{span}s", Fraction(0))
+            span_bad = r.get(f"bad_{span}s", Fraction(0))
             rate = (float(span_bad / span_covered / budget_share)
                     if span_covered and budget_share else None)
-            burn.append((hours, rate, float(span_covered)))
+            burn.append((span, rate, float(span_covered)))
         result[endpoint.pk] = SloWindow(
             days=days, window_s=float(days * 86400), covered_s=float(covered),
             bad_s=float(r.get("bad", 0)), scans=r.get("scans", 0), errored=r.get("errored", 0),
@@ -285,9 +468,9 @@ def _sums(scans, since: datetime, now: datetime) -> dict[int, dict]:
 
     succeeded = "status = 'succeeded'"
     burn_columns = "".join(
-        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded}) AS covered_{h}h"
-        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded} AND missed) AS bad_{h}h"
-        for h in BURN_SPANS_H)
+        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded}) AS covered_{span}s"
+        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded} AND missed) AS bad_{span}s"
+        for span in BURN_SPANS_S)
     # Only constants and the ORM's own SQL are formatted in; every value is a parameter.
     sql = f"""
         WITH spans AS (
@@ -316,8 +499,8 @@ def _sums(scans, since: datetime, now: datetime) -> dict[int, dict]:
         FROM spans GROUP BY endpoint_id
     """  # noqa: S608
     burn_params = []
-    for hours in BURN_SPANS_H:
-        start = now - timedelta(hours=hours)
+    for span in BURN_SPANS_S:
+        start = now - timedelta(seconds=span)
         burn_params += [start, start]
     params = [now, *inner_params, since, since, since, since, since, since, since, since,
               *burn_params]

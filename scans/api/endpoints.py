@@ -24,9 +24,11 @@ from accounts.validators import validate_one_line
 from scans import dispatch, endpoint_limits, endpoints, profile, pushes, scheduling
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
+from scans.api.slo import EndpointSloSerializer, endpoint_slo
 from scans.grader.plan import PlanError
+from scans.grader.slo import MAX_SEARCH_LEVELS
 from scans.grader.workload import DatasetError
-from scans.history import check_history
+from scans.history import capacity_history, check_history, latest_capacity
 from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
@@ -91,6 +93,8 @@ class EndpointSerializer(serializers.ModelSerializer):
         "price_output_per_mtok": {"minimum": 0},
         "slo_error_rate": {"minimum": 0, "maximum": 1},
         "slo_objective": {"exclusiveMinimum": 0, "maximum": 1},
+        "capacity_search_levels": {"minimum": 1, "maximum": MAX_SEARCH_LEVELS},
+        "capacity_alert_below": {"minimum": 1, "maximum": profile.SITE_MAX_LEVEL},
     }
 
     class Meta:
@@ -104,7 +108,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
             "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
-            "state",
+            "state", *endpoints.CAPACITY_FIELDS,
         ]
         read_only_fields = ["next_scan_at", "created_at"]
         # Prices as JSON numbers, not the strings DRF gives decimals by default.
@@ -112,6 +116,7 @@ class EndpointSerializer(serializers.ModelSerializer):
                         "input_tokens": {"min_value": 1},
                         "output_tokens": {"min_value": 1},
                         "shared_prefix_tokens": {"min_value": 1},
+                        "capacity_alert_below": {"min_value": 1},
                         "price_input_per_mtok": {"coerce_to_string": False},
                         "price_output_per_mtok": {"coerce_to_string": False}}
 
@@ -225,6 +230,68 @@ class EndpointSerializer(serializers.ModelSerializer):
             setattr(instance, name, value)
         # Save only what was sent: alert state and the like belong to the workers.
         return endpoints.save(instance, old_interval, [*validated, *written])
+
+
+class CapacityPointSerializer(serializers.Serializer):
+    """scans.history.CapacityPoint: one scan's capacity search, or a time bucket of them."""
+
+    at = serializers.DateTimeField()
+    last_at = serializers.DateTimeField()
+    scans = serializers.IntegerField(min_value=1)
+    streams = serializers.FloatField(
+        min_value=0, help_text="streams served within the SLO: the capacity, 0 when no level "
+                               "met it (a bucket's mean)")
+    streams_min = serializers.FloatField(min_value=0)
+    streams_max = serializers.FloatField(min_value=0)
+    concurrency = serializers.IntegerField(
+        allow_null=True, min_value=1,
+        help_text="the capacity as report.json has it; null when no level met the SLO, and "
+                  "for a bucket")
+    outcome = serializers.ChoiceField(
+        choices=["met", "none_met", "met_at_highest", ""],
+        help_text="met; none_met (no level met the SLO); met_at_highest (the highest level "
+                  "tried met it: the capacity may be higher); \"\" for a bucket")
+    none_met = serializers.IntegerField(min_value=0)
+    met_at_highest = serializers.IntegerField(min_value=0)
+    requests_per_s = serializers.FloatField(allow_null=True, help_text="goodput at the capacity")
+    output_tokens_per_s = serializers.FloatField(allow_null=True)
+    output_unit = serializers.CharField(allow_blank=True, help_text="tokens/s or chunks/s")
+    slo = serializers.DictField(allow_null=True, help_text="the objective searched against")
+    pushed = serializers.IntegerField(min_value=0)
+    scan_id = serializers.UUIDField(allow_null=True)
+
+
+class CapacityLatestSerializer(serializers.Serializer):
+    """The latest scan that searched: what the endpoint page says."""
+
+    scan = serializers.UUIDField()
+    at = serializers.DateTimeField()
+    outcome = serializers.ChoiceField(choices=["met", "none_met", "met_at_highest"])
+    concurrency = serializers.IntegerField(allow_null=True, min_value=1)
+    requests_per_s = serializers.FloatField(allow_null=True)
+    output_tokens_per_s = serializers.FloatField(allow_null=True)
+    output_unit = serializers.CharField(allow_blank=True)
+    pushed = serializers.BooleanField()
+    reason = serializers.CharField(allow_blank=True)
+    levels_tried = serializers.ListField(child=serializers.IntegerField())
+    slo = serializers.DictField(allow_null=True)
+
+
+def _latest_capacity(endpoint) -> dict | None:
+    scan = latest_capacity(endpoint)
+    if scan is None:
+        return None
+    found = (scan.report or {}).get("capacity") or {}
+    tried = found.get("levels_tried")
+    return {"scan": scan.public_id, "at": scan.queued_at, "outcome": scan.capacity_outcome,
+            "concurrency": scan.capacity_concurrency,
+            "requests_per_s": scan.capacity_requests_per_s,
+            "output_tokens_per_s": scan.capacity_output_tokens_per_s,
+            "output_unit": scan.capacity_output_unit, "pushed": scan.pushed,
+            "reason": str(found.get("reason") or ""),
+            "levels_tried": [c for c in tried if isinstance(c, int)]
+            if isinstance(tried, list) else [],
+            "slo": found.get("slo") if isinstance(found.get("slo"), dict) else None}
 
 
 class EndpointPages(StrictCursorPagination):
@@ -353,6 +420,55 @@ class EndpointViewSet(
             raise exceptions.ValidationError({"check": [str(exc)]}) from None
         return Response({"endpoint": endpoint.public_id, "check": check,
                          "points": [p.as_dict() for p in points]})
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
+            OpenApiParameter("max_points", int, description=(
+                f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
+                f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
+        ],
+        responses=inline_serializer("CapacityHistory", {
+            "endpoint": serializers.UUIDField(),
+            "latest": CapacityLatestSerializer(allow_null=True),
+            "points": CapacityPointSerializer(many=True),
+        }),
+    )
+    @action(detail=True, methods=["get"], url_path="capacity")
+    def capacity(self, request, public_id=None):
+        """Capacity within the SLO over time (issue 22), oldest first: one point per scan that
+        searched (the capacity search of the endpoint's profile), or time buckets when the
+        range holds more than max_points; `latest` is the latest scan that searched (null when
+        none did)."""
+        endpoint = self.get_object()
+        max_points = self._max_points(request)
+        points = capacity_history(endpoint, since=time_param(request, "since"),
+                                  until=time_param(request, "until"), max_points=max_points)
+        return Response({"endpoint": endpoint.public_id,
+                         "latest": _latest_capacity(endpoint),
+                         "points": CapacityPointSerializer(points, many=True).data})
+
+    @staticmethod
+    def _max_points(request) -> int:
+        try:
+            max_points = int(request.query_params.get("max_points", DEFAULT_HISTORY_POINTS))
+        except ValueError:
+            raise exceptions.ValidationError({"max_points": ["expected a whole number"]}) from None
+        if not 1 <= max_points <= MAX_HISTORY_POINTS:
+            raise exceptions.ValidationError(
+                {"max_points": [f"expected 1 to {MAX_HISTORY_POINTS}"]})
+        return max_points
+
+    @extend_schema(responses=EndpointSloSerializer)
+    @action(detail=True, methods=["get"], url_path="slo")
+    def slo(self, request, public_id=None):
+        """The endpoint's SLO over the last 7 and 30 days (issue 23): per window its status
+        (breaching / at risk / meeting / no data, by burn rate and the good share of the
+        covered time; uncovered time is never counted as good), covered and uncovered time,
+        the error budget in time, the burn rate over each span and the burn-rate alert pairs
+        (docs/slo.md)."""
+        return Response(endpoint_slo(self.get_object()))
 
     @extend_schema(request=OpenApiTypes.OBJECT,
                    responses={200: ScanSerializer, 202: ScanSerializer, 409: OpenApiTypes.OBJECT,

@@ -202,3 +202,30 @@ def paced_stream_server(events: list[bytes], delay: float = 0.005) -> Handler:
             await writer.drain()
 
     return handler
+
+
+@contextlib.contextmanager
+def webhook_receiver() -> Iterator[tuple[str, list[tuple[dict, bytes]]]]:
+    """A loopback HTTP server that answers every POST 204 and keeps (headers, body) of each;
+    yields (its URL, that list). Alert webhooks are sent to it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[tuple[dict, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((dict(self.headers), body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -51,7 +51,7 @@ def test_an_endpoint_never_scanned_says_no_scan_yet_instead_of_a_grade(world, ow
 
     assert cells.count("no scan yet") == 3  # latest grade, sparkline, last scan
     assert "data-grade" not in cells and "<svg" not in cells
-    assert 'data-slo="not-enough"' in cells
+    assert 'data-slo="no_data"' in cells and ">no data<" in cells
     assert "no scan covers the last 7 days" in cells
 
 
@@ -70,9 +70,10 @@ def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owne
     assert 'data-chart="sparkline"' in cells and 'data-grades="A B C A A B"' in cells
     assert "ago" in cells  # the last scan
     assert endpoint.next_scan_at.strftime("%Y-%m-%d %H:%M") in cells
-    # six hourly scans, one below the floor: 1 h of bad time against a budget of 20 % of 7 d
-    assert 'data-slo="met"' in cells and "1 d 9 h of 7 d allowed, 1 h used" in cells
-    assert "scans cover 6 h of 7 d (3.6%)" in cells
+    # six hourly scans, one below the floor: 5 of 6 covered hours good, over the 80 % objective
+    assert 'data-slo="meeting"' in cells and ">meeting<" in cells
+    assert "83.3% of the covered time good (objective 80.0%)" in cells
+    assert "no data for 6 d 18 h of the 7 days" in cells
 
 
 def test_an_endpoint_below_its_objective_says_so(world, owner_client):
@@ -83,8 +84,9 @@ def test_an_endpoint_below_its_objective_says_so(world, owner_client):
 
     cells = row(dashboard(owner_client, world), endpoint)
 
-    # five hours below the floor against 0.1 % of 7 days (about 10 min)
-    assert 'data-slo="missed"' in cells and "10 min of 7 d allowed, 5 h used" in cells
+    # five hours below the floor: none of the covered time was good
+    assert 'data-slo="breaching"' in cells and ">breaching<" in cells
+    assert "0.0% of the covered time good (objective 99.9%)" in cells
 
 
 def test_a_pushed_or_paused_endpoint_has_no_next_scan_time(world, owner_client):

@@ -1,6 +1,7 @@
 """SLO windows in time (the SRE workbook's model): each scan stands for the time until the
 next one, at most its interval; budgets and burn rates are times; thin windows say how much of
-them is covered; errored scans cover no time."""
+them is covered; errored scans cover no time. The status (breaching / at risk / meeting / no
+data) comes from the covered time and the burn-rate pairs, never from time no scan covers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from scans import slo
 from scans.grader.scoring import CheckValue
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
+from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, bulk_scans, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 
@@ -63,10 +64,12 @@ def test_burn_rates_over_one_and_six_hours_divide_the_bad_share_by_the_budget_sh
     # ten hourly scans: the last one (covering the last hour) is below the floor
     _hourly(endpoint, [GRADE_A] * 9 + [CAPPED_D], start=start)
 
-    burn = dict((hours, rate) for hours, rate, _ in slo.window(endpoint, 7, now=NOW).burn_rates)
+    burn = slo.window(endpoint, 7, now=NOW).burn_rate
 
-    assert burn[1] == pytest.approx(1 / 0.1)  # all of the last hour bad: 10x the budget rate
-    assert burn[6] == pytest.approx((1 / 6) / 0.1)
+    assert burn[3600] == pytest.approx(1 / 0.1)  # all of the last hour bad: 10x the budget rate
+    assert burn[6 * 3600] == pytest.approx((1 / 6) / 0.1)
+    assert burn[300] == pytest.approx(10) and burn[1800] == pytest.approx(10)
+    assert burn[86400] == pytest.approx((1 / 10) / 0.1)  # only 10 h of the 24 covered
 
 
 def test_errored_scans_cover_no_time_and_end_the_previous_scans_time(world):
@@ -116,7 +119,8 @@ def test_an_endpoint_never_scanned_has_an_empty_window_not_a_zero(world):
 
     assert not window.enough and window.share is None and window.meets_objective is None
     assert window.empty_message == "no scan covers the last 7 days"
-    assert [rate for _, rate, _ in window.burn_rates] == [None, None]
+    assert [rate for _, rate, _ in window.burn_rates] == [None] * 7
+    assert window.status == "no_data" and window.status_label == "no data"
 
 
 def test_the_seven_and_thirty_day_windows_differ_in_time(world):
@@ -162,9 +166,13 @@ def test_the_endpoint_page_shows_the_budget_in_time_and_the_burn_rates(world, ow
 
     body = owner_client.get(f"/endpoints/{endpoint.public_id}/").content.decode()
 
-    assert "16 h 48 min of 7 d allowed, 1 h used" in body
+    assert "90% over 7 days allows 16 h 48 min of bad time" in body
+    assert "1 h used, 15 h 48 min left" in body
     assert "scans cover 2 h of 7 d (1.2%)" in body.lower()
-    assert 'data-burn-hours="1"' in body and "10.0×" in body
+    assert "no data for 6 d 22 h of the 7 days, counted neither good nor bad" in body
+    assert 'data-pair="3600-300"' in body and "10.0× · 10.0×" in body
+    # half of the covered time was bad: under the 90 % objective, whatever the budget says
+    assert 'data-slo="breaching"' in body and 'data-slo="meets"' not in body
 
 
 def test_a_window_can_be_read_for_one_scan_location(world, owner_client):
@@ -182,5 +190,137 @@ def test_a_window_can_be_read_for_one_scan_location(world, owner_client):
     assert slo.window(endpoint, 7, location="eu").bad_s == 0
     assert slo.window(endpoint, 7, location="us").bad_s == pytest.approx(3600, abs=5)
     body = owner_client.get(f"/endpoints/{endpoint.public_id}/?location=eu").content.decode()
-    assert 'data-location="us"' in body and "2 h of 7 d allowed" not in body
-    assert "16 h 48 min of 7 d allowed, 0 min used" in body
+    assert 'data-location="us"' in body
+    assert "0 min used, 16 h 48 min left" in body
+
+
+FIVE_MIN = timedelta(minutes=5)
+SLOW_FIRST_TOKEN = with_values(GRADE_A, ttft_p95_at_concurrency_1=900.0)
+
+
+def _down(endpoint, when):
+    """A scan that found nothing listening, stored down (no letter, no points)."""
+    from scans.grader.report import is_down
+    from scans.models import Scan
+    from tests.scans.pages.conftest import report_for
+
+    report = {**report_for(GRADE_A), "preflight": {"stopped": True,
+                                                   "cause": "connection refused"}}
+    assert is_down(report)
+    scan = scan_at(endpoint, when)
+    Scan.dangerously_unscoped.filter(pk=scan.pk).update(down=True, grade="", points=None)
+    return scan
+
+
+def test_a_target_missing_its_ttft_target_on_every_scan_is_breaching_at_ten_times(world):
+    # the issue's endpoint: new, scanned every 5 min for 40 min, every scan over its TTFT target
+    endpoint = make_endpoint(world.team, slo_ttft_p95_ms=500, slo_objective=0.9,
+                             slo_grade_floor="F", interval_minutes=5)
+    for i in range(8):
+        scan_at(endpoint, NOW - 40 * timedelta(minutes=1) + i * FIVE_MIN, SLOW_FIRST_TOKEN)
+
+    window = slo.window(endpoint, 30, now=NOW)
+
+    assert window.share == 0 and window.meets_objective is False
+    assert window.burn_rate[3600] == pytest.approx(10) and window.burn_rate[6 * 3600] == 10
+    assert window.status == "breaching" and window.status_label == "breaching"
+    firing = {w["label"]: w["firing"] for w in window.alert_windows}
+    # 10x cannot reach 14.4x (a 90 % objective allows at most 10x); 6 h and 30 min at 6x can;
+    # the slow pairs wait for 2 h and 6 h of covered time
+    assert firing == {"1 h and 5 min": False, "6 h and 30 min": True,
+                      "24 h and 2 h": False, "3 d and 6 h": False}
+    assert window.alert_level == "page"
+    assert window.status_reason == ("the last 6 h burned the error budget at 10.0× and the "
+                                    "last 30 min at 10.0× (page at 6× or more)")
+    assert window.uncovered_text == "no data for 29 d 23 h of the 30 days"
+    assert window.allowance_text == "90% over 30 days allows 3 d of bad time"
+
+
+def test_a_dead_port_down_for_37_minutes_is_breaching_not_meeting(world):
+    endpoint = make_endpoint(world.team, slo_objective=0.99, interval_minutes=5)
+    for minutes in range(37, 0, -5):
+        _down(endpoint, NOW - timedelta(minutes=minutes))
+
+    window = slo.window(endpoint, 30, now=NOW)
+
+    assert window.covered_s == 37 * 60 and window.bad_s == 37 * 60  # down time is bad time
+    assert window.status == "breaching" and window.alert_level == "page"
+    assert window.allowance_text == "99% over 30 days allows 7 h 12 min of bad time"
+    assert window.budget_used_text == "37 min used, 6 h 35 min left"
+    assert not window.budget_spent
+
+
+def test_uncovered_time_is_never_counted_as_good(world):
+    # two hours covered in 30 days, one of them bad: the budget of 3 days is barely touched,
+    # but half of what was measured missed a 90 % objective
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", slo_objective=0.9,
+                             interval_minutes=60)
+    scan_at(endpoint, NOW - timedelta(days=10), GRADE_A)
+    scan_at(endpoint, NOW - timedelta(days=10) + HOUR, CAPPED_D)
+
+    window = slo.window(endpoint, 30, now=NOW)
+
+    assert window.share == 0.5 and window.meets_objective is False
+    assert window.budget_left > 0.98  # the old reading: "98 % left", green
+    assert window.status == "breaching"
+    assert window.status_reason == "50.0% of the covered time was good, under the 90.0% objective"
+    assert window.alert_level == ""  # nothing burns now: the burn spans hold no scan
+    assert window.uncovered_text == "no data for 29 d 22 h of the 30 days"
+
+
+def test_a_new_healthy_endpoint_has_no_data_until_an_hour_is_covered_then_meets(world):
+    endpoint = make_endpoint(world.team, interval_minutes=5)
+    for i in range(3):
+        scan_at(endpoint, NOW - 15 * timedelta(minutes=1) + i * FIVE_MIN, GRADE_A)
+
+    early = slo.window(endpoint, 7, now=NOW)
+    assert early.share == 1 and early.status == "no_data"
+    assert early.status_reason == "only 15 min covered, nothing wrong in it: too little to say it meets"
+
+    for i in range(12):
+        scan_at(endpoint, NOW + i * FIVE_MIN, GRADE_A)
+    later = slo.window(endpoint, 7, now=NOW + HOUR)
+    assert later.covered_s == 75 * 60 and later.status == "meeting"
+    assert later.status_reason == ("100.0% of the covered time was good (objective 90.0%); "
+                                   "no burn-rate alert fires")
+
+
+def test_a_slow_burn_is_at_risk_and_a_fast_one_breaching(world):
+    # a fully covered week, one bad hour in three over the last day: 3.3x over 24 h and 2 h
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", slo_objective=0.9,
+                             interval_minutes=60)
+    start = NOW - timedelta(days=7)
+    bulk_scans(endpoint, start, 144, HOUR, grades=("A",))
+    bulk_scans(endpoint, start + 144 * HOUR, 24, HOUR, grades=("A", "A", "D"))
+
+    window = slo.window(endpoint, 7, now=NOW)
+
+    assert window.share == pytest.approx(1 - 8 / 168)  # above the objective
+    assert window.burn_rate[86400] == pytest.approx(10 / 3)
+    assert window.burn_rate[6 * 3600] == pytest.approx(10 / 3)  # under 6x: no page
+    assert window.alert_level == "ticket" and window.status == "at_risk"
+    assert window.status_label == "at risk"
+    assert window.status_reason.startswith("the last 24 h burned the error budget at 3.3×")
+
+
+def test_a_pair_needs_its_short_span_of_covered_time_before_it_fires(world):
+    # one bad scan two minutes old is 100 % bad so far, and says so, but it is not a trend
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", slo_objective=0.99,
+                             interval_minutes=5)
+    scan_at(endpoint, NOW - timedelta(minutes=2), CAPPED_D)
+
+    window = slo.window(endpoint, 7, now=NOW)
+
+    assert window.burn_rate[3600] == pytest.approx(100)
+    assert window.alert_level == "" and window.status == "breaching"
+
+
+def test_a_spent_budget_says_how_far_over_it_is(world):
+    endpoint = make_endpoint(world.team, slo_grade_floor="A", slo_objective=0.999,
+                             interval_minutes=60)
+    _hourly(endpoint, [GRADE_A] + [CAPPED_D] * 5, start=NOW - 6 * HOUR)
+
+    window = slo.window(endpoint, 7, now=NOW)
+
+    assert window.budget_spent and window.budget_used_text == "5 h used: spent, 4 h 50 min over"
+    assert window.status == "breaching"
