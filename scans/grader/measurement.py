@@ -49,7 +49,8 @@ class RequestRecord(StreamTally):
     ``StreamTally`` fields, read by ``stream.StreamParser``).
 
     Timestamps (seconds, ``perf_counter``; None when the moment never came):
-    ``scheduled_at`` a worker took the request; ``sent_at`` the request was handed to httpx;
+    ``scheduled_at`` a worker took the request (in a rate level: the moment it was due);
+    ``dispatched_at`` (rate levels) the scanner took it up; ``sent_at`` it was handed to httpx;
     ``body_written_at`` the last byte of the request body was written (httpcore trace);
     ``headers_at`` the response headers were read; ``first_output_at`` / ``last_output_at`` the
     first / last chunk with output of any kind (thinking or answer) arrived;
@@ -70,6 +71,11 @@ class RequestRecord(StreamTally):
     error: str | None = None
     reused_connection: bool | None = None
     retried: bool = False
+    dispatched_at: float | None = None
+    #: Rate levels under --max-connections: the request found every connection busy, and how
+    #: long it waited for one (seconds).
+    waited_for_connection: bool = False
+    connection_wait_s: float | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -99,6 +105,8 @@ class RequestRecord(StreamTally):
             "outcome": self.failure or "succeeded",
             "status_code": self.status_code,
             "scheduled_at_ms": rel(self.scheduled_at),
+            **({"dispatched_at_ms": rel(self.dispatched_at)}
+               if self.dispatched_at is not None else {}),
             "sent_at_ms": rel(self.sent_at),
             "body_written_at_ms": rel(self.body_written_at),
             "headers_at_ms": rel(self.headers_at),
@@ -133,6 +141,11 @@ class LevelResult:
     #: CPU seconds this process spent while the level ran (``time.process_time``; in the CLI
     #: that is the scanner alone), to show how hard the client itself worked.
     cpu_s: float = 0.0
+    #: An open-loop rate level (scans.grader.openloop): its requests per second, arrival and
+    #: connection limit; ``concurrency`` is then the peak number of requests in flight.
+    rate_per_s: float | None = None
+    arrival: str | None = None
+    max_connections: int | None = None
 
     @property
     def succeeded(self) -> list[RequestRecord]:
@@ -339,6 +352,8 @@ class Measurement:
     searched_levels: list[LevelResult] = field(default_factory=list)
     #: The search stopped at its bound (levels or requests), not at the boundary it sought.
     search_exhausted: bool = False
+    #: Open-loop rate levels (--rate), after everything else: measured, never graded.
+    rate_levels: list[LevelResult] = field(default_factory=list)
 
     @property
     def all_requests(self) -> list[RequestRecord]:

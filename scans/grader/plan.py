@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from .openloop import OpenLoop, OpenLoopError
 from .slo import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS, Slo, SloError
 from .workload import Workload, WorkloadError
 
@@ -89,6 +90,14 @@ class ScanPlan:
     find_capacity: bool = False
     #: At most this many levels the search adds.
     search_levels: int = DEFAULT_SEARCH_LEVELS
+    #: The search never tries a concurrency above this (the site passes its own limit).
+    search_max_level: int = MAX_LEVEL
+    #: At most this many requests the searched levels send, warm-up included; None: the
+    #: command line's bound only (MAX_SEARCH_REQUESTS measured requests). The site passes
+    #: what its per-scan limits leave after the plan's levels.
+    search_max_requests: int | None = None
+    #: Open-loop rate levels (issue 22, --rate), after the others: measured, not graded.
+    open_loop: OpenLoop | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
@@ -134,6 +143,11 @@ class ScanPlan:
         self._validate_levels()
         self._validate_limits()
         self._validate_slo()
+        if self.open_loop is not None:
+            try:
+                self.open_loop.validate()
+            except OpenLoopError as exc:
+                raise PlanError(str(exc)) from None
         try:
             self.workload.validate(self.max_tokens)
         except WorkloadError as exc:
@@ -186,6 +200,10 @@ class ScanPlan:
             raise PlanError("--find-capacity needs an SLO to search against: give --slo")
         if not 1 <= self.search_levels <= MAX_SEARCH_LEVELS:
             raise PlanError(f"--search-levels must be from 1 to {MAX_SEARCH_LEVELS}")
+        if not 1 <= self.search_max_level <= MAX_LEVEL:
+            raise PlanError(f"the search's highest concurrency must be from 1 to {MAX_LEVEL}")
+        if self.search_max_requests is not None and self.search_max_requests < 1:
+            raise PlanError("the search's request budget must be at least 1")
 
     def _validate_limits(self) -> None:
         if not 1 <= self.max_tokens <= 1_000_000:
@@ -202,13 +220,17 @@ class ScanPlan:
                 raise PlanError(f"bad --dcgm-url {self.dcgm_url!r}: expected http(s)://host...")
 
     def public_dict(self) -> dict:
-        """The plan as report.json records it (never the key); ``slo`` and
-        ``find_capacity`` only when given (issue 22)."""
+        """The plan as report.json records it (never the key); ``slo``, ``find_capacity``
+        and ``open_loop`` only when given (issue 22)."""
         extra: dict = {}
         if self.slo is not None:
             extra["slo"] = self.slo.public_dict()
         if self.find_capacity:
-            extra["find_capacity"] = {"max_levels": self.search_levels}
+            extra["find_capacity"] = {"max_levels": self.search_levels,
+                                      "max_concurrency": self.search_max_level,
+                                      "max_requests": self.search_max_requests}
+        if self.open_loop is not None:
+            extra["open_loop"] = self.open_loop.public_dict()
         return {
             "levels": list(self.levels),
             "requests_per_level": self.requests_per_level,

@@ -63,7 +63,9 @@ __all__ = [
 ]
 
 #: RequestRecord fields that report.json does not carry and no check reads.
-NOT_PUBLISHED = frozenset({"reused_connection", "ignored_lines", "stream_error"})
+NOT_PUBLISHED = frozenset({"reused_connection", "ignored_lines", "stream_error",
+                           # open-loop rate levels only (issue 22), which are never proven
+                           "dispatched_at", "waited_for_connection", "connection_wait_s"})
 #: RequestRecord fields that reports of older scanners lack (None when missing).
 ADDED_SINCE = frozenset({"cached_tokens"})  # issue 21
 #: Never recomputable from a report, so never counted for a pushed one.
@@ -348,6 +350,9 @@ def _prove_slo(proven: dict, measurement: Measurement) -> None:
             entry["slo"] = evaluate_level(result, objective)
     if isinstance(proven.get("capacity"), dict):
         proven["capacity"]["proven_from_samples"] = False
+    for entry in proven.get("rate_levels") or []:  # open-loop levels: kept as claimed
+        if isinstance(entry, dict):
+            entry["proven_from_samples"] = False
 
 
 def prove(report: Mapping[str, Any]) -> dict:

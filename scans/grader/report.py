@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import os
+from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +25,9 @@ from scans.grader import formatting as fmt
 from scans.grader import headline, rendering, scoring
 from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
+from scans.grader.openloop import rate_figures
 from scans.grader.plan import ScanPlan
+from scans.grader.probes import NOT_SAMPLED_HERE, is_loopback_host
 from scans.grader.prompts import PromptSample
 from scans.grader.redaction import redact_report
 from scans.grader.scoring import CHECK_LABELS
@@ -36,9 +39,11 @@ __all__ = [
     "REPEAT_PROMPT_NOTE",
     "build_report",
     "cli_notes",
+    "cap_text",
     "comparability",
     "level_entry",
     "preflight_warnings",
+    "rate_level_entry",
     "regrade",
     "render_html",
     "report_from_measurement",
@@ -147,6 +152,16 @@ def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
     return entry
 
 
+def rate_level_entry(level: LevelResult, basis: str, origin: float, plan: ScanPlan) -> dict:
+    """One open-loop rate level of report.json: the usual figures (from the request body
+    written; ``concurrency`` is the peak in flight), the same from the scheduled time, the
+    achieved rate, the waits for a connection, and whether the scanner held the rate."""
+    entry = {**level_entry(level, basis, origin), **rate_figures(level)}
+    if plan.slo is not None:
+        entry["slo"] = evaluate_level(level, plan.slo, from_schedule=True)
+    return entry
+
+
 def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Graded,
                  measurements_extra: Mapping[str, Any] | None = None) -> dict:
     """The report.json dict. Never includes the API key."""
@@ -190,6 +205,9 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
             slo_part["search_levels"] = searched
             slo_part["capacity"] = capacity(levels, searched, plan.slo,
                                             exhausted=measurement.search_exhausted)
+    if plan.open_loop is not None:  # issue 22: open-loop rate levels, measured, not graded
+        slo_part["rate_levels"] = [rate_level_entry(level, basis, measurement.origin_time, plan)
+                                   for level in measurement.rate_levels]
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
     if preflight is not None:
         preflight["warnings"] = preflight_warnings(preflight, measurement.model)
@@ -430,16 +448,73 @@ def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """One self-contained HTML file for `report` (inline CSS and SVG; no network)."""
+#: Where a report is read: "cli" (the file `tokvera scan` writes, beside its flags) or "site"
+#: (the scan page, where the same settings are the endpoint's form fields).
+SURFACES = ("cli", "site")
+
+# The grader's reasons name the CLI's flags; on the site each is said as what it is there.
+_SITE_WORDS = (
+    ("no prices given (--price-input and --price-output, USD per million tokens)",
+     "no prices given (the endpoint's prices per million input and output tokens, USD)"),
+    ("no --prompts sample", "no prompt sample (upload one in the endpoint's settings)"),
+    ("and no --dcgm-url was given", "and no DCGM exporter was given"),
+)
+# The site's workers never read the GPUs of their own machine (scans/profile.py). Reports
+# stored before they said so read "the target is not on loopback", false for a loopback one.
+_SITE_GPU_REASON = ("no GPU source: the site does not read GPU utilization (only a scan run "
+                    "beside the server, with its DCGM exporter, can)")
+
+
+def surface_text(text: Any, surface: str) -> Any:
+    """`text` (a stored reason) as the surface says it: unchanged for the CLI."""
+    if surface != "site" or not isinstance(text, str):
+        return text
+    if text.startswith(NOT_SAMPLED_HERE):
+        return _SITE_GPU_REASON
+    for cli, site in _SITE_WORDS:
+        text = text.replace(cli, site)
+    return text
+
+
+def _target(report: Mapping[str, Any]) -> Mapping[str, Any]:
+    target = report.get("target")
+    return target if isinstance(target, Mapping) else {}
+
+
+def _pillar_text(pillar: Any) -> str:
+    return str(pillar or "").replace("_", " ")
+
+
+def cap_text(cap_id: Any) -> str:
+    """A cap as people read it (the scoring table's words), its id otherwise."""
+    found = next((cap for cap in scoring.CAPS if cap.id == cap_id), None)
+    return found.applies_when if found else str(cap_id)
+
+
+def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
+    """One self-contained HTML file for `report` (inline CSS and SVG; no network), worded for
+    `surface` (one of SURFACES): the site says its own settings where the CLI names flags."""
+    if surface not in SURFACES:
+        raise ValueError(f"surface must be one of {SURFACES}, got {surface!r}")
+    loopback = is_loopback_host(urlsplit(str(_target(report).get("base_url") or "")).hostname
+                                or "")
+
+    def words(text: Any) -> Any:
+        if (surface == "site" and loopback and isinstance(text, str)
+                and text.startswith("no GPU source: the target is not on loopback")):
+            return _SITE_GPU_REASON
+        return surface_text(text, surface)
+
     score = report.get("score", {})
     checks = []
     for check in report.get("checks", []):
         unit = check.get("unit", "")
+        worded = {**check, "reason": words(check.get("reason"))}
         checks.append({
-            **check,
+            **worded,
             "label": CHECK_LABELS.get(check.get("id"), check.get("id")),
-            "status_text": _status_text(check),
+            "pillar_text": _pillar_text(check.get("pillar")),
+            "status_text": _status_text(worded),
             "value_text": fmt.check_value(check.get("value"), unit, _check_bounds(check)),
             "pass_text": _bound(check["pass"], unit),
             "warn_text": _bound(check["warn"], unit),
@@ -466,15 +541,22 @@ def render_html(report: Mapping[str, Any]) -> str:
             "lag": _ms_texts(lv.get("loop_lag_ms") if isinstance(lv.get("loop_lag_ms"), dict)
                              else None),
         })
-    weights = [{"pillar": k, "percent": fmt.percent(v),
+    weights = [{"pillar": k, "pillar_text": _pillar_text(k), "percent": fmt.percent(v),
                 "points": _fmt((score.get("pillar_points") or {}).get(k))}
                for k, v in (score.get("effective_weight") or {}).items()]
-    measurements = report.get("measurements", {})
+    measurements = dict(report.get("measurements", {}))
+    for key in ("cost_reason", "gpu_reason"):
+        measurements[key] = words(measurements.get(key))
     report_levels = report.get("levels", [])
     cost = measurements.get("cost_per_1000_requests")
     context = {
         "report": report,
         "score": score,
+        "not_counted": [{**item, "label": CHECK_LABELS.get(item.get("id"), item.get("id")),
+                         "reason": words(item.get("reason"))}
+                        for item in score.get("not_counted") or []],
+        "caps": [{**cap, "text": (lambda t: t[:1].upper() + t[1:])(cap_text(cap.get("id")))}
+                 for cap in score.get("caps_applied") or []],
         "grade": score.get("grade"),
         "has_letter": score.get("grade") in scoring.GRADES,
         "checks": checks,
@@ -500,8 +582,24 @@ def render_html(report: Mapping[str, Any]) -> str:
         "workload_lines": workload_lines(report),
         "workload": (report.get("plan") or {}).get("workload") or {},
         "slo": _slo_context(report),
+        "open_loop": _open_loop_context(report),
+        "surface": surface,
     }
     return rendering.render("report/report.html", context)
+
+
+def _open_loop_context(report: Mapping[str, Any]) -> dict | None:
+    """report.html's open-loop section (issue 22); None for a report without --rate."""
+    spec = (report.get("plan") or {}).get("open_loop")
+    if not isinstance(spec, Mapping):
+        return None
+    from scans.grader.openloop import RATE_COLUMNS, describe_open_loop, rate_flag, rate_rows
+
+    levels = report.get("rate_levels") or []
+    text = describe_open_loop(spec)
+    return {"text": text[:1].upper() + text[1:],
+            "columns": RATE_COLUMNS, "rows": rate_rows(levels),
+            "flags": [flag for lv in levels if (flag := rate_flag(lv))]}
 
 
 def _slo_context(report: Mapping[str, Any]) -> dict | None:
@@ -513,13 +611,17 @@ def _slo_context(report: Mapping[str, Any]) -> dict | None:
     from scans.grader.slo import describe_capacity, describe_slo
 
     rows = []
-    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or [])]:
+    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or []),
+               *(report.get("rate_levels") or [])]:
         figures = lv.get("slo")
         if not isinstance(figures, Mapping):
             continue
         rps, out = figures.get("goodput_requests_per_s"), figures.get("goodput_output_per_s")
+        rate = lv.get("rate_per_s")
         rows.append({
-            "concurrency": lv.get("concurrency"), "searched": bool(lv.get("searched")),
+            "concurrency": (f"rate {fmt.number(rate, 'rate')}/s, from schedule"
+                            if isinstance(rate, int | float) else lv.get("concurrency")),
+            "searched": bool(lv.get("searched")),
             "good": f"{figures.get('good')} / {figures.get('requests')}",
             "attainment": fmt.percent(figures.get("attainment")
                                       if isinstance(figures.get("attainment"), int | float)

@@ -136,11 +136,17 @@ def _e2e_ms(record: RequestRecord) -> float | None:
     return (end - record.body_written_at) * 1000.0
 
 
-def _good(record: RequestRecord, slo: Slo) -> bool:
+def _since_scheduled_ms(record: RequestRecord, moment: float | None) -> float | None:
+    return None if moment is None else (moment - record.scheduled_at) * 1000.0
+
+
+def _good(record: RequestRecord, slo: Slo, from_schedule: bool = False) -> bool:
     if not record.succeeded:
         return False
     ttft = slo.target("ttft_p95_ms")
-    if ttft is not None and (record.ttft_ms is None or record.ttft_ms > ttft):
+    first = (_since_scheduled_ms(record, record.first_output_at) if from_schedule
+             else record.ttft_ms)
+    if ttft is not None and (first is None or first > ttft):
         return False
     itl = slo.target("itl_p95_ms")
     if itl is not None:
@@ -149,16 +155,18 @@ def _good(record: RequestRecord, slo: Slo) -> bool:
             return False
     e2e = slo.target("e2e_p95_ms")
     if e2e is not None:
-        took = _e2e_ms(record)
+        took = (_since_scheduled_ms(record, record.done_at if record.done_at is not None
+                                    else record.ended_at) if from_schedule else _e2e_ms(record))
         if took is None or took > e2e:
             return False
     return True
 
 
-def evaluate_level(level: LevelResult, slo: Slo) -> dict:
-    """The level's ``slo`` entry in report.json."""
+def evaluate_level(level: LevelResult, slo: Slo, *, from_schedule: bool = False) -> dict:
+    """The level's ``slo`` entry in report.json. `from_schedule` (open-loop rate levels): TTFT
+    and end-to-end are judged from each request's scheduled time, as its user waited."""
     requests = level.requests
-    good = [r for r in requests if _good(r, slo)]
+    good = [r for r in requests if _good(r, slo, from_schedule)]
     failed = sum(1 for r in requests if not r.succeeded)
     attainment = len(good) / len(requests) if requests else None
     error_rate = failed / len(requests) if requests else None
@@ -183,6 +191,7 @@ def evaluate_level(level: LevelResult, slo: Slo) -> dict:
         "goodput_requests_per_s": per_s(len(good)),
         "goodput_output_per_s": per_s(units),
         "goodput_unit": f"{basis}/s",
+        **({"measured_from": "schedule"} if from_schedule else {}),
     }
 
 

@@ -20,6 +20,7 @@ from scans.grader import PlanError, PromptsFileError, ScanPlan, load_prompts_fil
 from scans.grader import formatting as fmt
 from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
+from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, parse_arrival, parse_rates
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.report import is_down, report_from_measurement, write_report
 from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
@@ -92,6 +93,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"at most N levels the capacity search adds (default "
                              f"{DEFAULT_SEARCH_LEVELS}); each sends max(20, 2 x concurrency) "
                              "requests")
+    parser.add_argument("--rate", metavar="RATES", default=None,
+                        help="open-loop levels after the others, in requests per second (e.g. "
+                             "2,8,32): each request is sent when it is due, whether or not the "
+                             "server is done; latency is also measured from the scheduled time; "
+                             "measured, not graded")
+    parser.add_argument("--arrival", metavar="KIND", default=None,
+                        help="how --rate requests arrive: poisson (default), constant, or "
+                             "gamma:B (B < 1 burstier, 1 Poisson, > 1 steadier); seeded")
+    parser.add_argument("--arrival-seed", metavar="N", type=int, default=None,
+                        help="the seed of the --rate arrival times (default 0: the same "
+                             "schedule every scan)")
+    parser.add_argument("--rate-requests", metavar="N", type=int, default=None,
+                        help=f"requests per --rate level (default: about 10 s of arrivals, at "
+                             f"least {MIN_RATE_REQUESTS}, the fewest a p95 needs)")
+    parser.add_argument("--max-connections", metavar="N", type=int, default=None,
+                        help="at most N --rate requests in flight; later ones wait for a "
+                             "connection, and that wait counts in the latency from schedule "
+                             "(default: no limit)")
     parser.add_argument("--dcgm-url", metavar="URL", default=None,
                         help="a DCGM exporter's metrics URL (DCGM_FI_DEV_GPU_UTIL)")
     parser.add_argument("--price-input", metavar="USD", default=None,
@@ -158,12 +177,12 @@ class _Progress:
         )
 
         self._progress = Progress(
-            TextColumn("concurrency {task.fields[level]:>4}"), BarColumn(),
+            TextColumn("{task.fields[label]}"), BarColumn(),
             MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             TextColumn("TTFT p50 {task.fields[ttft]}"), TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
-        self._tasks: dict[int, TaskID] = {}
-        self._running: dict[int, _Running] = {}
+        self._tasks: dict[int | str, TaskID] = {}
+        self._running: dict[int | str, _Running] = {}
 
     def __enter__(self) -> _Progress:
         self._progress.start()
@@ -173,12 +192,20 @@ class _Progress:
         self._progress.stop()
 
     def __call__(self, level: int, completed: int, total: int, record: object = None) -> None:
-        task = self._tasks.get(level)
+        self._update(level, f"concurrency {level:>4}", completed, total, record)
+
+    def rate(self, rate: float, completed: int, total: int, record: object = None) -> None:
+        """An open-loop rate level's progress (runner.RateProgressCallback)."""
+        self._update(f"rate {rate:g}", f"rate {rate:g}/s", completed, total, record)
+
+    def _update(self, key: int | str, label: str, completed: int, total: int,
+                record: object) -> None:
+        task = self._tasks.get(key)
         if task is None:
-            task = self._tasks[level] = self._progress.add_task(
-                "", total=total, level=level, ttft="—", rate="")
-            self._running[level] = _Running()
-        running = self._running[level]
+            task = self._tasks[key] = self._progress.add_task(
+                "", total=total, label=label, ttft="—", rate="")
+            self._running[key] = _Running()
+        running = self._running[key]
         if record is not None:
             running.add(record)
         self._progress.update(task, completed=completed, ttft=running.ttft_text(),
@@ -236,6 +263,9 @@ def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
             for line in summary.table_lines(report["search_levels"], width,
                                             summary.SEARCH_TITLE):
                 say(line + "\n")
+        if report.get("rate_levels"):
+            for line in summary.rate_table_lines(report["rate_levels"], width):
+                say(line + "\n")
     if not quiet:
         for level in report["levels"]:
             level_cause = level.get("failure_summary")
@@ -289,8 +319,28 @@ def _slo(args: argparse.Namespace) -> Slo | None:
         raise UsageError(str(exc)) from None
 
 
+def _open_loop(args: argparse.Namespace) -> OpenLoop | None:
+    text = getattr(args, "rate", None)
+    if text is None:
+        given = [flag for flag, name in (("--arrival", "arrival"),
+                                         ("--arrival-seed", "arrival_seed"),
+                                         ("--rate-requests", "rate_requests"),
+                                         ("--max-connections", "max_connections"))
+                 if getattr(args, name, None) is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --rate (the open-loop rates it applies to)")
+        return None
+    try:
+        arrival = parse_arrival(args.arrival or "poisson", args.arrival_seed or 0)
+        return OpenLoop(parse_rates(text), arrival, requests=args.rate_requests,
+                        max_connections=args.max_connections).validate()
+    except OpenLoopError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def build_plan(args: argparse.Namespace) -> ScanPlan:
     slo = _slo(args)
+    open_loop = _open_loop(args)
     workload = _workload(args)
     max_tokens = args.max_tokens
     if max_tokens is None:
@@ -310,6 +360,7 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         slo=slo,
         find_capacity=bool(getattr(args, "find_capacity", False)),
         search_levels=getattr(args, "search_levels", DEFAULT_SEARCH_LEVELS),
+        open_loop=open_loop,
     )
     try:
         return plan.validate()
@@ -337,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
             measurement = run_scan(plan)
         else:
             with _Progress() as progress:
-                measurement = run_scan(plan, progress=progress)
+                measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
     except WorkloadError as exc:  # found out before any load: one line, nothing measured
         raise UsageError(f"stopped before any load: {exc}") from None
 

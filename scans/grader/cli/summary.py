@@ -22,17 +22,20 @@ from typing import Any
 
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
+from scans.grader.openloop import RATE_COLUMNS, describe_open_loop, rate_flag, rate_rows
 from scans.grader.report import cli_notes, is_down, workload_lines
 from scans.grader.slo import describe_capacity, describe_slo, goodput_text
 
-__all__ = ["PREFIX", "SEARCH_TITLE", "cap_lines", "is_down", "slo_lines", "summary_lines",
-           "table_lines", "terminal_width", "wrap"]
+__all__ = ["PREFIX", "RATE_TITLE", "SEARCH_TITLE", "cap_lines", "is_down", "open_loop_lines",
+           "rate_table_lines", "slo_lines", "summary_lines", "table_lines", "terminal_width",
+           "wrap"]
 
 PREFIX = "tokvera scan: "
 #: Below this the table is one block per level; wrapped text is never narrower than this.
 MIN_WIDTH = 40
 TABLE_TITLE = "Headline numbers (times in ms)"
 SEARCH_TITLE = "Levels the capacity search added (not graded; times in ms)"
+RATE_TITLE = "Open-loop rate levels (not graded; times in ms)"
 
 _NBSP = "\u00a0"
 # Spaces that must not become line breaks: a number and its unit ("5.1 ms", "0.0 %",
@@ -206,8 +209,21 @@ def summary_lines(report: Mapping[str, Any], html_path: str, width: int) -> list
     texts.extend(sent)
     texts.extend(cli_notes(report))  # which TTFT was graded; thinking and the budget hint
     if not down:
+        texts.extend(open_loop_lines(report))
         texts.extend(slo_lines(report))
     return [line for text in texts for line in wrap(text, width)]
+
+
+def open_loop_lines(report: Mapping[str, Any]) -> list[str]:
+    """With --rate: how the rate levels were sent, and a line for each whose figures are the
+    scanner's more than the server's (a rate it could not hold, a lagging event loop)."""
+    spec = (report.get("plan") or {}).get("open_loop")
+    if not isinstance(spec, Mapping):
+        return []
+    lines = [f"open loop (not graded): {describe_open_loop(spec)}; latency also from each "
+             "request's scheduled time"]
+    lines.extend(flag for lv in report.get("rate_levels") or [] if (flag := rate_flag(lv)))
+    return lines
 
 
 # -- the SLO and the capacity (issue 22) ---------------------------------------------------------
@@ -219,7 +235,8 @@ def slo_lines(report: Mapping[str, Any]) -> list[str]:
     if not isinstance(slo, Mapping):
         return []
     lines = [f"SLO (not graded): {describe_slo(slo)}"]
-    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or [])]:
+    for lv in [*(report.get("levels") or []), *(report.get("search_levels") or []),
+               *(report.get("rate_levels") or [])]:
         figures = lv.get("slo")
         if not isinstance(figures, Mapping):
             continue
@@ -227,7 +244,9 @@ def slo_lines(report: Mapping[str, Any]) -> list[str]:
         share = fmt.percent(attainment if isinstance(attainment, int | float) else None)
         verdict = "met" if figures.get("met") else "missed"
         searched = " (searched)" if lv.get("searched") else ""
-        lines.append(f"SLO at {lv.get('concurrency')}{searched}: {verdict}, {share} good "
+        where = (f"rate {fmt.number(lv['rate_per_s'], 'rate')}/s (from schedule)"
+                 if isinstance(lv.get("rate_per_s"), int | float) else lv.get("concurrency"))
+        lines.append(f"SLO at {where}{searched}: {verdict}, {share} good "
                      f"({figures.get('good')}/{figures.get('requests')}); goodput "
                      + goodput_text(figures.get("goodput_requests_per_s"),
                                     figures.get("goodput_output_per_s"),
@@ -272,12 +291,15 @@ def _fits(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, s
     return console.measure(_table(columns, rows, None)).maximum <= width
 
 
-def _stacked(rows: Sequence[Mapping[str, str]], title: str = TABLE_TITLE) -> list[str]:
-    """One block per level: "concurrency 4" then one figure a line."""
+def _stacked(rows: Sequence[Mapping[str, str]], title: str = TABLE_TITLE,
+             columns: Sequence[tuple[str, str, str]] = headline.COLUMNS) -> list[str]:
+    """One block per level: "concurrency 4" (or "Rate/s 8") then one figure a line."""
     lines = [title]
+    first = columns[0]
     for row in rows:
-        lines.append(f"concurrency {row['concurrency']}")
-        for key, name, unit in headline.COLUMNS[1:]:
+        lines.append(f"concurrency {row['concurrency']}" if first[0] == "concurrency"
+                     else f"{first[1]} {row[first[0]]}")
+        for key, name, unit in columns[1:]:
             value = row[key]
             shown = f"{value} {unit}" if unit and value != fmt.MISSING else value
             lines.append(f"  {name}: {shown}")
@@ -288,10 +310,19 @@ def table_lines(levels: Sequence[Mapping[str, Any]], width: int,
                 title: str = TABLE_TITLE) -> list[str]:
     """The headline numbers, one row per level, in as many tables as the width needs (each
     repeats the concurrency column); one block per level when even two columns do not fit."""
-    rows = headline.headline_rows(levels)
-    first, *rest = headline.COLUMNS
-    if _fits(headline.COLUMNS, rows, width):
-        return _render([_table(headline.COLUMNS, rows, title)], width)
+    return _tables(headline.COLUMNS, headline.headline_rows(levels), width, title)
+
+
+def rate_table_lines(levels: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """The open-loop rate levels, laid out like the headline numbers (the rate repeated)."""
+    return _tables(RATE_COLUMNS, rate_rows(levels), width, RATE_TITLE)
+
+
+def _tables(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, str]],
+            width: int, title: str) -> list[str]:
+    first, *rest = columns
+    if _fits(columns, rows, width):
+        return _render([_table(columns, rows, title)], width)
     groups: list[list[tuple[str, str, str]]] = []
     current: list[tuple[str, str, str]] = []
     for column in rest:
@@ -299,7 +330,7 @@ def table_lines(levels: Sequence[Mapping[str, Any]], width: int,
             current.append(column)
             continue
         if not current:  # not even the concurrency and this one column
-            return _stacked(rows, title)
+            return _stacked(rows, title, columns)
         groups.append(current)
         current = [column]
     if current:
