@@ -25,14 +25,19 @@ from scans.grader.plan import DEFAULT_LEVELS
 from scans.guarded_urls import GuardedURL, url_changes
 from scans.models import Endpoint
 
-__all__ = ["DEFAULT_LEVELS", "PROFILE_FIELDS", "SECRET_FIELDS", "WORKLOAD_FIELDS", "InvalidURL",
-           "check_profile", "clean_base_url", "drop_secrets", "save", "set_secret", "url_changes"]
+__all__ = ["CAPACITY_FIELDS", "DEFAULT_LEVELS", "PROFILE_FIELDS", "SECRET_FIELDS",
+           "WORKLOAD_FIELDS", "InvalidURL", "check_profile", "clean_base_url", "drop_secrets",
+           "save", "set_secret", "url_changes"]
 
+# The capacity search (issue 22): on, its levels, the alert threshold; its SLO is the
+# endpoint's TTFT and error-rate targets, which is why those are part of the profile too.
+CAPACITY_FIELDS = ("capacity_search", "capacity_search_levels", "capacity_alert_below")
 # What a scan profile is made of (validated together by check_profile).
 PROFILE_FIELDS = ("base_url", "model", "levels", "requests_per_level", "max_tokens",
                   "timeout_s", "price_input_per_mtok", "price_output_per_mtok",
                   "input_tokens", "output_tokens", "shared_prefix_tokens", "warmup",
-                  "load_dataset_encrypted")
+                  "load_dataset_encrypted", "slo_ttft_p95_ms", "slo_error_rate",
+                  *CAPACITY_FIELDS)
 # The workload's own fields (issue 21), without the dataset (a secret, below).
 WORKLOAD_FIELDS = ("input_tokens", "output_tokens", "shared_prefix_tokens", "warmup")
 # A secret as people give it → the field that stores it encrypted.

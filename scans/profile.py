@@ -15,6 +15,7 @@ from typing import Any
 
 from accounts import encryption
 from scans.grader.plan import DEFAULT_LEVELS, PlanError, ScanPlan, default_requests
+from scans.grader.slo import MAX_SEARCH_REQUESTS, Slo, search_requests
 from scans.grader.workload import Dataset, DatasetError, Workload, load_dataset
 from scans.models import Endpoint
 
@@ -30,7 +31,18 @@ def worst_case_duration(endpoint: Endpoint) -> timedelta:
         count = (endpoint.requests_per_level or default_requests(level)) + (endpoint.warmup or 0)
         waves = -(-count // level)
         seconds += waves * endpoint.timeout_s
+    if endpoint.capacity_search:
+        seconds += search_worst_waves(endpoint.capacity_search_levels,
+                                      endpoint.warmup or 0) * endpoint.timeout_s
     return timedelta(seconds=seconds)
+
+
+def search_worst_waves(levels: int, warmup: int) -> int:
+    """Rounds of requests the capacity search can take at worst: `levels` distinct
+    concurrencies of at least 2 (the search never tries 1), each sending its warm-up and then
+    max(20, 2 × concurrency) requests. Rounds shrink as the concurrency grows, so the smallest
+    concurrencies are the worst case."""
+    return sum(-(-warmup // c) + -(-search_requests(c) // c) for c in range(2, levels + 2))
 
 
 # What the site will run for a team: our workers must not become anyone's load generator.
@@ -82,9 +94,20 @@ DATASET_BYTES_PER_TOKEN = 3
 BUILTIN_PROMPT_TOKENS = 64
 
 
+# The capacity search (issue 22) never goes above SITE_MAX_LEVEL, and its requests (warm-up
+# included) count against SITE_MAX_REQUESTS_PER_SCAN and SITE_MAX_TOKENS_PER_SCAN with the
+# plan's: it gets what the plan leaves (search_request_budget).
+#
+# An error-rate target of 0 ("no failed request") as the scan's SLO: the grader takes only
+# positive targets, and a level of at most 20,000 requests with one failure has an error rate
+# of at least 0.00005, so this bound refuses every failure as 0 would.
+ZERO_ERROR_RATE = 1e-6
+
+
 def validate_profile(endpoint: Endpoint) -> None:
     """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
     engine's own rules, then the site's limits. Forms and the API both call this."""
+    _validate_capacity_targets(endpoint)
     plan = plan_for(endpoint)
     try:
         plan.validate()
@@ -106,6 +129,7 @@ def validate_profile(endpoint: Endpoint) -> None:
     if endpoint.max_tokens > SITE_MAX_TOKENS:
         raise PlanError(f"max tokens can be at most {SITE_MAX_TOKENS} here")
     _validate_workload(endpoint, plan)
+    _validate_capacity_room(plan)
     worst = worst_case_duration(endpoint)
     if worst > SITE_MAX_SCAN_DURATION:
         hours = worst.total_seconds() / 3600
@@ -115,7 +139,62 @@ def validate_profile(endpoint: Endpoint) -> None:
 
 _OPTION_WORDS = (("--input-tokens", "input tokens"), ("--output-tokens", "output tokens"),
                  ("--shared-prefix-tokens", "shared prefix tokens"), ("--dataset", "a dataset"),
-                 ("--warmup", "warm-up"), ("--max-tokens", "max tokens"))
+                 ("--warmup", "warm-up"), ("--max-tokens", "max tokens"),
+                 ("--search-levels", "the capacity search's levels"), ("--slo: ", "the SLO: "))
+
+
+def _validate_capacity_targets(endpoint: Endpoint) -> None:
+    """The capacity search and its alert (issue 22): an SLO to search against, a threshold
+    the search can judge."""
+    threshold = endpoint.capacity_alert_below
+    if threshold is not None:
+        if not endpoint.capacity_search:
+            raise PlanError("a capacity alert needs the capacity search on")
+        if not 1 <= threshold <= SITE_MAX_LEVEL:
+            raise PlanError(f"a capacity alert threshold is from 1 to {SITE_MAX_LEVEL} streams")
+    if not endpoint.capacity_search:
+        return
+    if endpoint.slo_ttft_p95_ms is None and endpoint.slo_error_rate is None:
+        raise PlanError("the capacity search needs an SLO target to search against: set the "
+                        "TTFT p95 or the error rate target")
+    if endpoint.slo_ttft_p95_ms is not None and endpoint.slo_ttft_p95_ms <= 0:
+        raise PlanError("the capacity search needs a TTFT target above 0 ms")
+
+
+def _validate_capacity_room(plan: ScanPlan) -> None:
+    """Room left in the per-scan limits for at least the first level the search would add."""
+    if not plan.find_capacity:
+        return
+    top = max(plan.levels)
+    first = min(2 * top, SITE_MAX_LEVEL) if top < SITE_MAX_LEVEL else 2
+    need = search_requests(first) + plan.workload.warmup
+    left = search_request_budget(dataclasses.replace(plan, find_capacity=False))
+    if left < need:
+        raise PlanError(
+            f"the capacity search needs room for at least {need:,} more requests (its first "
+            f"level, {first} streams); this profile leaves {max(left, 0):,} within the site's "
+            f"{SITE_MAX_REQUESTS_PER_SCAN:,} requests and {SITE_MAX_TOKENS_PER_SCAN:,} tokens "
+            "per scan (fewer requests per level, or shorter prompts and replies)")
+
+
+def scan_slo(endpoint: Endpoint) -> Slo | None:
+    """The endpoint's SLO targets as the scan's SLO (scans.grader.slo), None without one. Its
+    TTFT target judges every request of every level; attainment is the grader's 95 %."""
+    objectives: list[tuple[str, float]] = []
+    if endpoint.slo_ttft_p95_ms is not None:
+        objectives.append(("ttft_p95_ms", float(endpoint.slo_ttft_p95_ms)))
+    if endpoint.slo_error_rate is not None:
+        objectives.append(("error_rate", float(endpoint.slo_error_rate) or ZERO_ERROR_RATE))
+    return Slo(tuple(objectives)) if objectives else None
+
+
+def search_request_budget(plan: ScanPlan) -> int:
+    """Requests (warm-up included) the capacity search may send after `plan`'s levels
+    (planned without the search): what the per-scan request and token limits leave."""
+    measured = sum(plan.requests_per_level)
+    per_request = _prompt_tokens(plan.workload) + plan.max_tokens
+    tokens_left = SITE_MAX_TOKENS_PER_SCAN - tokens_per_scan(plan)
+    return min(SITE_MAX_REQUESTS_PER_SCAN - measured, tokens_left // per_request)
 
 
 def _validate_workload(endpoint: Endpoint, plan: ScanPlan) -> None:
@@ -152,6 +231,9 @@ def tokens_per_scan(plan: ScanPlan) -> int:
     """An upper bound on the tokens a scan sends and asks for: every request (warm-up included)
     × (its prompt + max_tokens)."""
     requests = sum(n + plan.workload.warmup for n in plan.requests_per_level)
+    if plan.find_capacity:  # the search's own bound, warm-up included
+        requests += (plan.search_max_requests if plan.search_max_requests is not None
+                     else MAX_SEARCH_REQUESTS * (1 + plan.workload.warmup))
     return requests * (_prompt_tokens(plan.workload) + plan.max_tokens)
 
 
@@ -196,7 +278,19 @@ def workload_for(endpoint: Endpoint) -> Workload:
 
 def plan_for(endpoint: Endpoint) -> ScanPlan:
     """The engine's plan for an endpoint (the API key and the load dataset decrypted in memory
-    only). A fixed reply length is the plan's max_tokens."""
+    only). A fixed reply length is the plan's max_tokens. With the capacity search on, the
+    endpoint's SLO targets are the scan's SLO and the search is bounded by the site's limits
+    (at most SITE_MAX_LEVEL streams, the requests the plan leaves)."""
+    plan = _levels_plan(endpoint)
+    if not endpoint.capacity_search:
+        return plan
+    return dataclasses.replace(
+        plan, slo=scan_slo(endpoint), find_capacity=True,
+        search_levels=endpoint.capacity_search_levels, search_max_level=SITE_MAX_LEVEL,
+        search_max_requests=max(1, search_request_budget(plan)))
+
+
+def _levels_plan(endpoint: Endpoint) -> ScanPlan:
     return ScanPlan(
         base_url=endpoint.base_url,
         model=endpoint.model,

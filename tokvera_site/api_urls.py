@@ -24,8 +24,8 @@ router.register("scans", ScanViewSet, basename="api-scan")
 RESOURCES = {
     "me": ("api-whoami", "who the caller is: user or team token, and its teams"),
     "teams": ("api-team-list", "the caller's teams"),
-    "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history "
-                                       "and reports (a scan: /api/v1/scans/<id>/)"),
+    "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history, "
+                                       "capacity and reports (a scan: /api/v1/scans/<id>/)"),
     "metrics": ("api-metrics", "Prometheus text: per-endpoint gauges of the token's team"),
     "schema": ("api-schema", "the OpenAPI 3 schema"),
     "docs": ("api-docs", "Swagger UI"),

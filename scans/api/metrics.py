@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from accounts.tenancy import Access, scoped_to_teams
 from scans import state
 from scans.grader.scoring import GRADES
-from scans.models import CheckResult, Endpoint, Scan, ScanStatus
+from scans.models import CapacityOutcome, CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["GRADE_NUMBERS", "TeamMetricsView", "render"]
 
@@ -73,6 +73,12 @@ def render(endpoints: list[Endpoint]) -> bytes:
                        "Median output speed per stream at concurrency 1 (latest graded scan)")
     age = answer.add("tokvera_endpoint_seconds_since_last_scan",
                      "Seconds since the latest finished scan ended")
+    capacity = answer.add("tokvera_endpoint_capacity_concurrency",
+                          "Concurrent streams served within the SLO (latest scan that searched; "
+                          "0 when no level met it)")
+    capacity_bound = answer.add("tokvera_endpoint_capacity_at_search_bound",
+                                "1 when the highest level the capacity search tried met the SLO "
+                                "(the capacity may be higher), else 0")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(answer)
     if not endpoints:
@@ -101,6 +107,13 @@ def render(endpoints: list[Endpoint]) -> bytes:
         .exclude(finished_at=None)
         .order_by("endpoint_id", "-finished_at").distinct("endpoint_id")
         .values_list("endpoint_id", F("finished_at")))
+    # No sample for an endpoint whose scans never searched (issue 22).
+    searched = {r["endpoint_id"]: r for r in (
+        scoped_to_teams(Scan, team_ids)
+        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
+        .exclude(capacity_outcome="")
+        .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
+        .values("endpoint_id", "capacity_outcome", "capacity_concurrency"))}
     states = state.states_for(endpoints)
     now = timezone.now()
 
@@ -109,6 +122,10 @@ def render(endpoints: list[Endpoint]) -> bytes:
         current_state.add_metric(labels, states[endpoint.pk].number)
         if endpoint.pk in finished:
             age.add_metric(labels, round((now - finished[endpoint.pk]).total_seconds(), 3))
+        if (found := searched.get(endpoint.pk)) is not None:
+            capacity.add_metric(labels, float(found["capacity_concurrency"] or 0))
+            capacity_bound.add_metric(
+                labels, float(found["capacity_outcome"] == CapacityOutcome.MET_AT_HIGHEST))
         row = graded.get(endpoint.pk)
         if row is None:
             continue

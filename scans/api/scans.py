@@ -22,6 +22,11 @@ from scans.models import (
 )
 from tokvera_site.pagination import StrictCursorPagination
 
+# What a scan's capacity search found (issue 22), denormalized from report.json's capacity:
+# outcome "" when the scan did not search; concurrency null when no level met the SLO.
+CAPACITY_COLUMNS = ("capacity_outcome", "capacity_concurrency", "capacity_requests_per_s",
+                    "capacity_output_tokens_per_s", "capacity_output_unit")
+
 
 class ScanSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
@@ -41,7 +46,7 @@ class ScanSerializer(serializers.ModelSerializer):
         fields = [
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
             "finished_at", "grade", "points", "down", "uncapped_grade", "scoring_version",
-            "provisional", "pushed", "tool_version", "location",
+            "provisional", "pushed", "tool_version", "location", *CAPACITY_COLUMNS,
         ]
         read_only_fields = fields
 

@@ -9,7 +9,7 @@ from django.shortcuts import render
 
 from accounts.views import team_for_request
 from scans import history, slo, state
-from scans.models import Endpoint, Scan
+from scans.models import Endpoint, Scan, ScanStatus
 from scans.pages import charts
 from scans.pages.common import can_write
 
@@ -17,6 +17,9 @@ SPARKLINE_SCANS = 30
 
 
 DASHBOARD_PAGE_SIZE = 50
+
+#: The dashboard fetches itself this often and swaps in its rows (static/dashboard-refresh.js).
+DASHBOARD_REFRESH_S = 15
 
 
 @login_required
@@ -32,10 +35,24 @@ def team_dashboard(request, slug):
     if sort not in DASHBOARD_SORTS:
         sort = "state"
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
-        finished_at=None).order_by("-queued_at")
+        finished_at=None).exclude(status=ScanStatus.CANCELLED).order_by("-queued_at")
+    # A scan under way replaces "next scan" in its row (issue 23: it said "Next scan 18:37"
+    # while a scan ran).
+    running = Scan.objects.for_team(team).filter(
+        endpoint=OuterRef("pk"), status=ScanStatus.RUNNING).order_by("-started_at")
+    waiting = Scan.objects.for_team(team).filter(
+        endpoint=OuterRef("pk"), status=ScanStatus.QUEUED).order_by("queued_at")
+    # capacity beside the grade: the latest scan that searched (issue 22)
+    searched = scans.filter(status=ScanStatus.SUCCEEDED).exclude(capacity_outcome="")
     everything = list(Endpoint.objects.for_team(team)
                       .annotate(last_finished_at=Subquery(scans.values("finished_at")[:1]),
-                                last_status=Subquery(scans.values("status")[:1]))
+                                last_status=Subquery(scans.values("status")[:1]),
+                                running_scan=Subquery(running.values("public_id")[:1]),
+                                running_since=Subquery(running.values("started_at")[:1]),
+                                queued_scan=Subquery(waiting.values("public_id")[:1]),
+                                capacity_outcome=Subquery(searched.values("capacity_outcome")[:1]),
+                                capacity_streams=Subquery(
+                                    searched.values("capacity_concurrency")[:1]))
                       .order_by("name", "pk"))
     states = state.states_for(everything)
     summary = {key: 0 for key in state.SEVERITY}
@@ -61,6 +78,7 @@ def team_dashboard(request, slug):
         "summary": [(key, state.LABELS[key], summary[key]) for key in state.SEVERITY
                     if summary[key]],
         "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
+        "refresh_s": DASHBOARD_REFRESH_S,
     })
 
 

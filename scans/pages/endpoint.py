@@ -21,17 +21,28 @@ from accounts.tenancy import Access, require_manage, require_write
 from accounts.views import team_to_create_in
 from scans import dispatch, history, slo, state
 from scans import profile as load_profile
-from scans.models import Endpoint, ScanStatus, ScanTrigger, new_badge_key
+from scans.grader import slo as grader_slo
+from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
 from scans.pages import charts
 from scans.pages.common import endpoint_or_404
 from scans.pages.forms import EndpointForm
 
-# The endpoint page's chart ranges: query value → (label, days).
-RANGES = {"1d": ("24 hours", 1), "7d": ("7 days", 7), "30d": ("30 days", 30),
-          "90d": ("90 days", 90)}
+# The endpoint page's chart ranges, shortest first: query value → (label, span).
+RANGES = {"1h": ("1 hour", timedelta(hours=1)), "6h": ("6 hours", timedelta(hours=6)),
+          "1d": ("24 hours", timedelta(days=1)), "7d": ("7 days", timedelta(days=7)),
+          "30d": ("30 days", timedelta(days=30)), "90d": ("90 days", timedelta(days=90))}
 
 
-DEFAULT_RANGE = "30d"
+def default_range(endpoint: Endpoint, now) -> str:
+    """The shortest range that holds every scan of the endpoint (an endpoint with 40 minutes
+    of scans opens at 1 hour, not as a smudge at the right edge of 30 days); the longest when
+    the first scan is older than all of them, the shortest with no scan yet."""
+    first = endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("queued_at").values_list(
+        "queued_at", flat=True).first()
+    if first is None:
+        return next(iter(RANGES))
+    age = now - first
+    return next((key for key, (_, span) in RANGES.items() if age <= span), list(RANGES)[-1])
 
 
 # The checks whose trends the endpoint page draws, in this order.
@@ -142,18 +153,20 @@ def endpoint_scan_now(request, public_id):
                           {"endpoint": endpoint, "reason": str(exc)}, status=503)
         response["Retry-After"] = str(exc.retry_after_s)
         return response
-    messages.success(request, "Scan queued; it appears below when a worker picks it up.")
+    # Tagged so the scan page's script can take it away once the scan runs.
+    messages.success(request, "Scan queued; this page follows it until it finishes.",
+                     extra_tags="scan-queued")
     return redirect("scan-detail", public_id=scan.public_id)
 
 
 @login_required
 def endpoint_detail(request, public_id):
     endpoint = endpoint_or_404(request, public_id)
-    range_key = request.GET.get("range", DEFAULT_RANGE)
-    if range_key not in RANGES:
-        range_key = DEFAULT_RANGE
     until = timezone.now()
-    since = until - timedelta(days=RANGES[range_key][1])
+    range_key = request.GET.get("range", "")
+    if range_key not in RANGES:
+        range_key = default_range(endpoint, until)
+    since = until - RANGES[range_key][1]
     # An endpoint scanned from several locations has one history per location: `?location=`.
     locations = sorted(set(endpoint.scans.values_list("location", flat=True).distinct()))
     location = request.GET.get("location") if len(locations) > 1 else None
@@ -195,6 +208,7 @@ def endpoint_detail(request, public_id):
         "range_label": RANGES[range_key][0],
         "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
         "headline_charts": _headline_charts(endpoint, since, until, location),
+        "capacity": _capacity(endpoint, since, until, location),
         "locations": locations if len(locations) > 1 else [], "location": location,
         "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
         "trends": trends, "windows": windows, "page": page,
@@ -204,6 +218,7 @@ def endpoint_detail(request, public_id):
         "latest": latest, "profiles": profiles,
         "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
         "state": state.current(endpoint), "headline": state.headline(endpoint),
+        "first_scan": _before_first_scan(endpoint),
     })
 
 
@@ -229,3 +244,55 @@ def _headline_charts(endpoint: Endpoint, since, until, location=None) -> list[di
              "tokens", "Output speed per stream", "tokens/s",
              [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until)},
     ]
+
+
+def _capacity(endpoint: Endpoint, since, until, location=None) -> dict:
+    """Capacity within the SLO (issue 22): what the latest scan that searched found, in words,
+    and its trend over the range (a scan where no level met the SLO serves 0 streams)."""
+    latest = history.latest_capacity(endpoint)
+    found = ((latest.report or {}).get("capacity") or {}) if latest is not None else {}
+    points = history.capacity_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+                                      location=location)
+    series = [charts.Series("capacity", "streams within the SLO", "#3451d1", "", [
+        charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.scans, value=p.streams,
+                           scan_id=p.scan_id) for p in points])]
+    if endpoint.capacity_alert_below is not None and points:
+        series.append(charts.Series(
+            "alert_below", f"alert below {endpoint.capacity_alert_below}", "#d23b3b", "5 3",
+            [charts.SeriesPoint(at=at, value=float(endpoint.capacity_alert_below))
+             for at in (since, until)]))
+    slo_found = found.get("slo")
+    return {
+        "latest": latest, "reason": str(found.get("reason") or ""),
+        "levels_tried": "/".join(str(c) for c in found.get("levels_tried") or []),
+        "slo_text": grader_slo.describe_slo(slo_found) if isinstance(slo_found, dict) else "",
+        "goodput": grader_slo.goodput_text(
+            latest.capacity_requests_per_s, latest.capacity_output_tokens_per_s,
+            latest.capacity_output_unit) if latest is not None else "",
+        "points": points,
+        "chart": charts.series_chart("capacity", "Capacity within the SLO", "streams", series,
+                                     since, until),
+    }
+
+
+# The scans whose durations say how long a first scan takes, about (the team's latest).
+TYPICAL_SCANS = 20
+
+
+def _before_first_scan(endpoint: Endpoint) -> dict | None:
+    """For an endpoint no scan has finished for yet, what the page says in one place instead of
+    an empty chart per section (issue 23): the latest scan, if any, and how long the team's own
+    recent scans took. None once a scan succeeded."""
+    scans = endpoint.scans.order_by("-queued_at")
+    if scans.filter(status=ScanStatus.SUCCEEDED).exists():
+        return None
+    latest = scans.only("public_id", "status", "queued_at", "started_at", "error_reason").first()
+    finished = (Scan.objects.for_team(endpoint.team_id)
+                .filter(status=ScanStatus.SUCCEEDED, pushed=False, started_at__isnull=False,
+                        finished_at__isnull=False)
+                .order_by("-finished_at").values_list("started_at", "finished_at")[:TYPICAL_SCANS])
+    seconds = sorted((end - start).total_seconds() for start, end in finished)
+    typical_s = seconds[len(seconds) // 2] if seconds else None  # the median
+    running_s = ((timezone.now() - latest.started_at).total_seconds()
+                 if latest is not None and latest.started_at else None)
+    return {"scan": latest, "typical_s": typical_s, "running_s": running_s}
