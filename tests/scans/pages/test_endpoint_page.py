@@ -10,7 +10,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import slo
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan
 from tests.helpers.factories import make_endpoint
@@ -35,11 +34,11 @@ def svg_attr(body: str, chart: str, attr: str, check: str | None = None) -> str:
 def test_a_new_endpoint_says_what_is_missing_everywhere(world, owner_client, endpoint):
     body = page(owner_client, endpoint)
 
-    assert "no scan yet in the last 30 days" in body
+    # One empty state for the charts and SLO windows, not one per section (issue 23).
+    assert 'data-first-scan="none"' in body and "no scan yet in the last" not in body
     assert 'data-chart="grades"' not in body
-    for days in slo.WINDOW_DAYS:
-        assert f"no scan covers the last {days} days" in body
-    assert '<p class="empty">no scan yet</p>' in body
+    assert 'id="slo"' not in body and 'id="scans"' not in body
+    assert '<p class="empty">no scan yet</p>' not in body
     assert "0%" not in body  # no made-up shares
 
 
@@ -91,11 +90,12 @@ def test_the_slo_windows_show_shares_budget_and_leave_errored_scans_out(world, o
     scan_at(endpoint, now - timedelta(hours=4), status="errored")
 
     body = page(owner_client, endpoint)
-    seven = re.search(r'<div class="window" data-days="7">(.*?)</div>\s*\n', body, re.S)[1]
+    seven = re.search(r'<div class="window" data-days="7"[^>]*>(.*?)</div>\s*\n', body, re.S)[1]
 
     # hourly scans; the last one's time ends at the errored scan: 5 h covered, 1 h of it bad
-    assert "1 d 9 h of 7 d allowed, 1 h used" in seven
-    assert 'data-slo="met"' in seven
+    assert "80% over 7 days allows 1 d 9 h of bad time" in seven
+    assert "1 h used, 1 d 8 h left" in seven
+    assert 'data-slo="meeting"' in seven  # 80.0 % of the covered time good: the objective
     assert "Scans cover 5 h of 7 d (3.0%)" in seven
     assert "grade B or better</td><td>80.0%</td><td>1 h</td>" in seven
     assert "TTFT p95 at concurrency 1 at most 800 ms</td><td>80.0%</td><td>1 h</td>" in seven
