@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from scans import scheduling
+from scans import progress, scheduling
 from scans.models import Endpoint, EndpointMode, OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.origins import origin_of
 from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
@@ -201,3 +201,34 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
         raise ScanNotQueued("The task queue is unreachable, so the scan was not started (nothing "
                             f"was saved); try again in {BROKER_RETRY_AFTER_S} s.") from None
     return scan
+
+
+# Scans a person started (the page's button, the API): those a person may stop. A scheduled
+# scan is the SLO's evidence and runs to its end.
+CANCELLABLE_TRIGGERS = (ScanTrigger.MANUAL, ScanTrigger.API)
+
+
+class NotCancellable(Exception):
+    """The scan cannot be cancelled: it was not started by a person, or it already ended."""
+
+
+def cancel(scan: Scan, by: str, now: datetime | None = None) -> None:
+    """Cancel a queued or running manual/API scan: its row says cancelled at once (who and
+    when in error_reason), so a worker that finishes it anyway cannot store a grade (the
+    store's UPDATE is conditional), and its worker is told through the cache
+    (scans/progress.py) and stops within about a second, at its next heartbeat without the
+    cache. No alert: a cancelled scan is not a measurement. The scan-now cooldown is not given
+    back (a cancel is not a way around it)."""
+    if scan.trigger not in CANCELLABLE_TRIGGERS:
+        raise NotCancellable("Only a scan started by hand or through the API can be cancelled; "
+                             "scheduled scans run to their end (they are the SLO's evidence).")
+    now = now or timezone.now()
+    # The caller checked access to the scan; the row is its team's own.
+    won = Scan.objects.for_team(scan.endpoint.team_id).filter(
+        pk=scan.pk, trigger__in=CANCELLABLE_TRIGGERS,
+        status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING],
+    ).update(status=ScanStatus.CANCELLED, finished_at=now,
+             error_reason=f"Cancelled by {by} at {now:%Y-%m-%d %H:%M:%S} UTC."[:2000])
+    if not won:
+        raise NotCancellable("The scan had already finished, so there was nothing to cancel.")
+    progress.ask_to_cancel(scan.public_id)

@@ -24,13 +24,24 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
 from scans import alerts, outbound
+from scans import progress as live
 from scans.dispatch import QUEUED_GRACE, hand_off
 from scans.grader import PlanError, run_scan
 from scans.grader.budget import StreamBudget
+from scans.grader.progress import ScanProgress
 from scans.grader.prompts import parse_prompts_text
 from scans.grader.redaction import redact_report, redact_text
 from scans.grader.report import is_down, report_from_measurement
-from scans.models import CheckResult, Endpoint, OriginLock, Scan, ScanStatus, ScanTrigger
+from scans.grader.stopping import ScanStopped
+from scans.models import (
+    CapacityOutcome,
+    CheckResult,
+    Endpoint,
+    OriginLock,
+    Scan,
+    ScanStatus,
+    ScanTrigger,
+)
 from scans.origins import acquire_origin, origin_of, release_origin
 from scans.profile import plan_for, worst_case_duration
 from scans.system_wide import ALL_ENDPOINTS, ALL_PUSHED_BODIES, ALL_SCANS
@@ -109,19 +120,42 @@ def run_queued(scan_id: int, location: str | None = None) -> str:
 
 
 @contextmanager
-def liveness(scan_id: int, team_id: int):
+def liveness(scan_id: int, team_id: int, *, public_id=None, progress: ScanProgress | None = None,
+             stop: threading.Event | None = None):
     """The scan's liveness: touch the running scan's row (of team `team_id`) every
     SCAN_HEARTBEAT_S from a thread
     (with its own database connection), so the reaper can tell a live scan from one whose worker
-    died."""
-    stop = threading.Event()
+    died.
+
+    With `public_id`, the same thread publishes `progress` every PUBLISH_EVERY_S for the scan
+    page and watches for a cancel (scans/progress.py): a cancel flag, or a heartbeat that finds
+    the row no longer running (cancelled, or reaped), sets `stop`."""
+    done = threading.Event()
+    tick = min(live.PUBLISH_EVERY_S, settings.SCAN_HEARTBEAT_S) if public_id else \
+        settings.SCAN_HEARTBEAT_S
+
+    def watch() -> None:
+        if progress is not None:
+            live.publish(public_id, progress.snapshot())
+        if stop is not None and live.cancel_asked(public_id):
+            stop.set()
 
     def beat():
+        next_beat = time.monotonic() + settings.SCAN_HEARTBEAT_S
         try:
-            while not stop.wait(settings.SCAN_HEARTBEAT_S):
+            if public_id is not None:
+                watch()  # the page shows "checking the endpoint" at once, not after a tick
+            while not done.wait(tick):
+                if public_id is not None:
+                    watch()
+                if time.monotonic() < next_beat:
+                    continue
+                next_beat = time.monotonic() + settings.SCAN_HEARTBEAT_S
                 try:
-                    Scan.objects.for_team(team_id).filter(
+                    still_running = Scan.objects.for_team(team_id).filter(
                         pk=scan_id, status=ScanStatus.RUNNING).update(heartbeat_at=timezone.now())
+                    if not still_running and stop is not None:
+                        stop.set()  # cancelled (the cache missed it) or reaped: no use going on
                 except DatabaseError as exc:  # the database is away; try again next beat
                     log.warning("scan %s: liveness not written: %s", scan_id, type(exc).__name__)
                     connection.close()
@@ -133,8 +167,10 @@ def liveness(scan_id: int, team_id: int):
     try:
         yield
     finally:
-        stop.set()
+        done.set()
         thread.join(timeout=30)
+        if public_id is not None:
+            live.clear(public_id)
 
 
 def endpoint_secrets(endpoint: Endpoint) -> list[str]:
@@ -192,6 +228,29 @@ def score_fields(report: dict) -> ScoreFields:
     )
 
 
+def capacity_fields(report: dict) -> dict:
+    """report.json's capacity (issue 22) as the Scan row's columns; nothing when the scan did
+    not search. A pushed report's capacity is stored too (its page says it was pushed)."""
+    found = report.get("capacity")
+    if not isinstance(found, dict):
+        return {}
+    concurrency = found.get("concurrency")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        concurrency = None
+    outcome = (CapacityOutcome.NONE_MET if concurrency is None else
+               CapacityOutcome.MET_AT_HIGHEST if found.get("bound_reached") else
+               CapacityOutcome.MET)
+    unit = found.get("output_unit")
+    return {"capacity_outcome": outcome, "capacity_concurrency": concurrency,
+            "capacity_requests_per_s": _figure(found.get("requests_per_s")),
+            "capacity_output_tokens_per_s": _figure(found.get("output_tokens_per_s")),
+            "capacity_output_unit": unit[:12] if isinstance(unit, str) else ""}
+
+
+def _figure(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     """Record a finished scan's report, its denormalized score and one row per check."""
     report = redact_report(report, endpoint_secrets(scan.endpoint))  # echoed keys stay out
@@ -214,6 +273,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             pushed=pushed,
             **({"location": "pushed"} if pushed else {}),  # measured inside the team's network
             tool_version=str(report.get("tool_version", ""))[:40],
+            **capacity_fields(report),
         )
         if not updated:
             scan.refresh_from_db()
@@ -295,8 +355,11 @@ def execute(scan: Scan) -> str:
     refuses, or our own failure, is an errored scan with the reason."""
     origin = origin_of(scan.endpoint.base_url)
     try:
-        with liveness(scan.pk, scan.endpoint.team_id):
-            return _measure_and_store(scan)
+        progress = ScanProgress()
+        stop = threading.Event()
+        with liveness(scan.pk, scan.endpoint.team_id, public_id=scan.public_id,
+                      progress=progress, stop=stop):
+            return _measure_and_store(scan, progress, stop)
     finally:
         try:
             release_origin(origin, scan.pk)
@@ -308,23 +371,29 @@ def execute(scan: Scan) -> str:
                         scan.pk, origin)
 
 
-def _measure_and_store(scan: Scan) -> str:
+def _measure_and_store(scan: Scan, progress: ScanProgress | None = None,
+                       stop: threading.Event | None = None) -> str:
 
     endpoint = scan.endpoint
     try:
         plan = plan_for(endpoint).validate()
+        if progress is not None:
+            progress.planned_levels = tuple(plan.levels)  # "level 2 of 3"
         outbound.check_url(plan.base_url)
         # Many scans share this worker process (one per pool thread, each on its own event
         # loop), so the process-wide GC tuning is done once at worker start
         # (tokvera_site.celery), not per scan, and their levels share one stream budget. Each
         # scan's own loop-lag monitor still sees a neighbour's CPU and GIL use, and marks the
         # level client-bound.
-        measurement = run_scan(plan, connect_guard=outbound.guard, tune_gc=False,
-                               stream_budget=stream_budget())
+        measurement = run_scan(plan, progress, connect_guard=outbound.guard, tune_gc=False,
+                               stream_budget=stream_budget(),
+                               rate_progress=progress.rate if progress else None, stop=stop)
         refused = outbound.refusal_in(measurement)
         if refused:
             return _errored(scan, refused)
         report = report_from_measurement(plan, measurement, prompt_sample(endpoint))
+    except ScanStopped:
+        return _stopped(scan)
     except (PlanError, outbound.OutboundRefused, encryption.UnreadableSecret) as exc:
         return _errored(scan, str(exc))
     except Exception as exc:
@@ -358,6 +427,15 @@ def stream_budget() -> StreamBudget:
             # can make a scan later, never overdue (reaped) or past its origin lock.
             _budgets[streams] = StreamBudget(streams, scan_wait_s=RUNNING_GRACE.total_seconds() / 2)
         return _budgets[streams]
+
+
+def _stopped(scan: Scan) -> str:
+    """The scan was stopped because its row stopped being running (a cancel, or the reaper):
+    the row already holds the verdict; nothing measured is kept."""
+    status = _when_database_returns(
+        lambda: ALL_SCANS.filter(pk=scan.pk).values_list("status", flat=True).first())
+    log.info("scan %s stopped: %s", scan.pk, status)
+    return str(status or "deleted")
 
 
 def _errored(scan: Scan, reason: str) -> str:

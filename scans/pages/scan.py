@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from accounts.tenancy import require_write
+from scans import dispatch
 from scans import profile as load_profile
+from scans import progress as live
 from scans import state as endpoint_state
+from scans.grader.progress import progress_text
 from scans.grader.report import render_html
 from scans.models import Scan, ScanStatus
-from scans.pages.common import previous_scan, scan_or_404
+from scans.pages.common import can_write, previous_scan, scan_or_404
 
 
 @login_required
@@ -24,7 +29,7 @@ def scan_detail(request, public_id):
     endpoint = scan.endpoint
     report_html = None
     if scan.report:
-        report_html = render_html(scan.report)
+        report_html = render_html(scan.report, surface="site")
     return render(request, "scans/scan_detail.html", {
         "team": endpoint.team, "endpoint": endpoint, "scan": scan,
         "report_html": report_html, "previous": previous_scan(scan) if scan.report else None,
@@ -32,6 +37,7 @@ def scan_detail(request, public_id):
         # the load that produced this grade, from the report itself (not today's settings)
         "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
         "down": _down(endpoint, scan),
+        "can_write": can_write(request, endpoint.team_id),
     })
 
 
@@ -47,20 +53,30 @@ def _down(endpoint, scan: Scan) -> dict | None:
     return {"cause": cause, "since": since, "latest": now.scan_id == scan.public_id}
 
 
+#: The statuses a scan ends in; the scan page stops polling at them.
+FINISHED = (ScanStatus.SUCCEEDED, ScanStatus.ERRORED, ScanStatus.REFUSED, ScanStatus.CANCELLED)
+
+
 def _progress(scan: Scan, now=None) -> dict:
-    """Where an unfinished scan stands, in words and seconds (scan page and scan-status)."""
+    """Where an unfinished scan stands, in words and seconds (scan page and scan-status): how
+    long it has waited or run and, while it runs, its worker's live figures (the level, the
+    requests done of its total, TTFT p50, output rate, time left; scans/progress.py)."""
     now = now or timezone.now()
-    finished = scan.status in (ScanStatus.SUCCEEDED, ScanStatus.ERRORED, ScanStatus.REFUSED)
+    finished = scan.status in FINISHED
+    figures = None
     if scan.status == ScanStatus.RUNNING and scan.started_at:
         seconds = int((now - scan.started_at).total_seconds())
-        text = f"Running for {_duration(seconds)}; the page updates itself when it finishes."
+        text = f"Running for {_duration(seconds)}."
+        figures = live.read(scan.public_id)
     elif scan.status == ScanStatus.QUEUED:
         seconds = int((now - scan.queued_at).total_seconds())
         text = (f"Waiting for a worker for {_duration(seconds)}; the page updates itself when "
                 f"the scan starts.")
     else:
         seconds, text = None, ""
-    return {"finished": finished, "seconds": seconds, "text": text}
+    return {"finished": finished, "seconds": seconds, "text": text, "live": figures,
+            "live_text": progress_text(figures),
+            "cancellable": not finished and scan.trigger in dispatch.CANCELLABLE_TRIGGERS}
 
 
 def _duration(seconds: int) -> str:
@@ -82,12 +98,15 @@ def scan_status(request, public_id):
         "id": str(scan.public_id), "status": scan.status,
         "status_label": scan.get_status_display(), "finished": progress["finished"],
         "progress": progress["text"], "seconds": progress["seconds"],
+        "live": progress["live"], "live_text": progress["live_text"],
+        "cancellable": progress["cancellable"],
         "queued_at": when(scan.queued_at), "started_at": when(scan.started_at),
         "finished_at": when(scan.finished_at),
         "grade": scan.grade or None,
         "points": float(scan.points) if scan.points is not None else None,
         "down": scan.down,
-        "error_reason": scan.error_reason if scan.status == ScanStatus.ERRORED else None,
+        "error_reason": scan.error_reason if scan.status in (ScanStatus.ERRORED,
+                                                             ScanStatus.CANCELLED) else None,
     })
     response["Cache-Control"] = "no-store"
     return response
@@ -102,8 +121,24 @@ def scan_report_html(request, public_id):
     scan = scan_or_404(request, public_id)
     if not scan.report:
         raise Http404("This scan has no report.")
-    response = HttpResponse(render_html(scan.report), content_type="text/html; charset=utf-8")
+    response = HttpResponse(render_html(scan.report, surface="site"), content_type="text/html; charset=utf-8")
     # The report is self-contained: it needs no script and loads nothing from anywhere.
     response["Content-Security-Policy"] = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'")
     return response
+
+
+@login_required
+@require_POST
+def scan_cancel(request, public_id):
+    """Cancel a queued or running manual/API scan (team members who may write; 404 to other
+    teams, 403 to read-only members). The page then shows it cancelled, with no grade."""
+    scan = scan_or_404(request, public_id)
+    require_write(request, scan.endpoint)
+    try:
+        dispatch.cancel(scan, by=request.user.email or request.user.get_username())
+    except dispatch.NotCancellable as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Scan cancelled: it has no grade and counts in no SLO window.")
+    return redirect("scan-detail", public_id=scan.public_id)
