@@ -81,6 +81,22 @@ def _scan_id(w) -> dict:
     return {"public_id": (scan or make_scan(_endpoint(w))).public_id}
 
 
+def _running_manual_scan_id(w) -> dict:
+    """A manual scan of the team's endpoint that a worker is running (the cancel button's)."""
+    from django.utils import timezone
+
+    from scans.models import ScanStatus, ScanTrigger
+
+    scan = Scan.dangerously_unscoped.create(endpoint=_endpoint(w), trigger=ScanTrigger.MANUAL,
+                                            status=ScanStatus.RUNNING, started_at=timezone.now())
+    return {"public_id": scan.public_id}
+
+
+def _manual_scan_cancelled(w) -> bool:
+    return Scan.dangerously_unscoped.filter(endpoint__team=w.team, trigger="manual",
+                                            status="cancelled").exists()
+
+
 def _endpoint_with_scan_id(w) -> dict:
     _scan_id(w)
     return _endpoint_id(w)
@@ -386,6 +402,10 @@ TEAM.update({
     "scan-detail": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-report-html": [Case("page", "GET", "read", kwargs=_scan_id)],
     "scan-status": [Case("page", "GET", "read", kwargs=_scan_id)],
+    "scan-cancel": [
+        Case("page", "POST", "write", kwargs=_running_manual_scan_id, ok=frozenset({302}),
+             effect=_manual_scan_cancelled),
+    ],
     "scan-compare": [Case("page", "GET", "read", kwargs=_scan_id)],
     "endpoints-compare": [Case("page", "GET", "read")],
 })
