@@ -87,6 +87,11 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+# Why a scan that was told not to read this machine's GPUs (the site's workers) has none.
+NOT_SAMPLED_HERE = ("no GPU source: this scanner does not read its own machine's GPUs and no "
+                    "--dcgm-url was given")
+
+
 class GpuSampler:
     """Samples GPU utilization every `interval` seconds while the load runs.
 
@@ -110,6 +115,8 @@ class GpuSampler:
                 self.source = "nvidia-smi"
             else:
                 self.reason = "no GPU source: nvidia-smi not found and no --dcgm-url given"
+        elif not use_nvidia_smi:  # the site's workers: their own GPUs are not the target's
+            self.reason = NOT_SAMPLED_HERE
         else:
             self.reason = ("no GPU source: the target is not on loopback (nvidia-smi would "
                            "read this machine's GPUs) and no --dcgm-url was given")

@@ -296,7 +296,10 @@ def _status_text(check: Mapping[str, Any]) -> str:
     label = STATUS_LABELS.get(status, status)
     reason = check.get("reason")
     if not check.get("counted", True) and reason:
-        return f"{label}: {reason.split(':', 1)[0] if len(reason) > 60 else reason}"
+        head, _, rest = reason.partition(":")
+        if rest and " " not in head.strip():  # "client_bound: the scanner's …": the words
+            head = rest.strip().split(",")[0].split(";")[0]
+        return f"{label}: {head if len(reason) > 60 else reason}"
     return label
 
 
@@ -381,7 +384,12 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
     counts = counts if isinstance(counts, list) else [counts]
     per = str(counts[0]) if len(set(counts)) == 1 else "/".join(str(c) for c in counts)
     dataset = work.get("dataset") or {}
-    if work.get("input_tokens"):
+    spread = work.get("input_distribution") or {}
+    if spread.get("kind") == "uniform":
+        sent_in = f"{_tokens(spread.get('min'))}–{_tokens(spread.get('max'))}"
+    elif spread.get("kind") == "normal":
+        sent_in = f"{_tokens(spread.get('mean'))}±{_tokens(spread.get('sd'))}"
+    elif work.get("input_tokens"):
         sent_in = _tokens(work["input_tokens"])
     elif dataset:
         sent_in = f"{dataset.get('name')} ({dataset.get('lines')} prompts)"
@@ -391,7 +399,9 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
         sent_in += f" ({_tokens(work['shared_prefix_tokens'])} shared)"
     out = (_tokens(work["output_tokens"]) if work.get("output_tokens")
            else f"≤ {_tokens(plan.get('max_tokens'))}")
-    lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens"]
+    preset = work.get("preset") or {}
+    shape = f" (--workload {preset['name']})" if preset.get("name") else ""
+    lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens{shape}"]
     achieved = []
     for lv in report.get("levels") or []:
         prompt = (lv.get("prompt_tokens") or {}).get("p50")
@@ -416,11 +426,15 @@ def workload_key(report: Mapping[str, Any]) -> dict:
     plan = report.get("plan") or {}
     work = plan.get("workload")
     if not isinstance(work, Mapping):
-        return {"nonce": False, "input_tokens": None, "output_tokens": None,
-                "shared_prefix_tokens": None, "dataset": None,
+        return {"nonce": False, "input_tokens": None, "input_distribution": None,
+                "output_tokens": None, "shared_prefix_tokens": None, "dataset": None,
                 "max_tokens": plan.get("max_tokens"), "warmup": 0}
     dataset = work.get("dataset") or None
+    spread = work.get("input_distribution")
     return {"nonce": True, "input_tokens": work.get("input_tokens"),
+            "input_distribution": ({k: spread.get(k) for k in ("kind", "min", "max", "mean", "sd",
+                                                                "seed")}
+                                   if isinstance(spread, Mapping) else None),
             "output_tokens": work.get("output_tokens"),
             "shared_prefix_tokens": work.get("shared_prefix_tokens"),
             "dataset": ({"lines": dataset.get("lines"), "sha256": dataset.get("sha256")}

@@ -20,7 +20,13 @@
 * **Shared prefix** (``shared_prefix_tokens``): the first P tokens are the same for every
   request of the scan; the nonce follows them.
 * **Dataset** (``--dataset FILE``): JSONL prompts sent as the load, cycled, nonce prepended to
-  the first message.
+  the first message. Never sized: ``--input-tokens`` with a dataset is refused (DECISIONS.md).
+* **A spread of prompt lengths** (``--input-tokens N±SD`` or ``MIN-MAX``): each request draws its
+  own length (seeded by its index, normal within ±3 SD or uniform); five anchor lengths are
+  sized as above, and each request's filler is chosen by a model fitted to every sizing count
+  (tokens = a + b·words + c·characters), near the anchors' interpolation.
+* **Presets** (``--workload chat|rag|long``): input and output lengths after Artificial
+  Analysis's shapes (``PRESETS``), written out in the report.
 
 Sizing results are kept per plan (``_SIZING_CACHE``) and checked with one count on reuse.
 """
@@ -32,6 +38,7 @@ import hashlib
 import json
 import math
 import secrets
+import statistics
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,14 +53,17 @@ from .stream import StreamParser, StreamTally
 __all__ = [
     "MAX_DATASET_BYTES",
     "MAX_DATASET_LINES",
+    "PRESETS",
     "Dataset",
     "DatasetError",
+    "InputSpread",
     "LoadBodies",
     "PreparedWorkload",
     "Workload",
     "WorkloadError",
     "load_dataset",
     "nonce_text",
+    "parse_input_tokens",
     "prepare_workload",
     "tolerance",
 ]
@@ -98,6 +108,37 @@ def nonce_text(scan: int, request: int) -> str:
 def _filler(words: int, offset: int = 0) -> str:
     n = len(_FILLER)
     return "".join(_FILLER[(offset + i) % n] for i in range(words))
+
+
+_CYCLE_CHARS = sum(len(w) for w in _FILLER)
+_PARTIAL_CHARS = [sum(len(w) for w in _FILLER[:i]) for i in range(len(_FILLER) + 1)]
+
+
+def _filler_chars(words: int) -> int:
+    """len(_filler(words)), without building it."""
+    full, rest = divmod(words, len(_FILLER))
+    return full * _CYCLE_CHARS + _PARTIAL_CHARS[rest]
+
+
+def _fit_lengths(points: list[tuple[int, int]]) -> tuple[float, float, float] | None:
+    """Least squares of counted tokens = a + b·words + c·characters over the sizing counts
+    (filler words differ in length, and a server may count by either), or None when the
+    counts cannot fix three numbers."""
+    rows = [(1.0, float(k), float(_filler_chars(k)), float(t)) for k, t in set(points)]
+    if len(rows) < 4:
+        return None
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * r[3] for r in rows)]
+         for i in range(3)]
+    for col in range(3):  # Gaussian elimination with partial pivoting
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-9:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]
 
 
 # -- the dataset ---------------------------------------------------------------------------------
@@ -164,6 +205,93 @@ def load_dataset(path: str | Path) -> Dataset:
     return Dataset(str(path), len(items), hashlib.sha256(raw).hexdigest()[:16], tuple(items))
 
 
+# -- presets and spreads -------------------------------------------------------------------------
+
+#: ``--workload NAME``: (input tokens, output tokens, what it stands for). Chat and long are
+#: Artificial Analysis's 100 → 300 and 10,000 → 1,500; rag is a retrieved context with a short
+#: answer (4,000 → 256) rather than their 1,000 → 1,000 (DECISIONS.md).
+PRESETS: dict[str, tuple[int, int, str]] = {
+    "chat": (100, 300, "a chat turn (Artificial Analysis's 100 → 300)"),
+    "rag": (4_000, 256, "a retrieved context and a short answer (4,000 → 256)"),
+    "long": (10_000, 1_500, "a long document (Artificial Analysis's 10,000 → 1,500)"),
+}
+#: A spread is sized exactly at this many anchor lengths; the lengths between are interpolated.
+SPREAD_ANCHORS = 5
+#: Between anchors, word counts this far either side of the interpolated guess are weighed.
+SPREAD_SEARCH = 8
+
+
+@dataclass(frozen=True)
+class InputSpread:
+    """Prompt lengths that differ per request: ``normal`` (mean, sd; cut at ±3 SD) or
+    ``uniform`` (low..high), drawn from the request's index and the seed (the same lengths
+    every scan of the same plan)."""
+
+    kind: str
+    low: int
+    high: int
+    mean: float | None = None
+    sd: float | None = None
+    seed: int = 0
+
+    @property
+    def center(self) -> int:
+        return round(self.mean) if self.mean is not None else (self.low + self.high) // 2
+
+    def target(self, request: int) -> int:
+        digest = hashlib.blake2b(f"tokvera-input/{self.seed}/{request}".encode(),
+                                 digest_size=8).digest()
+        u = (int.from_bytes(digest, "big") + 0.5) / 2**64
+        if self.kind == "uniform":
+            return min(self.high, self.low + int(u * (self.high - self.low + 1)))
+        assert self.mean is not None and self.sd is not None
+        drawn = round(statistics.NormalDist(self.mean, self.sd).inv_cdf(u))
+        return max(self.low, min(self.high, drawn))
+
+    def anchors(self) -> list[int]:
+        step = (self.high - self.low) / (SPREAD_ANCHORS - 1)
+        return sorted({round(self.low + i * step) for i in range(SPREAD_ANCHORS)})
+
+    def text(self) -> str:
+        if self.kind == "uniform":
+            return f"{self.low:,}–{self.high:,}"
+        return f"{self.mean:,.0f}±{self.sd:,.0f}"
+
+    def public_dict(self) -> dict:
+        return {"kind": self.kind, "min": self.low, "max": self.high, "mean": self.mean,
+                "sd": self.sd, "seed": self.seed}
+
+
+def parse_input_tokens(text: str) -> tuple[int, InputSpread | None]:
+    """``"1000"`` → (1000, None); ``"1000±200"`` (or ``1000+-200``) → a normal spread;
+    ``"500-1500"`` → a uniform one. WorkloadError (one line) otherwise."""
+    raw = text.strip().replace(",", "").replace("_", "")
+    hint = "expected N, N±SD (or N+-SD) or MIN-MAX, e.g. 1000, 1000±200, 500-1500"
+    try:
+        for sep in ("±", "+-", "+/-"):
+            if sep in raw:
+                mean_text, _, sd_text = raw.partition(sep)
+                mean, sd = float(mean_text), float(sd_text)
+                if not (math.isfinite(mean) and math.isfinite(sd) and mean >= 1 and sd > 0):
+                    raise WorkloadError(f"--input-tokens {text!r}: the mean must be at least 1 "
+                                        "and the SD above 0")
+                spread = InputSpread("normal", max(1, round(mean - 3 * sd)),
+                                     round(mean + 3 * sd), mean, sd)
+                return spread.center, spread
+        if "-" in raw[1:]:
+            low_text, _, high_text = raw.partition("-")
+            low, high = int(low_text), int(high_text)
+            if not 1 <= low < high:
+                raise WorkloadError(f"--input-tokens {text!r}: MIN-MAX needs 1 <= MIN < MAX")
+            spread = InputSpread("uniform", low, high)
+            return spread.center, spread
+        return int(raw), None
+    except WorkloadError:
+        raise
+    except ValueError:
+        raise WorkloadError(f"--input-tokens {text!r}: {hint}") from None
+
+
 # -- what was asked ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -176,9 +304,28 @@ class Workload:
     shared_prefix_tokens: int | None = None
     warmup: int = 0
     dataset: Dataset | None = None
+    #: Each request's own prompt length (``input_tokens`` is then its center).
+    input_spread: InputSpread | None = None
+    #: The --workload preset the lengths came from (``PRESETS``), when one was named.
+    preset: str | None = None
+
+    @property
+    def longest_input(self) -> int | None:
+        return self.input_spread.high if self.input_spread is not None else self.input_tokens
+
+    @property
+    def shortest_input(self) -> int | None:
+        return self.input_spread.low if self.input_spread is not None else self.input_tokens
 
     def validate(self, max_tokens: int) -> None:
-        if self.input_tokens is not None and not 1 <= self.input_tokens <= MAX_INPUT_TOKENS:
+        if self.preset is not None and self.preset not in PRESETS:
+            raise WorkloadError(f"--workload {self.preset!r}: expected one of "
+                                + ", ".join(PRESETS))
+        if self.input_spread is not None and self.input_tokens is None:
+            raise WorkloadError("an input-length spread needs its center as input_tokens")
+        longest = self.longest_input
+        if self.input_tokens is not None and not (
+                1 <= (self.shortest_input or 0) and (longest or 0) <= MAX_INPUT_TOKENS):
             raise WorkloadError(f"--input-tokens must be between 1 and {MAX_INPUT_TOKENS}")
         if self.output_tokens is not None:
             if not 1 <= self.output_tokens <= 1_000_000:
@@ -189,12 +336,16 @@ class Workload:
         if self.shared_prefix_tokens is not None:
             if self.shared_prefix_tokens < 1:
                 raise WorkloadError("--shared-prefix-tokens must be at least 1")
-            if self.input_tokens is not None and self.shared_prefix_tokens >= self.input_tokens:
+            shortest = self.shortest_input
+            if shortest is not None and self.shared_prefix_tokens >= shortest:
+                least = " (the shortest of the spread)" if self.input_spread else ""
                 raise WorkloadError(f"--shared-prefix-tokens {self.shared_prefix_tokens} must be "
-                                    f"below --input-tokens {self.input_tokens}")
+                                    f"below --input-tokens {shortest}{least}")
         if self.input_tokens is not None and self.dataset is not None:
-            raise WorkloadError("--input-tokens and --dataset exclude each other: a dataset's "
-                                "prompts are sent as they are")
+            what = f"--workload {self.preset}" if self.preset else "--input-tokens"
+            raise WorkloadError(f"{what} and --dataset exclude each other: a dataset's prompts "
+                                "are sent as they are, never padded or cut (the report gives "
+                                "their lengths as the server counted them)")
         if not 0 <= self.warmup <= MAX_WARMUP:
             raise WorkloadError(f"--warmup must be between 0 and {MAX_WARMUP}")
 
@@ -212,7 +363,9 @@ class LoadBodies:
     def __init__(self, model: str, max_tokens: int, scan_nonce: int, *,
                  params: Mapping[str, Any] | None = None, prefix: str = "",
                  text: str | None = None, dataset: Dataset | None = None,
-                 prompts: tuple[str, ...] | None = None, builtin: Callable[[int], str]) -> None:
+                 prompts: tuple[str, ...] | None = None, builtin: Callable[[int], str],
+                 spread: tuple[InputSpread, tuple[tuple[int, int], ...],
+                               tuple[float, float, float] | None] | None = None) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.scan_nonce = scan_nonce
@@ -222,13 +375,16 @@ class LoadBodies:
         self.dataset = dataset
         self.prompts = prompts
         self.builtin = builtin
+        # An input spread and its sized anchors, (tokens, filler words), ascending.
+        self.spread = spread
         self._templates: dict[int, tuple[bytes, bytes] | None] = {}
+        self._spread_templates: dict[int, tuple[bytes, bytes] | None] = {}
 
     def with_changes(self, **changes: Any) -> LoadBodies:
         fields: dict[str, Any] = {"params": self.params, "prefix": self.prefix,
                                   "text": self.text, "dataset": self.dataset,
                                   "prompts": self.prompts, "builtin": self.builtin,
-                                  "max_tokens": self.max_tokens}
+                                  "max_tokens": self.max_tokens, "spread": self.spread}
         fields.update(changes)
         max_tokens = fields.pop("max_tokens")
         return LoadBodies(self.model, max_tokens, self.scan_nonce, **fields)
@@ -237,6 +393,8 @@ class LoadBodies:
         """The first message's text of request `request` (prompt `index`, default the same)."""
         index = request if index is None else index
         nonce = nonce_text(self.scan_nonce, request)
+        if self.spread is not None:
+            return f"{self.prefix}{nonce} {ASK}{_filler(self.words_for(request))}"
         if self.text is not None:
             return f"{self.prefix}{nonce} {self.text}"
         if self.prompts:
@@ -267,9 +425,38 @@ class LoadBodies:
             self._templates[key] = (parts[0], parts[1]) if len(parts) == 2 else None
         return self._templates[key]
 
+    def words_for(self, request: int) -> int:
+        """Filler words for request `request` under an input spread: a first guess between the
+        two sized anchors around its drawn length, then the nearby word count the fitted
+        length model (``_fit_lengths``) says comes closest."""
+        assert self.spread is not None
+        spread, anchors, model = self.spread
+        target = spread.target(request)
+        below = [a for a in anchors if a[0] <= target] or [anchors[0]]
+        above = [a for a in anchors if a[0] >= target] or [anchors[-1]]
+        (t0, k0), (t1, k1) = below[-1], above[0]
+        guess = k0 if t1 == t0 else max(0, round(k0 + (target - t0) * (k1 - k0) / (t1 - t0)))
+        if model is None:
+            return guess
+        a, b, c = model
+        window = range(max(0, guess - SPREAD_SEARCH), guess + SPREAD_SEARCH + 1)
+        return min(window, key=lambda k: (abs(a + b * k + c * _filler_chars(k) - target),
+                                          abs(k - guess)))
+
     def body(self, request: int, index: int | None = None) -> bytes:
         index = request if index is None else index
         nonce = nonce_text(self.scan_nonce, request).encode()
+        if self.spread is not None:
+            words = self.words_for(request)
+            if words not in self._spread_templates:
+                encoded = self._body([{"role": "user", "content":
+                                       f"{self.prefix}{_MARK} {ASK}{_filler(words)}"}])
+                parts = encoded.split(_MARK.encode())
+                self._spread_templates[words] = (parts[0], parts[1]) if len(parts) == 2 else None
+            template = self._spread_templates[words]
+            if template is not None:
+                return template[0] + nonce + template[1]
+            return self._body([{"role": "user", "content": self.content(request, index)}])
         if self.dataset is not None:
             key = index % len(self.dataset.items)
             template = self._template(key, self._messages(_MARK, key))
@@ -307,9 +494,22 @@ class PreparedWorkload:
     max_model_len: int | None = None
     sizing_requests: int = 0
     prompt_tokens_expected: int | None = None
+    #: An input spread's sized anchors: (tokens asked, filler words).
+    input_anchors: list[tuple[int, int]] = field(default_factory=list)
 
     def public_dict(self) -> dict:
         w = self.workload
+        extra: dict[str, Any] = {}
+        if w.preset is not None:
+            tokens_in, tokens_out, what = PRESETS[w.preset]
+            extra["preset"] = {"name": w.preset, "input_tokens": tokens_in,
+                               "output_tokens": tokens_out, "what": what}
+        if w.input_spread is not None:
+            extra["input_distribution"] = {
+                **w.input_spread.public_dict(),
+                "sized_at": [tokens for tokens, _ in self.input_anchors],
+                "note": "each request draws its own length; sized_at are lengths sized "
+                        "against the server (as it counted them), those between interpolated"}
         return {
             "input_tokens": w.input_tokens,
             "output_tokens": w.output_tokens,
@@ -326,6 +526,7 @@ class PreparedWorkload:
             "max_model_len": self.max_model_len,
             "output_length": {"enforced": self.enforced, "sent": list(self.sent),
                               "note": self.output_note},
+            **extra,
         }
 
 
@@ -547,6 +748,57 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
     return {}
 
 
+def _check_context(prepared: PreparedWorkload, limit: int | None) -> None:
+    """Refuse prompts (the longest of a spread) that with max_tokens exceed the context."""
+    prepared.max_model_len = limit
+    longest = prepared.workload.longest_input
+    if limit is not None and longest is not None and longest + prepared.max_tokens > limit:
+        raise WorkloadError(f"--input-tokens {longest} plus max_tokens "
+                            f"{prepared.max_tokens} exceed the model's context of {limit:,} "
+                            "tokens")
+
+
+async def _size_spread(prepared: PreparedWorkload, bodies: LoadBodies, sizer: _Sizer,
+                       prompt: Callable[[int, int], str]) -> LoadBodies:
+    """Size an input spread: the shared prefix, then each anchor length exactly (not cached
+    between scans: a handful of counts)."""
+    w = prepared.workload
+    spread = w.input_spread
+    assert spread is not None
+    prefix_words = 0
+    if w.shared_prefix_tokens is not None:
+        async def count_prefix(k: int) -> int:
+            return await sizer.count(_filler(k, 7))
+        prefix_words, _ = await _solve(count_prefix, w.shared_prefix_tokens,
+                                       "the shared prefix", "--shared-prefix-tokens")
+
+    points: list[tuple[int, int]] = []  # every (filler words, tokens counted): the fit's data
+
+    async def count_prompt(k: int) -> int:
+        counted = await sizer.count(prompt(prefix_words, k))
+        points.append((k, counted))
+        return counted
+
+    def below(base: int) -> str:
+        return (f"--input-tokens {spread.text()} reaches down to {spread.low}, below the "
+                f"prompt's fixed part ({base} tokens: chat template, shared prefix, nonce and "
+                "instruction)")
+
+    anchors = []  # (tokens the server counted, filler words): interpolated between
+    for tokens in spread.anchors():  # ascending: only the first can be below the fixed part
+        words, counted = await _solve(count_prompt, tokens, f"the {tokens}-token prompt",
+                                      "--input-tokens", below=below)
+        anchors.append((counted, words))
+    prepared.input_anchors = anchors
+    prepared.prompt_tokens_expected = spread.center
+    prepared.sizing = sizer.method or "probe"
+    prepared.sizing_detail = sizer.detail
+    prepared.sizing_requests += sizer.requests
+    prefix = _filler(prefix_words, 7) + "\n" if prefix_words else ""
+    return bodies.with_changes(prefix=prefix, text=None,
+                               spread=(spread, tuple(anchors), _fit_lengths(points)))
+
+
 async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
                            client: httpx.AsyncClient, base_url: str, chat_url: str, model: str,
                            timeout: float) -> LoadBodies:
@@ -564,12 +816,7 @@ async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
     await sizer.detect(sample)
     limit = sizer.max_model_len or await _context_from_models(client, base_url, model,
                                                               min(timeout, 10.0))
-    prepared.max_model_len = limit
-    if limit is not None and w.input_tokens is not None and (
-            w.input_tokens + prepared.max_tokens > limit):
-        raise WorkloadError(f"--input-tokens {w.input_tokens} plus max_tokens "
-                            f"{prepared.max_tokens} exceed the model's context of {limit:,} "
-                            "tokens")
+    _check_context(prepared, limit)
     key = (base_url, model, w.input_tokens, w.shared_prefix_tokens, sizer.method)
     prefix = ""
     text = None
@@ -579,6 +826,9 @@ async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
     def prompt(prefix_words: int, words: int) -> str:
         pre = _filler(prefix_words, 7) + "\n" if prefix_words else ""
         return f"{pre}{sizing_nonce} {ASK}{_filler(words)}"
+
+    if w.input_spread is not None:
+        return await _size_spread(prepared, bodies, sizer, prompt)
 
     if cached is not None and w.input_tokens is not None:
         counted = await sizer.count(prompt(*cached))

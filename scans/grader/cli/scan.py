@@ -22,10 +22,10 @@ from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
 from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, parse_arrival, parse_rates
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
+from scans.grader.progress import LevelFigures as _Running  # the site's scan page shows the same
 from scans.grader.report import is_down, report_from_measurement, write_report
 from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
-from scans.grader.stats import percentile
-from scans.grader.workload import Workload, WorkloadError, load_dataset
+from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
     from rich.progress import TaskID
@@ -64,9 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", metavar="FILE", type=Path, default=None,
                         help='JSONL prompts SENT as the load, cycled, one {"prompt": ...} or '
                              '{"messages": [...]} per line; each gets the scan\'s nonce')
-    parser.add_argument("--input-tokens", metavar="N", type=int, default=None,
+    parser.add_argument("--input-tokens", metavar="N", default=None,
                         help="prompts of N tokens as the server counts them (chat template "
-                             "included), sized with its /tokenize or by probes")
+                             "included), sized with its /tokenize or by probes; N±SD (or "
+                             "N+-SD) or MIN-MAX for lengths that differ per request (seeded)")
+    parser.add_argument("--workload", metavar="PRESET", choices=sorted(PRESETS), default=None,
+                        help="input and output lengths of a common shape: "
+                             + "; ".join(f"{name} {i:,} → {o:,}"
+                                         for name, (i, o, _) in PRESETS.items())
+                             + " (after Artificial Analysis); --input-tokens and "
+                             "--output-tokens override either")
     parser.add_argument("--output-tokens", metavar="M", type=int, default=None,
                         help="replies of M tokens: max_tokens M plus ignore_eos and "
                              "min_tokens where the server accepts them (probed first; the "
@@ -212,42 +219,6 @@ class _Progress:
                               rate=running.rate_text())
 
 
-class _Running:
-    """A level's figures so far, from its finished requests."""
-
-    def __init__(self) -> None:
-        from time import perf_counter
-
-        self._clock = perf_counter
-        self._started = perf_counter()
-        self.ttft: list[float] = []
-        self.tokens = 0
-        self.chunks = 0
-        self.all_usage = True
-
-    def add(self, record) -> None:
-        if not record.succeeded:
-            return
-        if record.ttft_ms is not None:
-            self.ttft.append(record.ttft_ms)
-        self.chunks += record.output_chunks
-        if record.completion_tokens is None:
-            self.all_usage = False
-        else:
-            self.tokens += record.completion_tokens
-
-    def ttft_text(self) -> str:
-        return fmt.ms(percentile(self.ttft, 50)) if self.ttft else "—"
-
-    def rate_text(self) -> str:
-        elapsed = self._clock() - self._started
-        if not self.ttft or elapsed <= 0:
-            return ""
-        if self.all_usage:
-            return fmt.rate(self.tokens / elapsed, "tokens/s")
-        return fmt.rate(self.chunks / elapsed, "chunks/s")
-
-
 def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
     """Warnings, the grade (or, for an endpoint that never answered, the cause), one line per
     cap and failed check, the notes and the headline table, laid out for the terminal's width
@@ -300,8 +271,20 @@ def _workload(args: argparse.Namespace) -> Workload:
             dataset = load_dataset(args.dataset)
         except WorkloadError as exc:
             raise UsageError(str(exc)) from None
-    return Workload(input_tokens=getattr(args, "input_tokens", None),
-                    output_tokens=getattr(args, "output_tokens", None),
+    preset = getattr(args, "workload", None)
+    input_tokens: int | None = None
+    spread = None
+    if getattr(args, "input_tokens", None) is not None:
+        try:
+            input_tokens, spread = parse_input_tokens(str(args.input_tokens))
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+    output_tokens = getattr(args, "output_tokens", None)
+    if preset is not None:  # the preset's lengths, unless given
+        input_tokens = PRESETS[preset][0] if input_tokens is None else input_tokens
+        output_tokens = PRESETS[preset][1] if output_tokens is None else output_tokens
+    return Workload(input_tokens=input_tokens, input_spread=spread, preset=preset,
+                    output_tokens=output_tokens,
                     shared_prefix_tokens=getattr(args, "shared_prefix_tokens", None),
                     warmup=getattr(args, "warmup", 0) or 0, dataset=dataset)
 
