@@ -67,3 +67,22 @@ def server_error(request):
         return JsonResponse({"detail": "Internal server error.", "code": "server_error"},
                             status=500)
     return django_server_error(request)
+
+
+class ApiNotFoundAsJson:
+    """An API path no route matches answers JSON in every mode: with DEBUG on (the run
+    command) Django answers its HTML 404 page without calling handler404 (issue 23:
+    `GET /api/v1/scans/` answered HTML). Only Django's own HTML 404s are replaced; a view's
+    JSON 404 passes unchanged."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (response.status_code == 404 and is_api(request)
+                and response.get("Content-Type", "").startswith("text/html")):
+            return JsonResponse({"detail": f"Not found: no API resource at {request.path}. "
+                                           "What the API holds is listed at /api/v1/.",
+                                 "code": "not_found"}, status=404)
+        return response
