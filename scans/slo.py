@@ -229,7 +229,10 @@ class SloWindow:
                  "short_rate": self.burn_rate.get(p.short_s),
                  "rates_text": (f"{rate_text(self.burn_rate.get(p.long_s))} · "
                                 f"{rate_text(self.burn_rate.get(p.short_s))}"),
-                 "firing": self._fires(p)} for p in BURN_PAIRS]
+                 "firing": self._fires(p),
+                 # both rates reach it, but the long span does not hold the short one's time yet
+                 "waiting": self._fires(p, need_coverage=False) and not self._fires(p),
+                 "short_text": span_text(p.short_s)} for p in BURN_PAIRS]
 
     @property
     def alert_level(self) -> str:
