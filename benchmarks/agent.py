@@ -3,7 +3,8 @@
     tokvera host-agent --coordinator http://127.0.0.1:8000 --token-env TOKVERA_HOST_TOKEN \\
         --upstream http://127.0.0.1:8080/v1 --model gemma-3-270m-q4
 
-The agent heartbeats every 15 s (the coordinator says how often), asks for leases, runs each
+The agent heartbeats every 15 s (the coordinator says how often), asks for leases (each held
+by the coordinator up to 25 s until a job is assigned to this host), runs each
 job as a streaming chat completion against its upstream and reports `complete` (TTFT at the
 first output token of any kind, thinking included, completion tokens from the server's usage,
 elapsed time; read by the scanner's stream parser, scans/grader/stream.py) or `fail`.
@@ -51,7 +52,10 @@ class AgentConfig:
     upstream_model: str | None = None  # the name the upstream knows the model by
     slots: int = 1
     heartbeat_s: float = 15.0
-    poll_s: float = 1.0
+    poll_s: float = 1.0  # after a lease answered 204 at once (a coordinator that does not wait)
+    # A lease waits this long on the coordinator for a job assigned to this host (its maximum
+    # is 30 s), so an idle host costs one call per wait instead of one per poll_s.
+    lease_wait_s: float = 25.0
     # Below the coordinator's 300 s run deadline, so a slow job reports before it expires.
     job_timeout_s: float = 270.0
     max_backoff_s: float = 30.0
@@ -275,7 +279,11 @@ class Agent:
                 await slots.acquire()
                 try:
                     # Started by the coordinator as it is handed out: no separate start call.
-                    response = await coordinator.post("/v1/hosts/lease", json={"start": True})
+                    # The coordinator holds the call until a job is assigned (or wait_s).
+                    asked = time.monotonic()
+                    response = await coordinator.post(
+                        "/v1/hosts/lease", json={"start": True, "wait_s": self.config.lease_wait_s},
+                        timeout=self._waiting_timeout())
                 except httpx.HTTPError as exc:
                     slots.release()
                     delay = backoff.next()
@@ -287,7 +295,9 @@ class Agent:
                     self._refused(response)
                     if response.status_code == 204:
                         backoff.reset()
-                        await self._sleep(self.config.poll_s)
+                        quick = min(1.0, self.config.lease_wait_s / 2)
+                        if not self.config.lease_wait_s or time.monotonic() - asked < quick:
+                            await self._sleep(self.config.poll_s)  # it did not wait: poll
                     elif response.status_code == 429:
                         await self._sleep(float(response.headers.get("Retry-After", "5")))
                     else:
@@ -354,6 +364,7 @@ class Agent:
                            "first_answer_ms": outcome.first_answer_ms,
                            "thinking_chunks": outcome.thinking_chunks,
                            "reasoning_tokens": outcome.reasoning_tokens},
+                # Not waited for here: the lease loop holds this host's one waiting call.
                 "lease_next": self._wants_next(),
             })
             if answer is not None and answer.status_code == 400:
@@ -373,6 +384,10 @@ class Agent:
         if self.config.max_jobs is not None and self.served >= self.config.max_jobs:
             self._stop.set()
         return following
+
+    def _waiting_timeout(self) -> httpx.Timeout:
+        """For a call the coordinator may hold for lease_wait_s: that, plus the usual 10 s."""
+        return httpx.Timeout(10.0, read=self.config.lease_wait_s + 10.0)
 
     async def _report(self, coordinator: httpx.AsyncClient, path: str, body: dict | None,
                       give_up_s: float = 600.0) -> httpx.Response | None:
@@ -429,7 +444,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, default=1, help="jobs run at once (default 1)")
     parser.add_argument("--heartbeat-s", type=float, default=15.0, help=argparse.SUPPRESS)
     parser.add_argument("--poll-s", type=float, default=1.0,
-                        help="seconds between lease calls when idle (default 1)")
+                        help="seconds between lease calls when the coordinator does not hold "
+                             "them (default 1)")
+    parser.add_argument("--lease-wait-s", type=float, default=25.0,
+                        help="how long the coordinator holds a lease call for a job "
+                             "(0 to 30, default 25)")
     parser.add_argument("--job-timeout-s", type=float, default=270.0,
                         help="give up on an upstream stream after this long (default 270, below the "
                              "coordinator's 300 s run deadline)")
@@ -451,6 +470,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
             raise UsageError(f"--{name} {url!r}: expected an http:// or https:// URL")
     if not 1 <= args.slots <= 64:
         raise UsageError("--slots must be between 1 and 64")
+    if not 0 <= args.lease_wait_s <= 30:
+        raise UsageError("--lease-wait-s must be between 0 and 30")
     if args.poll_s <= 0 or args.heartbeat_s <= 0 or args.job_timeout_s <= 0:
         raise UsageError("--poll-s, --heartbeat-s and --job-timeout-s must be positive")
     hardware: dict[str, str | int] = {"cpu_model": _cpu_model()}
@@ -465,6 +486,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         coordinator=args.coordinator, token=token, upstream=args.upstream,
         models=tuple(dict.fromkeys(args.model)), upstream_model=args.upstream_model,
         slots=args.slots, heartbeat_s=args.heartbeat_s, poll_s=args.poll_s,
+        lease_wait_s=args.lease_wait_s,
         job_timeout_s=args.job_timeout_s, hardware=hardware, max_jobs=args.max_jobs,
     )
 

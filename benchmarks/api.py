@@ -2,7 +2,8 @@
 
 Host calls (`Authorization: Bearer tkh_…`, benchmarks.authentication):
     POST /v1/hosts/heartbeat   (a plain Django view: the hottest call does no DRF work)
-    POST /v1/hosts/lease   ({"start": true}: the job comes back already running)
+    POST /v1/hosts/lease   ({"start": true}: the job comes back already running; {"wait_s": 25}:
+        waits up to 25 s for a job to be assigned to this host before answering 204)
     POST /v1/jobs/{id}/start, /complete, /fail   (only the host the job is leased to: else 404;
         complete with {"lease_next": true} also answers the host's next job, started, as "next")
 Buyer calls (a team API token or a session, through the foundation's scoping layer):
@@ -65,6 +66,10 @@ class CompleteSerializer(serializers.Serializer):
     result = serializers.JSONField(required=False, allow_null=True)
     lease_next = serializers.BooleanField(required=False, default=False,
                                           help_text="Also lease the next job, already started.")
+    wait_s = StrictFloatField(required=False, default=0.0, min_value=0,
+                              max_value=policy.DEFAULTS["NETWORK_LEASE_WAIT_MAX_S"],
+                              help_text="With lease_next: wait for the next job as a lease "
+                                        "does (0: do not wait).")
 
     def validate_result(self, value):
         if len(json.dumps(value)) > MAX_RESULT_BYTES:
@@ -219,9 +224,16 @@ def _job_for_host(job: Job) -> dict:
     }
 
 
+WAIT_HELP = ("Wait up to this many seconds (at most NETWORK_LEASE_WAIT_MAX_S, 30) for a job "
+             "to be assigned to this host before answering without one; 0: answer at once.")
+
+
 class LeaseSerializer(serializers.Serializer):
     start = serializers.BooleanField(required=False, default=False,
                                      help_text="Start the job too: it comes back running.")
+    wait_s = StrictFloatField(required=False, default=0.0, min_value=0,
+                              max_value=policy.DEFAULTS["NETWORK_LEASE_WAIT_MAX_S"],
+                              help_text=WAIT_HELP)
 
 
 class LeaseView(HostView):
@@ -229,7 +241,7 @@ class LeaseView(HostView):
         200: OpenApiResponse(JobForHostSerializer, description="the next job for this host"),
         204: OpenApiResponse(description="no job for you")})
     def post(self, request):
-        """The next job assigned to this host (after an assignment pass), or 204."""
+        """The next job assigned to this host, or 204 (at once, or after waiting `wait_s`)."""
         limited = _rate_limited(self.host, "lease")
         if limited is not None:
             return limited
@@ -237,7 +249,9 @@ class LeaseView(HostView):
         sent = request.data if request.content_type.startswith("application/json") else {}
         body = LeaseSerializer(data=sent if isinstance(sent, dict) else {})
         body.is_valid(raise_exception=True)
-        job = services.lease(self.host, start=body.validated_data["start"])
+        job = services.lease(self.host, start=body.validated_data["start"],
+                             wait_s=min(body.validated_data["wait_s"],
+                                        policy.value("NETWORK_LEASE_WAIT_MAX_S")))
         if job is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(_job_for_host(job))
@@ -287,8 +301,9 @@ class JobCompleteView(HostView):
             elapsed_ms=data["elapsed_ms"],
         )
         try:
-            job, following = services.complete(self.host, job_id, figures, data.get("result"),
-                                            lease_next=data["lease_next"])
+            job, following = services.complete(
+                self.host, job_id, figures, data.get("result"), lease_next=data["lease_next"],
+                wait_s=min(data["wait_s"], policy.value("NETWORK_LEASE_WAIT_MAX_S")))
         except jobs.JobError as exc:
             return _job_error(exc)
         answer = _job_state(job)
@@ -405,6 +420,5 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             return Response({"detail": str(exc), "code": "no_host_online", "model": exc.model_id},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE,
                             headers={"Retry-After": str(policy.value("NETWORK_NO_HOST_RETRY_AFTER_S"))})
-        # The pass may have assigned it already: report the status it has now.
-        job.status = Job.objects.for_team(team).filter(pk=job.pk).values_list("status", flat=True).get()
+        # Answered as recorded (queued): the pass runs in a worker, GET /v1/jobs/{id} follows it.
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)

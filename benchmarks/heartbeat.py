@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from accounts import credentials
 from benchmarks import hosts, policy, services
-from tokvera_site import auth_failures, parsers, ratelimit
+from tokvera_site import auth_failures, parsers
 
 
 def parse_body(raw: bytes) -> dict:
@@ -57,27 +57,32 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
                      address: str) -> tuple[int, dict, dict[str, str]]:
     """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
 
-    The most frequent call of the network: one cache round trip for the rate limit and, for a
-    steady host, one UPDATE; no DRF request, negotiation or serializer. The body is read only
-    after the token's form and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
+    The most frequent call of the network: one cache round trip (the address's failed
+    authentications and the token's rate limit together) and, for a steady host, one UPDATE;
+    no DRF request, negotiation or serializer. The body is read only after the token's form
+    and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
     (`read_body(limit)` gives None for a longer one). Failed authentications are counted per
     `address` (the client's), and an address over that limit is refused first.
     """
     if not authorization:
         return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
-    if (blocked_for := auth_failures.blocked(address)) is not None:
-        return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
-            "Retry-After": str(blocked_for)}
     token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
     if token is None:
+        if (blocked_for := auth_failures.blocked(address)) is not None:
+            return _blocked(blocked_for)
         auth_failures.record(address)
         return 401, {"detail": "Malformed host token."}, _CHALLENGE
     # Counted before any database work, per token digest: only the token's holder can spend
     # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
-    # prefix kept the real host offline). Garbage tokens fail and count against their address.
+    # prefix kept the real host offline). Garbage tokens fail and count against their address,
+    # which is checked in the same round trip (a blocked address's call still counts for
+    # its token: only the token's holder can send it).
     limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
     window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
-    allowed, retry_after = ratelimit.allow("heartbeat", credentials.digest(token), limit, window)
+    blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
+        address, "heartbeat", credentials.digest(token), limit, window)
+    if blocked_for is not None:
+        return _blocked(blocked_for)
     if not allowed:
         return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
                      f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
@@ -103,6 +108,11 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
         "trust_level": recorded.trust_level,
         "suspended": recorded.suspended,
     }, {}
+
+
+def _blocked(retry_after: int) -> tuple[int, dict, dict[str, str]]:
+    return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
+        "Retry-After": str(retry_after)}
 
 
 # What HostTokenAuthentication answers on the DRF host calls (its `keyword`).

@@ -100,7 +100,7 @@ class Figures:
 
 
 def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime | None = None) -> Job:
-    """Queue a job (the caller then runs an assignment pass: benchmarks/services.py)."""
+    """Record a queued job (the caller then queues an assignment pass: benchmarks/services.py)."""
     catalog = CatalogModel.objects.filter(pk=model_id, active=True).first()
     if catalog is None:
         raise UnknownCatalogModel(f"unknown or inactive catalog id: {model_id}")
@@ -337,6 +337,10 @@ def housekeeping(now: datetime | None = None) -> tuple[int, int]:
     """Expire leases and fail jobs past the queue deadline. Returns (expired, no_host)."""
     now = now or timezone.now()
     return expire_leases(now), fail_past_queue_deadline(now)
+
+
+def any_queued() -> bool:
+    return ALL_JOBS.filter(status=JobStatus.QUEUED).exists()
 
 
 def housekeeping_due(now: datetime) -> bool:

@@ -29,6 +29,9 @@ DEFAULTS = {
     "NETWORK_HEARTBEAT_WINDOW_S": 60,
     "NETWORK_LEASE_LIMIT": 600,
     "NETWORK_LEASE_WINDOW_S": 60,
+    # The longest a lease (or a completion with lease_next) may wait for a job to be assigned
+    # to the calling host before it answers without one (the agent asks for 25 s).
+    "NETWORK_LEASE_WAIT_MAX_S": 30,
     # The most jobs one host may run at once, whatever it advertises.
     "NETWORK_MAX_SLOTS": 64,
     # The most queued jobs one assignment pass considers (the rest wait for the next pass).

@@ -13,12 +13,13 @@ best-ranked eligible host:
 `score()` sees only the host's own facts and the job's catalog id: never the buyer's team,
 account, User-Agent or IP. Nothing in this module receives them.
 
-A pass runs when a job is submitted, when a host with no assigned job asks for work, and every
-few seconds from Celery beat (never inside a heartbeat). Passes do not overlap: on PostgreSQL a
-pass takes a transaction-level advisory lock, and a pass that finds it taken leaves the work to
-the pass holding it. The queued rows are read with
-SELECT … FOR UPDATE SKIP LOCKED and each assignment is a conditional UPDATE (status still
-queued), so no job is ever given to two hosts.
+A pass runs in a Celery worker (`tasks.assign_queued_jobs`), queued by a submission, by a
+completion or by a host with no assigned job asking for work while jobs are queued, and every
+few seconds from Celery beat (never inside a heartbeat or a request). One pass assigns many
+jobs to many hosts. Passes do not overlap: on PostgreSQL a pass takes a transaction-level
+advisory lock; the worker's pass waits for one in flight, a pass that must not wait returns.
+The queued rows are read with SELECT … FOR UPDATE SKIP LOCKED and each assignment is a
+conditional UPDATE (status still queued), so no job is ever given to two hosts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from django.db.models import Count, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from benchmarks import policy
+from benchmarks import policy, wakeup
 from benchmarks.models import ACTIVE, Host, JobStatus, TrustLevel
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 
@@ -133,34 +134,57 @@ def rank(hosts: list[HostFacts], model_id: str) -> list[HostFacts]:
 _PASS_LOCK_KEY = 0x746B76_7061_7373  # "tkv" "pass": one advisory lock id for the whole site
 
 
-def _take_pass_lock() -> bool:
-    """The site-wide pass lock, or False at once when another pass holds it."""
+def _take_pass_lock(wait: bool) -> bool:
+    """The site-wide pass lock: waited for (`wait`, in a worker), or False at once when
+    another pass holds it."""
     with connection.cursor() as cursor:
+        if wait:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
+            return True
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_PASS_LOCK_KEY])
         return bool(cursor.fetchone()[0])
 
 
-def assignment_pass(now: datetime | None = None) -> int:
-    """Assign queued jobs to hosts. Returns how many jobs were assigned.
+def assignment_pass(now: datetime | None = None, wait: bool = False) -> int:
+    """Assign queued jobs to hosts (at most NETWORK_PASS_BATCH). Returns how many.
 
-    A pass already running is never waited for: it (or the next one) takes these jobs, and a
-    host that found nothing asks again (benchmarks/services.py). Lease expiry and the queue
-    deadline are enforced by the caller first (jobs.housekeeping).
+    At most one pass is in flight across the site. With `wait` (the Celery task, which the web
+    tier queues) a pass that finds another one running waits for it, then takes what that one
+    left, so a job queued while a pass was reading the queue is never left for the tick;
+    without it the pass returns 0 at once. The hosts that got work are woken after the commit
+    (benchmarks/wakeup.py). Lease expiry and the queue deadline are enforced by the caller
+    first (jobs.housekeeping).
     """
     now = now or timezone.now()
     if not ALL_JOBS.filter(status=JobStatus.QUEUED).exists():
         return 0
     with transaction.atomic():
-        if not _take_pass_lock():
+        if not _take_pass_lock(wait):
             return 0  # another pass is running; it (or the next one) takes these jobs
-        return _assign(now)
+        assigned = _assign(now)
+        if assigned:
+            transaction.on_commit(lambda: wakeup.announce(assigned), robust=True)
+        return sum(assigned.values())
 
 
-def _assign(now: datetime) -> int:
+def assign_queued(now: datetime | None = None) -> int:
+    """Passes until the queue holds nothing a free host could take (each pass takes at most
+    NETWORK_PASS_BATCH jobs). Returns how many jobs were assigned."""
+    total = 0
+    while True:
+        count = assignment_pass(now, wait=True)
+        total += count
+        if count < policy.value("NETWORK_PASS_BATCH"):
+            return total
+        now = None
+
+
+def _assign(now: datetime) -> dict[int, int]:
+    """One pass: {host id: jobs given to it}."""
     queued_jobs = ALL_JOBS.filter(status=JobStatus.QUEUED)
     model_ids = set(queued_jobs.order_by().values_list("model_id", flat=True).distinct())
     if not model_ids:
-        return 0
+        return {}
     # Hosts first: when every host is busy (a saturated network) the pass ends here, before it
     # reads or locks a single queued row. Only hosts with a free slot, counted in SQL, read as
     # tuples (no model instances: a pass may look at thousands of hosts).
@@ -190,7 +214,7 @@ def _assign(now: datetime) -> int:
         )
     servable = model_ids & {m for f in facts.values() for m in f.models}
     if not servable:
-        return 0
+        return {}
     # First in, first out among the jobs some free host could take (the others could not be
     # assigned in this pass anyway, so skipping them changes no job's turn).
     queued = list(
@@ -209,9 +233,8 @@ def _assign(now: datetime) -> int:
         heapq.heapify(heap)
         heaps[model_id] = heap
 
-    assigned_hosts: set[int] = set()
+    assigned_hosts: dict[int, int] = {}
     lease_until = now + timedelta(seconds=policy.value("NETWORK_LEASE_TIMEOUT_S"))
-    count = 0
     for job in queued:
         heap = heaps[job.model_id]
         tried = set(job.tried_hosts or ())
@@ -241,12 +264,11 @@ def _assign(now: datetime) -> int:
         )
         if not won:
             continue
-        count += 1
         free[chosen] -= 1
         facts[chosen] = replace(facts[chosen], last_assigned_at=now, idle_s=0.0)
-        assigned_hosts.add(chosen)
+        assigned_hosts[chosen] = assigned_hosts.get(chosen, 0) + 1
         if free[chosen] > 0:
             heapq.heappush(heap, (rank_key(facts[chosen], job.model_id), chosen))
     if assigned_hosts:
         ALL_HOSTS.filter(pk__in=sorted(assigned_hosts)).update(last_assigned_at=now)
-    return count
+    return assigned_hosts

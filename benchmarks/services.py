@@ -1,12 +1,16 @@
 """One service per call of the network's API: the views parse and shape, these do the work.
 
-    submit     queue a job, then a pass (non-blocking) so an idle best host gets it at once
+    submit     record the job and queue an assignment pass (run by a Celery worker)
     heartbeat  record the host's state; nothing else (no assignment pass inside the request)
-    lease      the host's next assigned job (after the clocks and a pass if it has none),
-               optionally started
+    lease      the host's next assigned job, optionally started; with `wait_s`, waits up to
+               that long for one (woken when a pass assigns it: benchmarks/wakeup.py)
     start      leased -> running
-    complete   record the figures, queue the EWMA fold; optionally lease the next job
-    fail       record the failure, queue the fold (reputation)
+    complete   record the figures, queue the EWMA fold and a pass; optionally lease the next job
+    fail       record the failure, queue the fold (reputation) and a pass
+
+No request runs an assignment pass: a pass is a Celery task (`tasks.assign_queued_jobs`), at
+most one in flight, each taking every queued job a free host can take. Under eager Celery (the
+tests) it runs inside the call that queues it, as passes did before.
 
 Imports go one way: services -> tasks -> routing and jobs (and hosts -> jobs) -> models; routing
 and jobs do not import each other, and only the API views import this module.
@@ -16,15 +20,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import connection
 from django.utils import timezone
 
-from benchmarks import hosts, jobs, routing, tasks
+from benchmarks import hosts, jobs, tasks, wakeup
 from benchmarks.models import Host, Job
 
 
 def submit(team, model_id: str, messages: list, max_tokens: int) -> Job:
-    job = jobs.submit(team, model_id, messages, max_tokens)
-    routing.assignment_pass()
+    job = jobs.submit(team, model_id, messages, max_tokens)  # committed on return
+    tasks.request_pass()
     return job
 
 
@@ -33,23 +38,31 @@ def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> host
     return hosts.heartbeat(token, models, hardware, slots)
 
 
-def lease(host: Host, start: bool = False, now: datetime | None = None) -> Job | None:
-    """A job the last pass already gave this host is handed out at once (no pass: a busy host
-    asking for its next job costs one statement); otherwise the clocks are enforced (at most
-    once a second across the site) and a pass runs first. A pass already running is not
-    waited for: with sync web workers a wait holds a whole worker, and the host asks again
-    after its poll interval (or with its next completion)."""
+def lease(host: Host, start: bool = False, wait_s: float = 0.0,
+          now: datetime | None = None) -> Job | None:
+    """The oldest job a pass already gave this host (optionally started), or None.
+
+    Without one: the clocks are enforced (at most once a second across the site), a pass is
+    queued when jobs are waiting, and with `wait_s` the call waits up to that long for a pass
+    to give this host a job; it holds no lock and runs no query while it waits, only when a
+    pass announces work for this host (or every wakeup.POLL_S while Redis cannot announce)."""
     now = now or timezone.now()
     if host.suspended:
         return None
     job = jobs.lease(host, now, start=start)
-    if job is None:
-        if jobs.housekeeping_due(now):
-            jobs.housekeeping(now)
-        # Asked again only when the pass assigned something (an idle poll is the commonest
-        # call of a quiet network: this keeps it to the lease query and one EXISTS).
-        if routing.assignment_pass(now):
-            job = jobs.lease(host, now, start=start)
+    if job is not None:
+        return job
+    if jobs.housekeeping_due(now):
+        jobs.housekeeping(now)
+    if jobs.any_queued():
+        tasks.request_pass()
+        job = jobs.lease(host, start=start)  # under eager Celery the pass has run
+    if job is None and wait_s > 0:
+        if not connection.in_atomic_block:
+            # A waiting call holds no database connection: under thread workers each waiting
+            # host holds a thread, and PostgreSQL's connections are far fewer than threads.
+            connection.close()
+        job = wakeup.wait(host.pk, wait_s, lambda: jobs.lease(host, start=start))
     return job
 
 
@@ -57,17 +70,22 @@ def start(host: Host, job_id) -> Job:
     return jobs.start(host, job_id)
 
 
-def complete(host: Host, job_id, figures: jobs.Figures, result,
-             lease_next: bool = False) -> tuple[Job, Job | None]:
-    """The completed job and, with `lease_next`, the host's next job already started (or None):
-    a busy host then needs one call per job instead of three."""
+def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool = False,
+             wait_s: float = 0.0) -> tuple[Job, Job | None]:
+    """The completed job and, with `lease_next`, the host's next job already started (or None,
+    after waiting up to `wait_s` for one): a busy host then needs one call per job."""
     job = jobs.complete(host, job_id, figures, result)
     tasks.queue_fold(host.pk)
-    following = lease(host, start=True) if lease_next else None
-    return job, following
+    if lease_next:  # a lease that finds nothing assigned queues a pass itself
+        return job, lease(host, start=True, wait_s=wait_s)
+    if jobs.any_queued():
+        tasks.request_pass()  # a slot came free
+    return job, None
 
 
 def fail(host: Host, job_id, reason: str) -> Job:
     job = jobs.fail(host, job_id, reason)
     tasks.queue_fold(host.pk)
+    if jobs.any_queued():
+        tasks.request_pass()
     return job

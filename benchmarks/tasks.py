@@ -9,6 +9,8 @@ Imports go one way: tasks use jobs, routing and ewma; none of those imports this
 
 from __future__ import annotations
 
+import contextlib
+
 from celery import shared_task
 from django.core.cache import cache
 from django.db import transaction
@@ -39,6 +41,38 @@ def queue_fold(host_id: int) -> None:
     transaction.on_commit(enqueue, robust=True)
 
 
+PASS_PENDING_KEY = "benchmarks:pass-pending"  # noqa: S105 - a cache key, not a secret
+
+
+def request_pass() -> None:
+    """Queue an assignment pass unless one is queued and has not started yet (it will see
+    these jobs too: the task clears the mark before it reads the queue). Call it after the
+    commit that queued a job or freed a slot. Robust: with the broker or the cache down the
+    jobs wait for the tick (5 s)."""
+    try:
+        first = cache.add(PASS_PENDING_KEY, 1, timeout=30)
+    except CACHE_ERRORS as exc:
+        warn("pass queued without the pending mark", exc)
+        first = True
+    if not first:
+        return
+    try:
+        assign_queued_jobs.delay()
+    except Exception as exc:  # noqa: BLE001 - kombu's errors vary by transport
+        warn("assignment pass left to the tick", exc)
+        with contextlib.suppress(*CACHE_ERRORS):
+            cache.delete(PASS_PENDING_KEY)
+
+
+@shared_task(ignore_result=True)
+def assign_queued_jobs() -> int:
+    """Assign queued jobs to free hosts: one pass over many jobs and hosts (after the one in
+    flight, if any); the hosts given work are woken (benchmarks/wakeup.py)."""
+    with contextlib.suppress(*CACHE_ERRORS):
+        cache.delete(PASS_PENDING_KEY)  # before reading: later requests queue anew
+    return routing.assign_queued()
+
+
 @shared_task(autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def fold_host_ewmas(host_id: int) -> int:
     """Fold a host's settled, unfolded jobs into its EWMAs (queued by completions)."""
@@ -59,7 +93,7 @@ def sweep_unfolded() -> int:
 def network_tick() -> int:
     """Periodic: expire leases, fail jobs past the queue deadline, run an assignment pass."""
     jobs.housekeeping()
-    return routing.assignment_pass()
+    return routing.assign_queued()
 
 
 @shared_task(ignore_result=True)

@@ -32,6 +32,15 @@ def blocked(address: str) -> int | None:
                           _limit("AUTH_FAILURE_WINDOW_S"))
 
 
+def blocked_then_count(address: str, scope: str, key: str, limit: int,
+                       window_s: int) -> tuple[int | None, bool, int]:
+    """blocked(address) and ratelimit.allow(scope, key, …) in one cache round trip (the
+    heartbeat's): (blocked for, allowed, retry after)."""
+    return ratelimit.allow_unless_over(scope, key, limit, window_s, SCOPE, address or "unknown",
+                                       _limit("AUTH_FAILURE_LIMIT"),
+                                       _limit("AUTH_FAILURE_WINDOW_S"))
+
+
 def record(address: str) -> None:
     """Count one failed authentication from `address`."""
     ratelimit.allow(SCOPE, address or "unknown", _limit("AUTH_FAILURE_LIMIT"),

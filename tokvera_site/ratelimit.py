@@ -45,6 +45,34 @@ def allow_weighted(scope: str, key: str, weight: int, limit: int,
     return count <= limit, retry_after
 
 
+def allow_unless_over(scope: str, key: str, limit: int, window_s: int,
+                      over_scope: str, over_key: str, over_limit: int,
+                      over_window_s: int) -> tuple[int | None, bool, int]:
+    """over(over_scope, …) and allow(scope, …) in one cache round trip (with Redis):
+    (seconds until the first counter's window resets if it is over its limit, else None;
+    allowed; seconds until the second's window resets). The call is counted either way: the
+    caller refuses it when the first is not None. Fails open as both do."""
+    over_cache_key, over_retry = _window(over_scope, over_key, over_window_s)
+    cache_key, retry_after = _window(scope, key, window_s)
+    client = _redis_client()
+    if client is None:
+        return over(over_scope, over_key, over_limit, over_window_s), *allow(
+            scope, key, limit, window_s)
+    try:
+        checked = cache.make_and_validate_key(over_cache_key)
+        counted = cache.make_and_validate_key(cache_key)
+        pipe = client.pipeline(transaction=False)
+        pipe.get(checked)
+        pipe.set(counted, 0, ex=window_s + 1, nx=True)
+        pipe.incr(counted, 1)
+        seen, _, count = pipe.execute()
+    except CACHE_ERRORS as exc:
+        warn(f"{scope} rate limit not applied", exc)
+        return None, True, retry_after
+    blocked = over_retry if seen is not None and int(seen) >= over_limit else None
+    return blocked, count <= limit, retry_after
+
+
 def over(scope: str, key: str, limit: int, window_s: int) -> int | None:
     """Whether `limit` calls have already been counted (by allow()) for this key in the
     current window, counting nothing: the seconds until it resets if so, else None (also

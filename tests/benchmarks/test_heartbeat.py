@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import time_machine
+from django.db import connection
 
 from accounts import teams
 from benchmarks.models import Host
@@ -153,3 +154,20 @@ def test_a_steady_heartbeat_updates_slots_and_hardware_and_keeps_the_models(net)
     assert (host.last_heartbeat_at, host.slots, host.gpu_model) == (T0, 4, "RTX 5090")
     assert list(host.catalog_models.values_list("id", flat=True)) == ["tiny-q4"]
 
+
+
+def test_a_steady_heartbeat_is_a_hot_update_that_writes_no_index(net):
+    """Issue 25: no index covers what a heartbeat rewrites, so PostgreSQL updates the row in
+    place (a heap-only tuple) instead of adding an entry to each of the table's indexes."""
+    _, token = net.host("h1")
+
+    def hot_updates() -> int:
+        with connection.cursor() as cursor:  # this transaction's own counters, read at once
+            cursor.execute("SELECT pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+                           [Host._meta.db_table])
+            return cursor.fetchone()[0]
+
+    before = hot_updates()
+    for _ in range(3):
+        assert net.heartbeat(token, ["tiny-q4"], hardware={"gpu_model": "RTX 4090"}).status_code == 200
+    assert hot_updates() == before + 3

@@ -53,8 +53,10 @@ class Site:
     @contextmanager
     def running(self):
         self.runs += 1
+        # Threads, as in production: each agent's waiting lease holds one (docs/operations.md).
         args = [sys.executable, "-m", "gunicorn", "tests.benchmarks.site_for_e2e:application",
-                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "60"]
+                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "60",
+                "--worker-class", "gthread", "--threads", "16"]
         with _process(args, self.env, f"site-{self.runs}", self.logs) as proc:
             wait_for(lambda: _port_open(self.port) or proc.poll() is not None, 30, "the site")
             assert proc.poll() is None, (self.logs / f"site-{self.runs}.log").read_text()[-2000:]

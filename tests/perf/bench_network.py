@@ -4,8 +4,9 @@
 
 Needs PostgreSQL at postgres://postgres@127.0.0.1:5432 (trust auth), its `pgbench`, and Redis at
 127.0.0.1:6379. It (re)creates the databases `tokvera_bench` and `tokvera_bench_pgbench`,
-migrates the first, seeds hosts and a buyer, starts gunicorn (sync workers) and one Celery
-worker (the fold task) on Redis, then measures, with a raw asyncio HTTP client on 127.0.0.1:
+migrates the first, seeds hosts and a buyer, starts gunicorn (sync workers, or gthread with
+--threads) and one Celery worker of two processes (folds and assignment passes) on Redis,
+then measures, with a raw asyncio HTTP client on 127.0.0.1:
 
 0. pgbench's single-row UPDATE (`UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE
    aid = :aid`, 32 clients) on the same PostgreSQL, in the same run: the yardstick.
@@ -15,10 +16,13 @@ worker (the fold task) on Redis, then measures, with a raw asyncio HTTP client o
    time, so a backed-up client is counted, not hidden (and at 80 % of the maximum when that is
    lower). Goal (issue 14): at least 0.25 x pgbench's rate, p99 < 50 ms at 1,000/s.
 2. Jobs through submit -> complete: buyers submit (at most 400 unsettled at a time) while 100
-   simulated hosts with 2 slots each lease with {"start": true} and complete with
-   {"lease_next": true} (the next job comes back already running: one call per job while
-   work waits). Reports completed jobs/s and, from the database, the EWMA fold latency
-   (folded_at - completed_at). Goal: >= 200 jobs/s, folds within 5 s.
+   simulated hosts with 2 slots each lease with {"start": true, "wait_s": --lease-wait-s}
+   (held by the coordinator until a pass assigns the host a job; one waiting call per host,
+   as the agent does) and complete with {"lease_next": true} (the next job, when one is
+   already assigned, comes back running). --lease-wait-s 0 is the old polling (a lease every
+   second after a 204). Waiting calls hold a thread each under gthread: give the workers
+   more threads than hosts (e.g. --workers 2 --threads 64). Reports completed jobs/s and,
+   from the database, the EWMA fold latency (folded_at - completed_at). Goal: >= 200 jobs/s, folds within 5 s.
 3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
 
 Percentiles are the project's nearest-rank `scans.grader.stats.percentile`. Prints one JSON
@@ -206,7 +210,8 @@ def start_services(port: int, workers: int, threads: int):
          "--log-level", "warning"],
         cwd=ROOT, env=ENV)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "1",
+        # Two processes: folds and assignment passes (issue 25) share the default queue.
+        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "2",
          "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
         cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import httpx
@@ -296,6 +301,41 @@ async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: f
     return {**_summary(statuses, latencies, time.perf_counter() - began), "target_rate": rate}
 
 
+async def heartbeats_while_hosts_wait(port: int, tokens: list[str], waiting: list[str],
+                                      seconds: float, callers: int) -> dict:
+    """Closed-loop heartbeats while `waiting` idle hosts each hold a waiting lease (renewed
+    when it ends): what serving waiting hosts costs the busiest call."""
+    stop = time.perf_counter() + seconds
+    leases: dict[int, int] = {}
+
+    async def wait_for_work(token):
+        http = Http(port)  # a connection of its own, as each agent has
+        while time.perf_counter() < stop:
+            wait_s = round(min(25.0, max(0.0, stop - time.perf_counter())), 2)
+            status, _ = await http.call("POST", "/v1/hosts/lease", token,
+                                        json.dumps({"wait_s": wait_s}).encode())
+            leases[status] = leases.get(status, 0) + 1
+            if status != 204:
+                await asyncio.sleep(1)
+
+    waiters = [asyncio.create_task(wait_for_work(t)) for t in waiting]
+    await asyncio.sleep(2)  # let them all be held
+    connections = database_connections()  # PostgreSQL's, while they wait (a second's block)
+    result = await heartbeats_closed(Http(port), tokens, max(1.0, stop - time.perf_counter()),
+                                     callers)
+    await asyncio.gather(*waiters)
+    return {**result, "waiting_hosts": len(waiting), "lease_statuses": leases,
+            "database_connections_while_waiting": connections}
+
+
+def database_connections() -> int:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                            [DB_NAME]).fetchone()[0]
+
+
 def _summary(statuses, latencies, elapsed) -> dict:
     from scans.grader.stats import percentile
 
@@ -308,7 +348,8 @@ def _summary(statuses, latencies, elapsed) -> dict:
 
 
 async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: float,
-                    submitters: int = 8, max_unsettled: int = 400, poll_s: float = 1.0) -> dict:
+                    submitters: int = 8, max_unsettled: int = 400, poll_s: float = 1.0,
+                    lease_wait_s: float = 0.0) -> dict:
     hb = json.dumps({"models": [JOB_MODEL], "slots": JOB_SLOTS}).encode()
     for token in host_tokens:
         await http.call("POST", "/v1/hosts/heartbeat", token, hb)
@@ -354,19 +395,22 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
             job = json.loads(raw).get("next") if time.perf_counter() < stop else None
 
     async def host(token):
-        """Like the agent: while a slot is free, lease (started); a leased job runs as a chain
-        in its slot; after a 204, wait a poll interval."""
+        """Like the agent: while a slot is free, lease (started, waiting up to lease_wait_s
+        for a job); a leased job runs as a chain in its slot; after a 204 that did not wait,
+        wait a poll interval."""
         free = asyncio.Semaphore(JOB_SLOTS)
         running = set()
-        lease_body = json.dumps({"start": True}).encode()
         while time.perf_counter() < stop:
             await free.acquire()
             t0 = time.perf_counter()
-            status, raw = await http.call("POST", "/v1/hosts/lease", token, lease_body)
+            wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)  # never past the run
+            status, raw = await http.call("POST", "/v1/hosts/lease", token,
+                                          json.dumps({"start": True, "wait_s": wait_s}).encode())
             count("lease", status, t0)
             if status != 200:
                 free.release()
-                await asyncio.sleep(poll_s)
+                if not lease_wait_s or time.perf_counter() - t0 < min(1.0, lease_wait_s / 2):
+                    await asyncio.sleep(poll_s)
                 continue
             task = asyncio.create_task(chain(token, json.loads(raw)))
             running.add(task)
@@ -431,6 +475,12 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10_000, help="simulated heartbeating hosts")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--skip-jobs", action="store_true")
+    parser.add_argument("--waiting-hosts", type=int, default=0,
+                        help="also measure heartbeats while this many idle hosts hold waiting "
+                             "leases (needs more gthread threads than that)")
+    parser.add_argument("--lease-wait-s", type=float, default=25.0,
+                        help="how long a simulated host's lease waits for a job (0: poll every "
+                             "second after a 204, as before issue 25)")
     args = parser.parse_args()
 
     recreate_database()
@@ -459,6 +509,12 @@ def main() -> None:
             (cpu_seconds(web) - cpu0) * 1000 / max(1, sum(closed["statuses"].values())), 2)
         result["heartbeats_max"] = closed
         result["rss_mb_after_heartbeats_max"] = worker_rss_mb(gunicorn.pid)
+        if args.waiting_hosts:
+            result["database_connections_before_waiting"] = database_connections()
+            result["heartbeats_while_hosts_wait"] = asyncio.run(heartbeats_while_hosts_wait(
+                args.port, seeded["hb_tokens"][: -args.waiting_hosts],
+                seeded["hb_tokens"][-args.waiting_hosts:], args.seconds, 32))
+            result["rss_mb_while_hosts_waited"] = worker_rss_mb(gunicorn.pid)
         result["heartbeats_at_1000_per_s"] = asyncio.run(
             heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
         if 0.8 * closed["per_s"] < 1000:  # below capacity too, to tell queueing from cost
@@ -472,7 +528,7 @@ def main() -> None:
         if not args.skip_jobs:
             cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds([celery.pid, *children(celery.pid)])
             jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
-                                         args.seconds))
+                                         args.seconds, lease_wait_s=args.lease_wait_s))
             jobs["web_cpu_ms_per_job"] = round(
                 (cpu_seconds(web) - cpu0) * 1000 / max(1, jobs["completed"]), 2)
             jobs["celery_cpu_ms_per_job"] = round(
@@ -482,7 +538,8 @@ def main() -> None:
             result["fold_latency"] = fold_latency()
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
             # a second, identical jobs run: flat memory means no growth from the first to here
-            asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds))
+            asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
+                                  lease_wait_s=args.lease_wait_s))
             result["rss_mb_after_second_jobs_run"] = worker_rss_mb(gunicorn.pid)
     finally:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -511,6 +568,13 @@ def main() -> None:
             f"median worker RSS: warm {statistics.median(result['rss_mb_warm'])} MB, "
             f"end {statistics.median(end)} MB",
         ]
+        if "heartbeats_while_hosts_wait" in result:
+            held = result["heartbeats_while_hosts_wait"]
+            lines.append(f"while {held['waiting_hosts']} hosts wait: heartbeats {held['per_s']}/s, "
+                         f"p99 {held['p99_ms']} ms; PostgreSQL connections "
+                         f"{result['database_connections_before_waiting']} before, "
+                         f"{held['database_connections_while_waiting']} while they wait; RSS "
+                         f"{result['rss_mb_while_hosts_waited']} MB")
         if "jobs" in result:
             fold = result["fold_latency"]
             lines.append(f"jobs: {result['jobs']['completed_per_s']}/s submit -> complete "
