@@ -82,7 +82,8 @@ class Endpoint(TeamOwned):
     slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")
     slo_ttft_p95_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     slo_error_rate = models.FloatField(null=True, blank=True)
-    # share of scans in a window that must meet every target (the rest is the error budget)
+    # share of a window's time that must meet every target (the rest is the error budget);
+    # judged on the time scans cover, never on uncovered time (scans/slo.py, docs/slo.md)
     slo_objective = models.FloatField(default=0.9)
     # Capacity within the SLO (issue 22): each scan also searches for the largest concurrency
     # whose requests meet the TTFT and error-rate targets (scans/profile.py bounds the search by
@@ -93,9 +94,10 @@ class Endpoint(TeamOwned):
     capacity_alert_below = models.PositiveIntegerField(null=True, blank=True)
     # badges and alerts
     badge_key = models.CharField(max_length=40, unique=True, default=new_badge_key)
-    alert_email = models.BooleanField(default=True)
-    webhook_url = models.URLField(max_length=500, blank=True, default="")
-    webhook_secret_encrypted = models.TextField(blank=True, default="")
+    # Where its alerts go (issue 24): every channel of the team, or only those picked.
+    all_channels = models.BooleanField(
+        default=True, help_text="Alerts go to every channel of the team, new ones included.")
+    channels = models.ManyToManyField("NotificationChannel", blank=True, related_name="endpoints")
     alert_after_errors = models.PositiveSmallIntegerField(
         default=3, validators=[MinValueValidator(1), MaxValueValidator(100)])
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it
@@ -320,3 +322,161 @@ class OriginLock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.origin} held by scan {self.scan_id}"
+
+
+# --- notification channels (issue 24; scans/channels/) ---------------------------------------
+
+
+class ChannelKind(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook (signed)"
+    SLACK = "slack", "Slack"
+    TEAMS = "teams", "Microsoft Teams"
+    DISCORD = "discord", "Discord"
+    TELEGRAM = "telegram", "Telegram"
+    PAGERDUTY = "pagerduty", "PagerDuty"
+    OPSGENIE = "opsgenie", "Opsgenie"
+    NTFY = "ntfy", "ntfy"
+
+
+class NotificationChannel(TeamOwned):
+    """Somewhere a team's alerts go: its owners' and admins' mail, a signed webhook, or a chat
+    or paging service through Apprise. Its URL and secret are one encrypted JSON object
+    (`config_encrypted`, write-only like every secret); `destination` is what pages show of
+    it (a host, never a token)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notification_channels")
+    kind = models.CharField(max_length=12, choices=ChannelKind.choices)
+    name = models.CharField(max_length=100)
+    enabled = models.BooleanField(default=True)
+    config_encrypted = models.TextField(blank=True, default="")
+    destination = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="one_channel_name_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class AlertEvent(TeamOwned):
+    """One piece of news (an endpoint down, up again after 37 min, a test message), recorded
+    once with the message every channel is sent; its deliveries are the attempts per channel."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="alert_events")
+    scan = models.ForeignKey(Scan, on_delete=models.CASCADE, null=True, blank=True,
+                             related_name="+")
+    kind = models.CharField(max_length=30)  # "down", "down_recovered", …, "test"
+    message = models.JSONField()  # scans.alerts.payload, with how long it lasted
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta(TeamOwned.Meta):
+        indexes = [
+            # how long an alert lasted: the endpoint's latest opening event of a kind
+            models.Index(fields=["endpoint", "kind", "-created_at"], name="alert_event_history"),
+        ]
+        constraints = [
+            # one event per change a scan found, however often its alerts are evaluated
+            models.UniqueConstraint(fields=["scan", "kind"], name="one_alert_per_scan_and_kind",
+                                    condition=Q(scan__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of endpoint {self.endpoint_id}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Waiting"  # due at next_attempt_at (first try or a retry)
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"  # gave up: out of attempts, or an answer no retry changes
+
+
+class Delivery(TeamOwned):
+    """One event sent to one channel: its retries are this row (attempts, next_attempt_at), not
+    a countdown held by a worker, so a restarted worker loses none (scans/channels/delivery.py)."""
+
+    event = models.ForeignKey(AlertEvent, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE,
+                                related_name="deliveries", db_index=False)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices,
+                              default=DeliveryStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    team_lookup = "channel__team"
+
+    class Meta(TeamOwned.Meta):
+        indexes = [
+            # the every-minute retry pass reads only waiting rows by due time
+            models.Index(fields=["next_attempt_at"], name="delivery_due",
+                         condition=Q(status="pending")),
+            # a channel's history on the channels page, newest first
+            models.Index(fields=["channel", "-created_at"], name="delivery_history"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "channel"], name="one_delivery_per_channel"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} to {self.channel_id} ({self.status})"
+
+
+# --- public status pages (issue 24; scans/status_page.py) -------------------------------------
+
+
+def new_status_page_slug() -> str:
+    """20 characters of a-z and 0-9 (about 103 bits): an address nobody guesses."""
+    import secrets
+    import string
+
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(20))
+
+
+class StatusPage(TeamOwned):
+    """A team's public status page: off until the team turns it on, at /status/<slug>/, with
+    only the endpoints it picked under the names it gave them (StatusPageEndpoint)."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="status_page")
+    enabled = models.BooleanField(default=False)
+    slug = models.CharField(max_length=50, unique=True, default=new_status_page_slug)
+    title = models.CharField(max_length=100, default="Status")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta(TeamOwned.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return f"status page {self.slug} ({'on' if self.enabled else 'off'})"
+
+
+class StatusPageEndpoint(TeamOwned):
+    """One endpoint a status page shows, under the name the team chose for it."""
+
+    status_page = models.ForeignKey(StatusPage, on_delete=models.CASCADE, related_name="entries")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
+    display_name = models.CharField(max_length=100)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    team_lookup = "status_page__team"
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["position", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["status_page", "endpoint"],
+                                    name="one_entry_per_endpoint_per_status_page"),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name
