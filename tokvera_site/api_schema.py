@@ -20,6 +20,7 @@ One mechanism instead of a decorator on every view:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.generators import EndpointEnumerator
@@ -91,7 +92,46 @@ RESPONSE_NAMES = {"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidd
                   "404": "NotFound", "429": "TooManyRequests", "503": "Unavailable"}
 
 
+# A summary for each operation that has none, so Redoc's menu and Swagger's list read as
+# words ("List endpoints") instead of operation ids ("api_v1_endpoints_list"), issue 23.
+ACTION_SUMMARIES = {"list": "List {plural}", "create": "Create {a} {singular}",
+                    "retrieve": "Read {a} {singular}", "update": "Replace {a} {singular}",
+                    "partial_update": "Update {a} {singular}", "destroy": "Delete {a} {singular}"}
+
+
+def operation_summary(method: str, action: str | None, singular: str, plural: str,
+                      doc: str | None, path: str = "") -> str:
+    """Words for an operation: the standard actions by name, any other by its docstring's
+    first clause, else the last word of its path."""
+    article = "an" if singular[:1].lower() in "aeiou" else "a"
+    if action in ACTION_SUMMARIES:
+        return ACTION_SUMMARIES[action].format(a=article, singular=singular, plural=plural)
+    first = " ".join((doc or "").strip().split("\n\n")[0].split())
+    first = re.sub(r"\s*\(issue \d+\)", "", first)
+    first = re.split(r"\.\s|: |; | \(", first)[0].rstrip(".").strip()
+    if first:
+        return first if len(first) <= 80 else first[:79].rsplit(" ", 1)[0] + "…"
+    segment = next((part for part in reversed(path.strip("/").split("/"))
+                    if part and not part.startswith("{")), plural)
+    return segment.replace("_", " ").replace(".", " ").capitalize()
+
+
 class ErrorDocumentingSchema(AutoSchema):
+    def get_summary(self):
+        summary = super().get_summary()
+        if summary:
+            return summary
+        model = getattr(getattr(self.view, "queryset", None), "model", None) or getattr(
+            self.view, "scoped_model", None)
+        singular = str(model._meta.verbose_name) if model is not None else "resource"
+        plural = str(model._meta.verbose_name_plural) if model is not None else "resources"
+        action = getattr(self.view, "action", None)
+        handler = getattr(self.view, action or self.method.lower(), None)
+        doc = getattr(handler, "__doc__", None) if handler is not None else None
+        if doc is None and action is None:
+            doc = self.view.__doc__  # a plain APIView: its class says what its method does
+        return operation_summary(self.method, action, singular, plural, doc, self.path)
+
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
         if direction != "response":
