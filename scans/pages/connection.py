@@ -35,7 +35,7 @@ FRAGMENT_HEADER = "X-Tokvera-Fragment"
 
 @login_required
 @require_POST
-@sensitive_post_parameters("api_key", "webhook_secret")
+@sensitive_post_parameters("api_key")
 def test_connection_new(request, slug):
     team = team_to_create_in(request, slug)
     return _answer(request, team, None)
@@ -43,7 +43,7 @@ def test_connection_new(request, slug):
 
 @login_required
 @require_POST
-@sensitive_post_parameters("api_key", "webhook_secret")
+@sensitive_post_parameters("api_key")
 def test_connection(request, public_id):
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
@@ -140,8 +140,6 @@ def _number(value) -> float:
 # What the re-rendered form must not show again (write-only fields) or cannot (files).
 _NOT_RENDERED_BACK = {
     "api_key",
-    "webhook_secret",
-    "webhook_url",
     "csrfmiddlewaretoken",
     "pick_model",
     "test_connection",
@@ -157,4 +155,6 @@ def _initial(data) -> dict:
     for name, field in EndpointForm.base_fields.items():
         if isinstance(field, forms.BooleanField):
             initial[name] = name in data
+        elif isinstance(field, forms.MultipleChoiceField | forms.ModelMultipleChoiceField):
+            initial[name] = data.getlist(name)  # every value picked, not only the last
     return initial
