@@ -13,6 +13,7 @@ import uuid
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.timezone import now as timezone_now
 
 from accounts.models import Team
 from accounts.tenancy import TeamOwned
@@ -480,3 +481,42 @@ class StatusPageEndpoint(TeamOwned):
 
     def __str__(self) -> str:
         return self.display_name
+
+
+# --- maintenance windows (issue 24; scans/maintenance.py) -------------------------------------
+
+
+class MaintenanceKind(models.TextChoices):
+    ONCE = "once", "Once (from a start to an end)"
+    WEEKLY = "weekly", "Every week (on chosen days, at a time)"
+
+
+class MaintenanceWindow(TeamOwned):
+    """Time a team plans to be down: alerts are held, the time is left out of SLO windows, and
+    scans stop only when `pause_scans` says so. For one endpoint, or the whole team (endpoint
+    null). Once: [starts_at, ends_at). Weekly: on `weekdays` (0 Monday … 6 Sunday) at
+    `start_time` for `duration_minutes`, read in `timezone` (an IANA name, kept with the window
+    so a change of anyone's profile does not move it), from `created_at` on."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="maintenance_windows")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="maintenance_windows")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=MaintenanceKind.choices,
+                            default=MaintenanceKind.ONCE)
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    weekdays = models.JSONField(default=list, blank=True)
+    start_time = models.TimeField(null=True, blank=True)
+    duration_minutes = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    pause_scans = models.BooleanField(
+        default=False, help_text="Also start no scheduled scan during the window.")
+    created_at = models.DateTimeField(default=timezone_now)
+
+    class Meta(TeamOwned.Meta):
+        ordering = ["name", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
