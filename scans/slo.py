@@ -50,6 +50,7 @@ from django.db.models.functions import Lead
 from django.utils import timezone
 
 from accounts.tenancy import scoped_to_teams
+from scans import maintenance
 from scans.grader import scoring
 from scans.models import Endpoint, Scan, ScanStatus
 
@@ -150,6 +151,7 @@ class SloWindow:
     objective: float
     versions: tuple[str, ...]  # scoring versions of the counted scans, sorted
     burn_rates: tuple[tuple[int, float | None, float], ...]  # (span_s, rate, covered_s)
+    maintenance_s: float = 0.0  # time in maintenance windows: neither covered, nor counted
 
     @property
     def enough(self) -> bool:
@@ -161,8 +163,20 @@ class SloWindow:
         return "" if self.enough else f"no scan covers the last {self.days} days"
 
     @property
+    def counted_s(self) -> float:
+        """The window's time outside maintenance windows: what coverage and budget are of."""
+        return max(self.window_s - self.maintenance_s, 0.0)
+
+    @property
     def uncovered_s(self) -> float:
-        return max(self.window_s - self.covered_s, 0.0)
+        return max(self.counted_s - self.covered_s, 0.0)
+
+    @property
+    def maintenance_text(self) -> str:
+        """'maintenance for 2 h of the 7 days': left out, neither good, bad nor no data."""
+        if self.maintenance_s < 60:
+            return ""
+        return f"maintenance for {duration_text(self.maintenance_s)} of the {self.days} days"
 
     @property
     def uncovered_text(self) -> str:
@@ -286,7 +300,7 @@ class SloWindow:
 
     @property
     def coverage(self) -> float:
-        return self.covered_s / self.window_s
+        return self.covered_s / self.counted_s if self.counted_s else 0.0
 
     @property
     def fully_covered(self) -> bool:
@@ -295,8 +309,9 @@ class SloWindow:
     @property
     def coverage_text(self) -> str:
         """'scans cover 2 h 10 min of 7 d (1.3 %)'."""
-        return (f"scans cover {duration_text(self.covered_s)} of {self.days} d "
-                f"({self.coverage:.1%})")
+        of = (f"{self.days} d" if self.maintenance_s < 60 else
+              f"the {duration_text(self.counted_s)} outside maintenance")
+        return f"scans cover {duration_text(self.covered_s)} of {of} ({self.coverage:.1%})"
 
     @property
     def share(self) -> float | None:
@@ -348,7 +363,8 @@ class SloWindow:
 
     @property
     def _budget(self) -> Fraction:
-        return (1 - _exact(self.objective)) * Fraction(self.window_s)
+        # Maintenance time is not the window's to miss: the budget is of the time outside it.
+        return (1 - _exact(self.objective)) * Fraction(self.counted_s)
 
 
 def _burn_sentence(pair: BurnPair, rates: dict[int, float | None]) -> str:
@@ -406,6 +422,8 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
     )
     if location:
         scans = scans.filter(location=location)
+    lookback = earliest - timedelta(minutes=longest)
+    held = maintenance.intervals_for(endpoints, lookback, now)
     scans = scans.annotate(
         # Each scan's two check rows, joined once (LEFT JOIN on the unique (scan, check_id)).
         ttft=FilteredRelation("check_results", condition=Q(check_results__check_id=TTFT_CHECK)),
@@ -415,7 +433,7 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
         grade_ok=_flag(_grade_ok()), ttft_p95_ok=_flag(_value_ok("ttft", "slo_ttft_p95_ms")),
         error_rate_ok=_flag(_value_ok("errors", "slo_error_rate")),
     )
-    sums = _sums(scans, since, now)
+    sums = _sums(scans, since, now, held)
     result = {}
     for endpoint in endpoints:
         r = sums.get(endpoint.pk) or {}
@@ -445,49 +463,94 @@ def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None =
             objective=endpoint.slo_objective,
             versions=tuple(sorted(v for v in r.get("versions") or () if v)),
             burn_rates=tuple(burn),
+            maintenance_s=sum((min(e, now) - max(b, since)).total_seconds()
+                              for b, e in held[endpoint.pk] if e > since),
         )
     return result
 
 
-def _sums(scans, since: datetime, now: datetime) -> dict[int, dict]:
+def spans_cte(scans, now: datetime, columns: tuple[str, ...] = ()) -> tuple[str, list]:
+    """SQL for the common table `spanned AS (...)`, one row per scan of `scans` (a scoped
+    queryset of finished scans) with endpoint_id, queued_at, status, `columns` and `stop`: the
+    end of the time the scan stands for, at the next finished scan of its endpoint (LEAD), at
+    its endpoint's interval, or at `now`, whichever comes first. Its parameters are returned
+    beside it. The scoped queryset's SQL is wrapped, never rebuilt, so its filters stay."""
+    inner = scans.annotate(
+        next_at=Window(Lead("queued_at"), partition_by=[F("endpoint_id")],
+                       order_by=[F("queued_at").asc(), F("pk").asc()]),
+        interval_minutes=F("endpoint__interval_minutes"),
+    ).order_by().values("endpoint_id", "queued_at", "status", *columns, "next_at",
+                        "interval_minutes")
+    inner_sql, inner_params = inner.query.sql_with_params()
+    sql = f"""spanned AS (
+            SELECT finished.*,
+                   LEAST(queued_at + make_interval(mins => interval_minutes),
+                         COALESCE(next_at, 'infinity'::timestamptz), %s) AS stop
+            FROM ({inner_sql}) AS finished
+        )"""  # noqa: S608
+    return sql, [now, *inner_params]
+
+
+def _free_values(held: dict[int, list[tuple[datetime, datetime]]]) -> tuple[str, list]:
+    """VALUES rows (endpoint_id, free_start, free_end): each endpoint's time outside its
+    maintenance windows, from -infinity to infinity (one row when it has none)."""
+    rows, params = [], []
+    for pk, spans in held.items():
+        edges: list = ["-infinity"]
+        for begins, ends in spans:
+            edges += [begins, ends]
+        edges.append("infinity")
+        for i in range(0, len(edges), 2):
+            rows.append("(%s::bigint, %s::timestamptz, %s::timestamptz)")
+            params += [pk, edges[i], edges[i + 1]]
+    return ", ".join(rows), params
+
+
+def _sums(scans, since: datetime, now: datetime,
+          held: dict[int, list[tuple[datetime, datetime]]]) -> dict[int, dict]:
     """Per endpoint: the seconds (exact, as Fractions) covered, bad and missed per target in
     [since, now], the same over the burn spans, counts and versions, summed in PostgreSQL.
 
     `scans` is the scoped queryset of the endpoints' finished scans with their *_ok flags;
     its SQL is wrapped, never rebuilt, so the scoping layer's filters stay in force. Each
     succeeded scan's span ends at the next finished scan (LEAD), at its endpoint's interval,
-    or at now, whichever comes first.
+    or at now, whichever comes first. Its time inside the endpoint's maintenance windows
+    (`held`) is cut out: a span is summed as its pieces outside them (free).
     """
-    inner = scans.annotate(
-        next_at=Window(Lead("queued_at"), partition_by=[F("endpoint_id")],
-                       order_by=[F("queued_at").asc(), F("pk").asc()]),
-        interval_minutes=F("endpoint__interval_minutes"),
-    ).order_by().values("endpoint_id", "queued_at", "status", "scoring_version", "grade_ok",
-                        "ttft_p95_ok", "error_rate_ok", "next_at", "interval_minutes")
-    inner_sql, inner_params = inner.query.sql_with_params()
+    spanned_sql, spanned_params = spans_cte(
+        scans, now, ("id", "scoring_version", "grade_ok", "ttft_p95_ok", "error_rate_ok"))
+    free_rows, free_params = _free_values(held)
 
     def seconds_from(start_param: str) -> str:
         return (f"GREATEST(EXTRACT(EPOCH FROM (stop - GREATEST(queued_at, {start_param}))), 0)")
 
     succeeded = "status = 'succeeded'"
+    # `stop > start` first: most rows end before a burn span and are skipped without arithmetic.
     burn_columns = "".join(
-        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded}) AS covered_{span}s"
-        f", SUM({seconds_from('%s')}) FILTER (WHERE {succeeded} AND missed) AS bad_{span}s"
+        f", SUM({seconds_from('%s')}) FILTER (WHERE stop > %s AND {succeeded}) AS covered_{span}s"
+        f", SUM({seconds_from('%s')}) FILTER (WHERE stop > %s AND {succeeded} AND missed)"
+        f" AS bad_{span}s"
         for span in BURN_SPANS_S)
     # Only constants and the ORM's own SQL are formatted in; every value is a parameter.
     sql = f"""
-        WITH spans AS (
-            SELECT endpoint_id, status, queued_at, scoring_version,
+        WITH {spanned_sql},
+        free (endpoint_id, free_start, free_end) AS (VALUES {free_rows}),
+        spans AS (
+            -- a succeeded scan's span as its pieces outside maintenance; an errored scan once
+            SELECT s.endpoint_id, s.id, s.status, s.scoring_version,
+                   GREATEST(s.queued_at, f.free_start) AS queued_at,
+                   LEAST(s.stop, f.free_end) AS stop,
                    NOT grade_ok AS grade_missed, NOT ttft_p95_ok AS ttft_p95_missed,
                    NOT error_rate_ok AS error_rate_missed,
-                   NOT (grade_ok AND ttft_p95_ok AND error_rate_ok) AS missed,
-                   LEAST(queued_at + make_interval(mins => interval_minutes),
-                         COALESCE(next_at, 'infinity'::timestamptz), %s) AS stop
-            FROM ({inner_sql}) AS finished
+                   NOT (grade_ok AND ttft_p95_ok AND error_rate_ok) AS missed
+            FROM spanned s JOIN free f ON f.endpoint_id = s.endpoint_id
+                AND CASE WHEN s.status = 'succeeded'
+                         THEN f.free_start < s.stop AND f.free_end > s.queued_at
+                         ELSE f.free_start = '-infinity' END
         )
         SELECT endpoint_id,
                COUNT(*) FILTER (WHERE status = 'errored' AND queued_at > %s) AS errored,
-               COUNT(*) FILTER (WHERE status = 'succeeded' AND stop > %s) AS scans,
+               COUNT(DISTINCT id) FILTER (WHERE status = 'succeeded' AND stop > %s) AS scans,
                ARRAY_AGG(DISTINCT scoring_version)
                    FILTER (WHERE status = 'succeeded' AND stop > %s) AS versions,
                SUM({seconds_from('%s')}) FILTER (WHERE status = 'succeeded') AS covered,
@@ -504,8 +567,8 @@ def _sums(scans, since: datetime, now: datetime) -> dict[int, dict]:
     burn_params = []
     for span in BURN_SPANS_S:
         start = now - timedelta(seconds=span)
-        burn_params += [start, start]
-    params = [now, *inner_params, since, since, since, since, since, since, since, since,
+        burn_params += [start, start, start, start]
+    params = [*spanned_params, *free_params, since, since, since, since, since, since, since, since,
               *burn_params]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
