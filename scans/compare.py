@@ -18,7 +18,7 @@ from typing import Any
 
 from scans import profile as load_profile
 from scans.grader import scoring
-from scans.grader.report import CHECK_LABELS, comparability
+from scans.grader.report import CHECK_LABELS, cap_text, comparability, is_down
 
 __all__ = ["FLAG_RELATIVE_CHANGE", "CheckChange", "Comparison", "FigureChange", "PillarChange",
            "compare"]
@@ -116,6 +116,9 @@ def _figures(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[Figur
     changes = []
     for key, label, unit, field_name, stat in FIGURES:
         bv, av = read(b, field_name, stat), read(a, field_name, stat)
+        if unit == "/s":  # the per-stream rate is in tokens or, without usage, chunks
+            bases = {(lv.get(field_name) or {}).get("basis") for lv in (b, a)} - {None}
+            unit = f"{bases.pop()}/s" if len(bases) == 1 else "tokens or chunks/s"
         if bv is not None or av is not None:
             changes.append(FigureChange(key, label, unit, bv, av))
     return tuple(changes)
@@ -172,6 +175,21 @@ class Comparison:
     before_profile: str = ""
     after_profile: str = ""
     load_differences: tuple[str, ...] = field(default=())
+    # Down is a state, not a grade (scans/grader/report.py is_down): a down side has its cause
+    # instead of a letter and points, and nothing is said of its grade.
+    before_down: bool = False
+    after_down: bool = False
+    before_cause: str = ""
+    after_cause: str = ""
+    # What is compared: "scans" (of one endpoint, earlier → later) or "endpoints" (left and
+    # right), and how each side is named in the sentences.
+    between: str = "scans"
+    before_label: str = "the previous scan"
+    after_label: str = "this scan"
+
+    @property
+    def any_down(self) -> bool:
+        return self.before_down or self.after_down
 
     @property
     def same_load(self) -> bool:
@@ -189,13 +207,16 @@ class Comparison:
 
     @property
     def grade_moved(self) -> str:
-        """"up", "down" or "same" (a scan with no letter ranks below F)."""
+        """"up", "down" or "same" (a scan with no letter ranks below F); "none" when a side is
+        down (there is no grade to move)."""
+        if self.any_down:
+            return "none"
         before, after = _rank(self.before_grade), _rank(self.after_grade)
         return "up" if after < before else "down" if after > before else "same"
 
     @property
     def points_delta(self) -> float | None:
-        if self.before_points is None or self.after_points is None:
+        if self.any_down or self.before_points is None or self.after_points is None:
             return None
         return round(self.after_points - self.before_points, 1)
 
@@ -214,8 +235,20 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Comparison:
-    """How `after` (a report) differs from `before` (an earlier report of the same endpoint)."""
+def _down_cause(report: Mapping[str, Any]) -> str:
+    """Why a down report's endpoint did not answer: the preflight's cause, else the failure
+    summary's sentence."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped") and preflight.get("cause"):
+        return str(preflight["cause"])
+    summary = report.get("failure_summary") or {}
+    return str(summary.get("sentence") or "no request succeeded")
+
+
+def compare(before: Mapping[str, Any], after: Mapping[str, Any], *, between: str = "scans",
+            labels: tuple[str, str] = ("the previous scan", "this scan")) -> Comparison:
+    """How `after` (a report) differs from `before` (an earlier report of the same endpoint,
+    or, `between="endpoints"`, another endpoint's latest), each side named by `labels`."""
     b_score, a_score = before["score"], after["score"]
     b_checks = {c["id"]: c for c in before.get("checks", [])}
     a_checks = {c["id"]: c for c in after.get("checks", [])}
@@ -266,7 +299,13 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> Comparison:
             regraded = scoring.grade(scoring.values_from_checks(before["checks"])).score
         except (ValueError, KeyError):
             regraded = None  # a check this version does not know: nothing comparable to show
+    b_down, a_down = is_down(before), is_down(after)
     comparison = Comparison(**{**comparison.__dict__,
+                               "before_down": b_down, "after_down": a_down,
+                               "before_cause": _down_cause(before) if b_down else "",
+                               "after_cause": _down_cause(after) if a_down else "",
+                               "between": between, "before_label": labels[0],
+                               "after_label": labels[1],
                                "before_profile": load_profile.profile_of(before.get("plan")).label,
                                "after_profile": load_profile.profile_of(after.get("plan")).label,
                                "load_differences": _load_differences(before, after)})
@@ -287,24 +326,64 @@ def _load_differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> tu
     return tuple(differences)
 
 
+def _sentence_start(label: str) -> str:
+    """"the previous scan" → "The previous scan"; an endpoint's name is left as it is."""
+    return label[:1].upper() + label[1:] if label.startswith(("the ", "this ")) else label
+
+
+def _down_reasons(c: Comparison, before_name: str, after_name: str) -> tuple[str, ...]:
+    """A down side has no grade: say so and why, and nothing of points or pillars."""
+    down = []
+    for name, is_down_, cause in ((before_name, c.before_down, c.before_cause),
+                                  (after_name, c.after_down, c.after_cause)):
+        if is_down_:
+            verb = "is down in its latest scan" if c.between == "endpoints" else "was down"
+            down.append(f"{name} {verb}: {cause}.")
+    return ("Down is a state, not a grade: a scan where the endpoint did not answer has no "
+            "letter and no points, so there is no grade to compare.", *down)
+
+
+def _cap_reasons(c: Comparison, two: bool) -> list[str]:
+    """Each cap that binds one side or both, in the scoring table's words, its id beside."""
+    reasons = []
+    for cap in c.caps_added:
+        reasons.append(f"The cap “{cap_text(cap['id'])}” ({cap['id']}) "
+                       f"{'applies to ' + c.after_label + ' only' if two else 'now applies'}: "
+                       f"the grade can be no better than {cap['grade_at_best']}.")
+    for cap in c.caps_lifted:
+        lifted = "applies to " + c.before_label + " only" if two else "no longer applies"
+        reasons.append(f"The cap “{cap_text(cap['id'])}” ({cap['id']}, at best "
+                       f"{cap['grade_at_best']}) {lifted}.")
+    for cap in c.caps_kept:
+        reasons.append(f"The cap “{cap_text(cap['id'])}” ({cap['id']}) "
+                       f"{'applies to both' if two else 'still applies'} "
+                       f"(at best {cap['grade_at_best']}).")
+    return reasons
+
+
 def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ...]:
     """Plain sentences on why the grade moved (or held), most decisive first."""
+    before_name, after_name = _sentence_start(c.before_label), _sentence_start(c.after_label)
+    two = c.between == "endpoints"
+    if c.any_down:
+        return _down_reasons(c, before_name, after_name)
     reasons = []
     before, after = _letter(c.before_grade), _letter(c.after_grade)
     if c.after_grade not in LETTERS:
-        reasons.append(f"This scan has no letter: {a_score.get('reason', 'not enough evidence')}.")
+        reasons.append(f"{after_name} has no letter: "
+                       f"{a_score.get('reason', 'not enough evidence')}.")
     if c.before_grade not in LETTERS and c.after_grade in LETTERS:
-        reasons.append(f"The previous scan had no letter: "
+        reasons.append(f"{before_name} had no letter: "
                        f"{b_score.get('reason', 'not enough evidence')}.")
-    for cap in c.caps_added:
-        reasons.append(f"The cap {cap['id']} now applies: the grade can be no better than "
-                       f"{cap['grade_at_best']}.")
-    for cap in c.caps_lifted:
-        reasons.append(f"The cap {cap['id']} (at best {cap['grade_at_best']}) no longer "
-                       "applies.")
-    for cap in c.caps_kept:
-        reasons.append(f"The cap {cap['id']} still applies (at best {cap['grade_at_best']}).")
-    if c.before_points is not None and c.after_points is not None:
+    reasons += _cap_reasons(c, two)
+    if two and c.before_points is not None and c.after_points is not None:
+        delta = c.points_delta or 0.0
+        reasons.append(
+            f"{before_name} has {c.before_points:.1f} points (band "
+            f"{_letter(c.before_uncapped)}), {c.after_label} {c.after_points:.1f} (band "
+            f"{_letter(c.after_uncapped)})"
+            + (f": {delta:+.1f} points from left to right." if delta else ", the same."))
+    elif c.before_points is not None and c.after_points is not None:
         delta = c.points_delta or 0.0
         if delta:
             reasons.append(
@@ -321,8 +400,12 @@ def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ..
         ap = "not graded" if pillar.after_points is None else f"{pillar.after_points:.1f}"
         reasons.append(f"{pillar.pillar}: {bp} → {ap} pillar points, "
                        f"{pillar.contribution_delta:+.1f} points to the total.")
-    summary = ("The grade held at " + after if before == after
-               else f"The grade went from {before} to {after}")
+    if two:
+        summary = (f"Both grade {after}" if before == after
+                   else f"{before_name} grades {before}, {c.after_label} {after}")
+    else:
+        summary = ("The grade held at " + after if before == after
+                   else f"The grade went from {before} to {after}")
     if c.same_version and not c.same_load:
         summary = (f"The scans ran different loads ({c.before_profile}; {c.after_profile}): "
                    f"their grades are not comparable. {summary}, but across loads that says "

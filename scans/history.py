@@ -132,6 +132,9 @@ class GradePoint:
     profile: str = ""
     profile_key: str = ""
     down: int = 0
+    #: The URL the scan reached (report.target.base_url): a change is another server, so
+    #: charts break there too and mark it "new URL".
+    url: str = ""
 
     @property
     def has_letter(self) -> bool:
@@ -232,7 +235,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
     scans = _graded_scans(endpoint, location)
     since, until = _window(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
     rows = scans.filter(queued_at__gte=since, queued_at__lte=until).annotate(
-        **load_profile.plan_annotations())
+        **load_profile.plan_annotations(), target_url=KT("report__target__base_url"))
     if rows.count() <= max_points:
         return [
             GradePoint(
@@ -244,17 +247,19 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 caps=tuple(c.get("id", "") for c in (r["caps"] or []) if isinstance(c, dict)),
                 no_letter=int(r["grade"] not in LETTERS),
                 scoring_version=r["scoring_version"], provisional=r["provisional"],
-                scan_id=r["public_id"], down=int(r["down"]), **_profile_fields(r),
+                scan_id=r["public_id"], down=int(r["down"]), url=r["target_url"] or "",
+                **_profile_fields(r),
             )
             for r in rows.order_by("queued_at").values(
                 "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
-                "provisional", "public_id", "down", *_PROFILE_NAMES,
+                "provisional", "public_id", "down", "target_url", *_PROFILE_NAMES,
                 caps=F("report__score__caps_applied"))
         ]
-    width = _bucket_width_s(since, until, max_points // _versions(rows, _PROFILE_NAMES))
+    names = [*_PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
+    width = _bucket_width_s(since, until, max_points // _versions(rows, names))
     bucketed = (
         rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width))
-        .values("bucket", "scoring_version", *_PROFILE_NAMES)
+        .values("bucket", "scoring_version", *names)
         .annotate(
             at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
             mean=Avg("points", output_field=FloatField()), low=Min("points"), high=Max("points"),
@@ -276,7 +281,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
             points_min=_float(r["low"]), points_max=_float(r["high"]), grade=r["worst"],
             uncapped_grade="", capped=r["capped"] or 0, caps=(), no_letter=r["no_letter"] or 0,
             scoring_version=r["scoring_version"], provisional=bool(r["provisional_any"]),
-            down=r["down"] or 0, **_profile_fields(r),
+            down=r["down"] or 0, url=r["target_url"] or "", **_profile_fields(r),
         )
         for r in bucketed
     ]

@@ -16,6 +16,7 @@ from scans.grader import rendering
 from scans.grader.measurement import LevelResult, RequestRecord
 from scans.grader.preflight import failure_phrase, server_message
 from scans.grader.stats import percentile
+from scans.grader.ticks import nice_ticks
 
 __all__ = [
     "end_to_end_ms",
@@ -201,22 +202,9 @@ SERIES_STYLES = {  # stroke, dash: distinguishable without colour too
 }
 
 
-def _nice_top(value: float) -> float:
-    if value <= 0:
-        return 1.0
-    magnitude = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
-    if value < 1:
-        magnitude = 0.1
-        while magnitude > value:
-            magnitude /= 10
-    for step in (1, 2, 2.5, 5, 10):
-        if step * magnitude >= value:
-            return step * magnitude
-    return 10 * magnitude
-
-
 def _axis_number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:,.2g}"
+    """A round tick's label: "250", "1,500", "0.25" (no more digits than it has)."""
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.6f}".rstrip("0")
 
 
 def _frame() -> dict[str, Any]:
@@ -240,7 +228,8 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
     (templates/report/line_chart.svg)."""
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     values = [v for _, vs in series for v in vs if v is not None]
-    top = _nice_top(max(values) * 1.05) if values else 1.0
+    ticks = nice_ticks(0.0, max(values) * 1.05 if values and max(values) > 0 else 1.0, 4)
+    top = ticks[-1]
 
     def x(i: int) -> float:
         return _LEFT + (plot_w / 2 if len(levels) == 1 else i * plot_w / (len(levels) - 1))
@@ -249,7 +238,7 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
         return _TOP + plot_h - v / top * plot_h
 
     y_ticks = [{"y": f"{y(v):.1f}", "label_y": f"{y(v) + 4:.1f}", "label": _axis_number(v)}
-               for v in (top * k / 4 for k in range(5))]
+               for v in ticks]
     x_ticks = [{"x": f"{x(i):.1f}", "label": level} for i, level in enumerate(levels)]
     drawn = []
     for k, (name, vs) in enumerate(series):
@@ -296,14 +285,18 @@ _BINS = 24
 
 
 def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """Per level: an SVG histogram of its TTFT samples on one shared ms axis, with p50, p95
-    and p99 drawn in three styles and labelled (templates/report/ttft_histogram.svg)."""
+    """Per level: an SVG histogram of its TTFT samples on one shared ms axis of round ticks,
+    with p50, p95 and p99 drawn in three styles and labelled in rows that do not overlap
+    (templates/report/ttft_histogram.svg). The axis starts at 0 unless the samples sit far
+    from it, then at a round value with a marked break (a 20 ms spread at 200 ms would be a
+    sliver at the right edge otherwise)."""
     samples_all = [t for lv in levels for t in (lv.get("ttft_samples_ms") or [])]
     if not samples_all:
         return []
     low, high = min(samples_all), max(samples_all)
-    if high <= low:
-        high = low + 1.0
+    broken = low > 0 and (high - low) < 0.5 * high
+    ticks = nice_ticks(low if broken else 0.0, high if high > low else low + 1.0, 4)
+    low, high = ticks[0], ticks[-1]
     width = (high - low) / _BINS
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     base = _TOP + plot_h
@@ -312,14 +305,15 @@ def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
         return _LEFT + (ms - low) / (high - low) * plot_w
 
     frame = _frame()
-    x_ticks = [{"x": f"{x(ms):.1f}", "label": fmt.number(ms, "ms")}
-               for ms in (low + (high - low) * k / 4 for k in range(5))]
+    x_ticks = [{"x": f"{x(ms):.1f}", "label": _axis_number(ms)} for ms in ticks]
+    axis_break = ({"x": _LEFT + 6, "y": base, "title": f"the axis starts at {fmt.ms(low)}, "
+                   "not at 0"} if broken and low > 0 else None)
     out = []
     for lv in levels:
         samples = lv.get("ttft_samples_ms") or []
         counts = [0] * _BINS
         for t in samples:
-            counts[min(_BINS - 1, int((t - low) / width))] += 1
+            counts[max(0, min(_BINS - 1, int((t - low) / width)))] += 1
         most = max(counts) if samples else 1
         bars = []
         for i, count in enumerate(counts):
@@ -329,27 +323,48 @@ def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
                              "width": f"{max(1.0, plot_w / _BINS - 1):.1f}", "height": f"{h:.1f}",
                              "low": fmt.ms(low + i * width), "high": fmt.ms(low + (i + 1) * width),
                              "count": count})
-        markers = []
-        for k, name in enumerate(("p50", "p95", "p99")):
-            value = _pick(lv.get("ttft_ms"), name)
-            if value is None:
-                continue
-            stroke, dash = SERIES_STYLES[name]
-            mx = min(_LEFT + plot_w, x(value))
-            # the label right of the marker, or left of it near the right edge (it stays inside)
-            label_end = mx > _LEFT + plot_w - 70
-            markers.append({"name": name, "x": f"{mx:.1f}", "y1": _TOP - 4 + 9 * k,
-                            "stroke": stroke, "dash": dash or "none",
-                            "title_value": fmt.ms(value), "label_value": fmt.number(value, "ms"),
-                            "label_x": f"{mx - 3:.1f}" if label_end else f"{mx + 3:.1f}",
-                            "label_end": label_end, "label_y": _TOP + 9 * k})
         out.append({
             "concurrency": lv.get("concurrency"),
             "n": len(samples),
+            "percentiles": [(name, fmt.ms(value)) for name in ("p50", "p95", "p99")
+                            if (value := _pick(lv.get("ttft_ms"), name)) is not None],
             "svg": rendering.render("report/ttft_histogram.svg", {
                 "title": f"Time to first token at concurrency {lv.get('concurrency')}",
                 "width": _W, "height": _H, "frame": frame, "bars": bars, "x_ticks": x_ticks,
-                "most": most, "markers": markers,
+                "most": most, "markers": _markers(lv, x, plot_w), "axis_break": axis_break,
             }),
         })
     return out
+
+
+# The marker labels' rows, in the SVG's units: sized for the larger font report.html gives
+# them on a phone (16), so they do not overlap there either.
+_LABEL_FONT, _LABEL_ROW = 16.0, 18.0
+
+
+def _markers(level: Mapping[str, Any], x: Any, plot_w: float) -> list[dict]:
+    """p50, p95 and p99 as vertical lines, each named at the top of the plot in the first row
+    where its label does not overlap another's (a label sits left of its line near the right
+    edge, so it stays inside)."""
+    rows: list[list[tuple[float, float]]] = []
+    markers = []
+    for name in ("p50", "p95", "p99"):
+        value = _pick(level.get("ttft_ms"), name)
+        if value is None:
+            continue
+        stroke, dash = SERIES_STYLES[name]
+        mx = min(_LEFT + plot_w, x(value))
+        span = len(name) * _LABEL_FONT * 0.62 + 4
+        label_end = mx + 3 + span > _LEFT + plot_w
+        extent = (mx - 3 - span, mx) if label_end else (mx, mx + 3 + span)
+        row = next((i for i, taken in enumerate(rows)
+                    if all(extent[1] < a or extent[0] > b for a, b in taken)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(extent)
+        label_y = _TOP + _LABEL_FONT + row * _LABEL_ROW
+        markers.append({"name": name, "x": f"{mx:.1f}", "y1": _TOP,
+                        "stroke": stroke, "dash": dash or "none", "title_value": fmt.ms(value),
+                        "label_x": f"{mx - 3:.1f}" if label_end else f"{mx + 3:.1f}",
+                        "label_end": label_end, "label_y": f"{label_y:.1f}", "row": row})
+    return markers

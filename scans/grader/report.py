@@ -15,11 +15,11 @@ import copy
 import json
 import math
 import os
-from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from scans.grader import formatting as fmt
 from scans.grader import headline, rendering, scoring

@@ -20,18 +20,21 @@ renders the same without the stylesheet.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from scans.grader import formatting, scoring
 from scans.grader.scoring import CHECK_LABELS
+from scans.grader.ticks import decimals, nice_ticks
 from scans.history import CheckPoint, GradePoint
 
 __all__ = ["BAND_COLOURS", "STATUS_COLOURS", "Series", "SeriesPoint", "badge", "check_chart",
@@ -78,12 +81,13 @@ def _render(template: str, context: dict) -> SafeString:
 
 
 def _series_key(point) -> tuple:
-    return (point.scoring_version, getattr(point, "profile_key", ""))
+    return (point.scoring_version, getattr(point, "profile_key", ""), getattr(point, "url", ""))
 
 
 def _segments(points: Sequence, key=_series_key) -> list[list]:
-    """Consecutive runs of points of one scoring version and one load profile (a change of
-    either breaks the line: grades of another version or another load are not comparable)."""
+    """Consecutive runs of points of one scoring version, one load profile and one URL (a
+    change of any breaks the line: grades of another version, another load or another server
+    are not comparable)."""
     runs: list[list] = []
     for point in points:
         if runs and key(runs[-1][-1]) == key(point):
@@ -109,7 +113,9 @@ def _iso(at: datetime) -> str:
 
 
 def _when(at: datetime) -> str:
-    return at.strftime("%Y-%m-%d %H:%M UTC")
+    """A mark's time in the viewer's zone (Django's active time zone), named."""
+    local = timezone.localtime(at)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or ''}".rstrip()
 
 
 def _what(point) -> str:
@@ -121,15 +127,75 @@ def _scan_href(scan_id: uuid.UUID | None) -> str | None:
     return reverse("scan-detail", args=[scan_id]) if scan_id is not None else None
 
 
-def _text_width(text: str) -> float:
-    """A close enough width for 11 px sans-serif (no font metrics on the server)."""
+def _text_width(text: str, size: float = 11.0) -> float:
+    """A close enough width for sans-serif at `size` (no font metrics on the server)."""
     narrow = sum(ch in "ilI.,:;()|' " for ch in text)
-    return (len(text) - narrow) * 6.6 + narrow * 3.4
+    return ((len(text) - narrow) * 6.6 + narrow * 3.4) * size / 11.0
+
+
+# On a 390 px phone a chart is about PHONE_CHART_PX wide (the page's and the card's padding
+# taken off), so the SVG is scaled by PHONE_CHART_PX / its width. The axes are drawn twice:
+# for wide screens at 11 units, and for phones (shown by endpoints.css below 760 px) at a size
+# that is at least PHONE_MIN_FONT_PX once scaled, with fewer ticks so the labels still fit.
+PHONE_CHART_PX = 340
+PHONE_MIN_FONT_PX = 10.5
+WIDE_FONT = 11
+
+
+def phone_font(width: float) -> int:
+    """The font size, in the SVG's units, that shows as PHONE_MIN_FONT_PX on a phone."""
+    return math.ceil(PHONE_MIN_FONT_PX * width / PHONE_CHART_PX)
+
+
+# Round steps for a time axis, shortest first; beyond the last, multiples of it.
+TIME_STEPS = (*(timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30)),
+              *(timedelta(hours=h) for h in (1, 2, 3, 6, 12)),
+              *(timedelta(days=d) for d in (1, 2, 7, 14, 28)))
+
+
+def time_ticks(since: datetime, until: datetime, most: int, zone: tzinfo) -> list[datetime]:
+    """Round times in `zone` within [since, until], at most `most` + 1 of them: every 15
+    minutes on the clock, every 6 hours from midnight, every day at midnight…"""
+    span = until - since
+    most = max(1, most)
+    step = next((s for s in TIME_STEPS if span / s <= most), None)
+    if step is None:
+        step = TIME_STEPS[-1] * math.ceil(span / (TIME_STEPS[-1] * most))
+    start, end = since.astimezone(zone), until.astimezone(zone)
+    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    # Arithmetic on the zone's wall clock (one tzinfo on both sides), so ticks fall on round
+    # local times; x() places each by its real instant.
+    if step < timedelta(days=1):
+        at = midnight + step * math.ceil((start - midnight) / step)
+    else:
+        at = midnight if start == midnight else midnight + timedelta(days=1)
+    ticks = []
+    while at <= end:
+        ticks.append(at)
+        at += step
+    return ticks
+
+
+def _time_label(at: datetime, step_under_a_day: bool) -> str:
+    if step_under_a_day and (at.hour, at.minute) != (0, 0):
+        return f"{at:%H:%M}"
+    return f"{at:%b} {at.day}"
+
+
+def zone_text(zone: tzinfo, at: datetime) -> str:
+    """The time axis' caption: "times in Europe/Paris (UTC+01:00)", or "times in UTC"."""
+    name = getattr(zone, "key", None) or str(zone)
+    offset = at.astimezone(zone).utcoffset() or timedelta(0)
+    if name.upper() in ("UTC", "ETC/UTC", "GMT") and not offset:
+        return "times in UTC"
+    sign = "-" if offset < timedelta(0) else "+"
+    minutes = abs(int(offset.total_seconds())) // 60
+    return f"times in {name} (UTC{sign}{minutes // 60:02d}:{minutes % 60:02d})"
 
 
 @dataclass
 class _Frame:
-    """The plot area of a time chart and its two axes."""
+    """The plot area of a time chart and its two axes, in the viewer's time zone."""
 
     width: int
     height: int
@@ -140,6 +206,11 @@ class _Frame:
     since: datetime
     until: datetime
     high: float = 100.0
+    zone: tzinfo = field(default_factory=timezone.get_current_timezone)
+
+    @property
+    def phone_font(self) -> int:
+        return phone_font(self.width)
 
     def x(self, at: datetime) -> float:
         span = max((self.until - self.since).total_seconds(), 1.0)
@@ -149,26 +220,89 @@ class _Frame:
     def y(self, value: float) -> float:
         return self.bottom - min(max(value, 0.0), self.high) / self.high * (self.bottom - self.top)
 
-    def x_ticks(self) -> list[dict]:
-        ticks = []
-        for share, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
-            at = self.since + (self.until - self.since) * share
-            label = (at.strftime("%b %d %H:%M") if (self.until - self.since).days < 3
-                     else at.strftime("%b %d"))
-            ticks.append({"x": _num(self.x(at)), "y": _num(self.bottom + 14), "label": label,
-                          "anchor": anchor})
-        return ticks
+    def x_ticks(self, size: float) -> list[dict]:
+        """Round times along the bottom, as many as fit at font `size`, none cut at an edge."""
+        most = int((self.right - self.left) // (size * 5.5))
+        ticks = time_ticks(self.since, self.until, most, self.zone)
+        short = len(ticks) < 2 or ticks[1] - ticks[0] < timedelta(days=1)
+        placed = []
+        for at in ticks:
+            label, x = _time_label(at, short), self.x(at)
+            half = _text_width(label, size) / 2
+            if x - half < 1 or x + half > self.width - 1:
+                continue
+            placed.append({"x": _num(x), "y": _num(self.bottom + size + 3), "label": label,
+                           "anchor": "middle", "at": _iso(at)})
+        return placed
+
+    def axes(self, y_ticks: Sequence[tuple[float, str]], narrow_y: Sequence[float]) -> dict:
+        """Both drawings of the axes (wide screens, phones): y ticks (value, label) right of
+        the plot's left edge on phones (inside the plot), the time ticks and the zone."""
+        size = self.phone_font
+        zone = zone_text(self.zone, self.until)
+        wide_y = [{"x": _num(self.left - 4), "y": _num(self.y(v) + 4), "label": text,
+                   "anchor": "end"} for v, text in y_ticks]
+        narrow = []
+        for value, text in y_ticks:
+            if value not in narrow_y:
+                continue
+            y = self.y(value)
+            # above its grid line, or below it for the top one (the top margin is narrow)
+            y = y + size + 1 if y - size < self.top else y - 3
+            narrow.append({"x": _num(self.left + 3), "y": _num(y), "label": text,
+                           "anchor": "start"})
+        return {
+            "grid": [_num(self.y(v)) for v, _ in y_ticks],
+            "wide": {"size": WIDE_FONT, "y_ticks": wide_y, "x_ticks": self.x_ticks(WIDE_FONT),
+                     "zone": {"x": _num(self.right), "y": _num(self.bottom + 2 * WIDE_FONT + 6),
+                              "text": zone}},
+            "narrow": {"size": size, "y_ticks": narrow, "x_ticks": self.x_ticks(size),
+                       "zone": {"x": _num(self.right), "y": _num(self.bottom + 2 * size + 6),
+                                "text": zone}},
+        }
 
     def context(self, kind: str, label: str, data: Mapping[str, object]) -> dict:
+        zone = getattr(self.zone, "key", None) or str(self.zone)
         return {"kind": kind, "label": label, "width": self.width, "height": self.height,
                 "left": _num(self.left), "top": _num(self.top), "bottom": _num(self.bottom),
+                "right": _num(self.right),
                 "plot_width": _num(self.right - self.left),
-                "plot_height": _num(self.bottom - self.top), "data": _data(data),
-                "x_ticks": self.x_ticks()}
+                "plot_height": _num(self.bottom - self.top),
+                "data": _data({**data, "timezone": zone})}
 
     def empty(self) -> dict:
         return {"x": _num((self.left + self.right) / 2), "y": _num((self.top + self.bottom) / 2),
                 "text": "no scan yet"}
+
+
+def axis_margin(width: int) -> float:
+    """Room under the plot for a row of time ticks and the zone's caption at either size."""
+    return 2.0 * max(WIDE_FONT, phone_font(width)) + 10.0
+
+
+def nice_axis(values: Sequence[float], most: int = 5, floor: float = 0.0,
+              cap: float | None = None) -> list[float]:
+    """Round ticks from 0 to at least the highest value (and `floor`), at most `cap`."""
+    high = max([*values, floor], default=0.0) or 1.0
+    if cap is not None:
+        high = min(high, cap)
+    ticks = nice_ticks(0.0, high, most)
+    return [t for t in ticks if cap is None or t <= cap + 1e-12]
+
+
+def tick_text(value: float, unit: str, step: float) -> str:
+    """A tick's label, as round as its step: "150 ms", "2.5 %", "1.5×", "40"."""
+    if unit == "share":
+        return f"{value * 100:,.{decimals(step * 100)}f} %"
+    text = f"{value:,.{decimals(step)}f}"
+    return {"ms": f"{text} ms", "ratio": f"{text}×"}.get(unit, text)
+
+
+def every_other(values: Sequence[float], keep: int = 4) -> list[float]:
+    """At most about `keep` of `values` for a phone's axis, the first and the last kept."""
+    if len(values) <= keep:
+        return list(values)
+    return list(values[::math.ceil((len(values) - 1) / (keep - 1))])
 
 
 def _break(before, after) -> dict:
@@ -180,9 +314,15 @@ def _break(before, after) -> dict:
                 "title": f"scoring version changed from {old} to {new}: grades on either side "
                          "are not comparable"}
     was, now = getattr(before, "profile", ""), getattr(after, "profile", "")
-    return {"kind": "load", "old": was, "new": now, "label": "new load",
-            "title": f"load changed from {was} to {now}: grades on either side are not "
-                     "comparable"}
+    same_load = getattr(before, "profile_key", "") == getattr(after, "profile_key", "")
+    if not same_load or getattr(before, "url", "") == getattr(after, "url", ""):
+        return {"kind": "load", "old": was, "new": now, "label": "new load",
+                "title": f"load changed from {was} to {now}: grades on either side are not "
+                         "comparable"}
+    was, now = before.url, after.url
+    return {"kind": "url", "old": was, "new": now, "label": "new URL",
+            "title": f"URL changed from {was} to {now}: another server (or another route to "
+                     "it), so the grades on either side are not comparable"}
 
 
 def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:
@@ -192,22 +332,37 @@ def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:
     for before, after in zip(runs, runs[1:], strict=False):
         at = (frame.x(before[-1].last_at) + frame.x(after[0].at)) / 2
         change = _break(before[-1], after[0])
-        fits_right = at + 3 + _text_width(f"scoring {change['new']}") <= frame.right
-        marks.append({**change, "x": _num(at),
-                      "label_x": _num(at + 3 if fits_right else at - 3),
-                      "label_y": _num(frame.top + 10),
-                      "anchor": "start" if fits_right else "end"})
+        drawn = {}
+        for name, size in (("wide", WIDE_FONT), ("narrow", frame.phone_font)):
+            fits_right = at + 3 + _text_width(change["label"], size) <= frame.right
+            drawn[name] = {"x": _num(at + 3 if fits_right else at - 3),
+                           "y": _num(frame.top + size), "size": size,
+                           "anchor": "start" if fits_right else "end"}
+        marks.append({**change, "x": _num(at), "text": drawn})
     return marks
 
 
-def _legend(items: list[dict], left: float, y: float) -> list[dict]:
-    """A row of legend entries (a short line in the entry's style, then its label)."""
+def _legend(items: list[dict], left: float, y: float, size: float = WIDE_FONT) -> list[dict]:
+    """A row of legend entries (a short line in the entry's style, then its label) whose text
+    is `size` units high, centred on `y`."""
     placed, x = [], left
+    scale = size / WIDE_FONT
     for item in items:
-        placed.append({**item, "x": _num(x), "x2": _num(x + 18), "y": _num(y),
-                       "text_x": _num(x + 22), "text_y": _num(y + 4)})
-        x += 22 + _text_width(item["label"]) + 14
+        placed.append({**item, "x": _num(x), "x2": _num(x + 18 * scale), "y": _num(y),
+                       "text_x": _num(x + 22 * scale), "text_y": _num(y + 4 * scale)})
+        x += (22 + 14) * scale + _text_width(item["label"], size)
     return placed
+
+
+def _legends(items: list[dict], frame: _Frame) -> dict:
+    """The legend at both sizes, in the top margin."""
+    narrow = _legend(items, 4.0, frame.phone_font - 3.0, frame.phone_font)
+    while len(narrow) > 1:  # on a phone, what does not fit on the row is left to the page text
+        last = narrow[-1]
+        if float(last["text_x"]) + _text_width(last["label"], frame.phone_font) <= frame.width:
+            break
+        narrow.pop()
+    return {"wide": _legend(items, frame.left, 12.0), "narrow": narrow}
 
 
 def _gap(point, cx: float, title: str, data: dict, cls: str) -> dict:
@@ -265,21 +420,28 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
 
 
 def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
-                width: int = 760, height: int = 260) -> SafeString:
+                width: int = 760, height: int = 300) -> SafeString:
     """Points over the whole range [since, until] on 0–100 with the bands shaded; capped scans
-    ringed; breaks between scoring versions. A bucket (downsampled) shows its min–max as a
-    vertical bar. The plot starts 14 px below the top so a ringed point at 100 is whole."""
-    frame = _Frame(width, height, 34.0, width - 24.0, 14.0, height - 24.0, since, until, 100.0)
-    bands, ticks, upper = [], [], 100
+    ringed; breaks between scoring versions, loads and URLs. A bucket (downsampled) shows its
+    min–max as a vertical bar. The plot starts 14 px below the top so a ringed point at 100 is
+    whole."""
+    frame = _Frame(width, height, 34.0, width - 24.0, 14.0, height - axis_margin(width), since,
+                   until, 100.0)
+    size = frame.phone_font
+    bands, upper = [], 100
     for letter, least in scoring.BANDS:
+        middle = (frame.y(upper) + frame.y(least)) / 2
+        tall = frame.y(least) - frame.y(upper)
+        narrow = min(size, tall - 2)
         bands.append({"letter": letter, "least": least, "colour": BAND_COLOURS[letter],
-                      "y": _num(frame.y(upper)), "height": _num(frame.y(least) - frame.y(upper)),
-                      "label_x": _num(frame.right + 4),
-                      "label_y": _num((frame.y(upper) + frame.y(least)) / 2 + 4)})
-        ticks.append({"x": _num(frame.left - 4), "y": _num(frame.y(least) + 4),
-                      "label": str(least)})
+                      "y": _num(frame.y(upper)), "height": _num(tall),
+                      "label_x": _num(frame.right + 4), "label_y": _num(middle + 4),
+                      "narrow": {"x": _num(frame.right - 3), "y": _num(middle + narrow * 0.36),
+                                 "size": _num(narrow)}})
         upper = least
-    ticks.append({"x": _num(frame.left - 4), "y": _num(frame.y(100) + 4), "label": "100"})
+    bounds = sorted({0, 100, *(least for _, least in scoring.BANDS)})
+    axes = frame.axes([(float(v), str(v)) for v in bounds], narrow_y=[0.0, 60.0, 100.0])
+    axes["grid"] = []  # the bands are the grid
     runs = _segments(points)
     segments = []
     for run in runs:
@@ -292,7 +454,7 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
         "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
         "segments": len(runs), "breaks": max(len(runs) - 1, 0),
         "capped": sum(p.capped for p in points), "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "bands": bands, "y_ticks": ticks,
+    return _render("chart.svg", {**context, "bands": bands, "axes": axes,
                                  "segments": segments, "breaks": _version_breaks(runs, frame),
                                  "empty": None if points else frame.empty()})
 
@@ -343,14 +505,8 @@ def _format_value(value: float, check: scoring.Check) -> str:
     return formatting.check_value(value, check.unit, (check.pass_value, check.warn_value))
 
 
-def _axis_top(values: list[float], unit: str, floor: float = 0.0) -> float:
-    """The top of a value axis: 15 % above the highest value, and a share never past 100 %."""
-    high = max([*values, floor], default=0.0) * 1.15 or 1.0
-    return min(high, 1.0) if unit == "share" else high
-
-
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,
-                width: int = 480, height: int = 210,
+                width: int = 480, height: int = 230,
                 reasons: Mapping[uuid.UUID, str] | None = None) -> SafeString:
     """One check's values over [since, until]: points coloured by status, the pass and warn
     bounds of the current scoring version over that version's runs (named in the legend),
@@ -358,12 +514,18 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
     check = scoring.check_by_id(check_id)
     reasons = reasons or {}
     boolean = check.op == "=="
-    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - 24.0, since, until)
+    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - axis_margin(width), since,
+                   until)
     measured = [v for p in points for v in (p.value, p.value_max) if v is not None]
-    frame.high = 1.0 if boolean else _axis_top(
-        measured, check.unit, max(float(check.pass_value), float(check.warn_value)))
-    ticks = [{"x": _num(frame.left - 4), "y": _num(frame.y(frame.high * share) + 4),
-              "label": _format_value(frame.high * share, check)} for share in (0.0, 0.5, 1.0)]
+    if boolean:
+        frame.high, ticks = 1.0, [(0.0, "absent"), (1.0, "present")]
+    else:
+        values = nice_axis([v * 1.05 for v in measured],
+                           floor=max(float(check.pass_value), float(check.warn_value)),
+                           cap=1.0 if check.unit == "share" else None)
+        frame.high = values[-1]
+        ticks = [(v, tick_text(v, check.unit, values[1] - values[0])) for v in values]
+    axes = frame.axes(ticks, narrow_y=every_other([v for v, _ in ticks]))
     runs = _segments(points)
     bounds = []
     for run in runs:
@@ -398,8 +560,8 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
         "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
         "segments": len(runs), "breaks": max(len(runs) - 1, 0),
         "y_to": frame.high, "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "y_ticks": ticks, "bounds": bounds,
-                                 "legend": _legend(legend, frame.left, 12.0),
+    return _render("chart.svg", {**context, "axes": axes, "bounds": bounds,
+                                 "legend": _legends(legend, frame),
                                  "segments": segments, "breaks": _version_breaks(runs, frame),
                                  "empty": None if points else frame.empty()})
 
@@ -455,19 +617,21 @@ class Series:
 
 
 def series_chart(name: str, title: str, unit: str, series: Sequence[Series], since: datetime,
-                 until: datetime, width: int = 480, height: int = 210) -> SafeString:
+                 until: datetime, width: int = 480, height: int = 230) -> SafeString:
     """Headline numbers over [since, until]: one line per series (named in the legend), each
     point linking to its scan, unmeasured scans as gaps."""
-    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - 24.0, since, until)
-    frame.high = _axis_top([p.value for s in series for p in s.points if p.value is not None],
-                           unit)
+    frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - axis_margin(width), since,
+                   until)
+    values = nice_axis([p.value * 1.05 for s in series for p in s.points if p.value is not None])
+    frame.high = values[-1]
+    ticks = [(v, tick_text(v, "ms" if unit == "ms" else "", values[1] - values[0]))
+             for v in values]
+    axes = frame.axes(ticks, narrow_y=every_other(values))
 
     def show(value: float) -> str:
         return formatting.number(value, "ms" if unit == "ms" else "rate") + (
             " ms" if unit == "ms" else "")
 
-    ticks = [{"x": _num(frame.left - 4), "y": _num(frame.y(frame.high * share) + 4),
-              "label": show(frame.high * share)} for share in (0.0, 0.5, 1.0)]
     segments = []
     for one in series:
         lines = [" ".join(f"{_num(frame.x(p.at))},{_num(frame.y(p.value))}" for p in line)
@@ -497,8 +661,8 @@ def series_chart(name: str, title: str, unit: str, series: Sequence[Series], sin
     context = frame.context(name, f"{title}: {count} points", {
         "count": count, "series": " ".join(s.key for s in series), "y_to": frame.high,
         "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "y_ticks": ticks,
-                                 "legend": _legend(legend, frame.left, 12.0),
+    return _render("chart.svg", {**context, "axes": axes,
+                                 "legend": _legends(legend, frame),
                                  "segments": segments,
                                  "empty": None if count else frame.empty()})
 

@@ -30,20 +30,29 @@ def scan_compare(request, public_id):
     else:
         other = previous_scan(scan) if scan.report else None
     comparison = before = after = None
+    before_label, after_label = "previous scan", "this scan"
     if other is not None and other.report and scan.report and other.pk != scan.pk:
         before, after = sorted((other, scan), key=lambda s: (s.queued_at, s.pk))
-        comparison = compare(before.report or {}, after.report or {})  # both have one (checked above)
+        before_label = ("this scan" if before == scan else
+                        "previous scan" if not other_id else "earlier scan")
+        after_label = "this scan" if after == scan else "later scan"
+        comparison = compare(before.report or {}, after.report or {},  # both have one
+                             labels=(_named(before_label), _named(after_label)))
     choices = (Scan.objects.for_team(endpoint.team_id)
                .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED).exclude(pk=scan.pk)
-               .order_by("-queued_at").only("public_id", "queued_at", "grade")[:COMPARE_CHOICES])
+               .order_by("-queued_at")
+               .only("public_id", "queued_at", "grade", "down")[:COMPARE_CHOICES])
     return render(request, "scans/scan_compare.html", {
         "team": endpoint.team, "endpoint": endpoint, "scan": scan, "previous": other,
         "before": before, "after": after, "comparison": comparison, "choices": choices,
         "chosen": other_id, "flag_share": FLAG_SHARE,
-        "before_label": ("this scan" if before == scan else
-                         "previous scan" if not other_id else "earlier scan"),
-        "after_label": "this scan" if after == scan else "later scan",
+        "before_label": before_label, "after_label": after_label,
     })
+
+
+def _named(label: str) -> str:
+    """A side of the comparison as a sentence names it: "this scan", "the previous scan"."""
+    return label if label == "this scan" else f"the {label}"
 
 
 def _uuid_or_404(value: str):
@@ -71,8 +80,10 @@ def endpoints_compare(request, slug):
                                    .order_by("-queued_at").first())
     before = latest.get(left.pk) if left else None
     after = latest.get(right.pk) if right else None
-    comparison = (compare(before.report, after.report)
-                  if before and after and before.report and after.report else None)
+    comparison = (compare(before.report, after.report, between="endpoints",
+                          labels=(left.name, right.name))
+                  if left and right and before and after and before.report and after.report
+                  else None)
     return render(request, "scans/endpoint_compare.html", {
         "team": team, "endpoints": endpoints, "left": left, "right": right,
         "before": before, "after": after, "comparison": comparison, "flag_share": FLAG_SHARE,

@@ -68,6 +68,7 @@ def endpoint_create(request, slug):
             endpoint = form.save(commit=False)
             endpoint.team = team
             endpoint.save()
+            form.save_channels(endpoint)
         messages.success(request, f"Endpoint {endpoint.name} added.")
         return redirect("endpoint-detail", public_id=endpoint.public_id)
     return render(request, "scans/endpoint_form.html",

@@ -23,7 +23,10 @@ def check_value(value, unit: str = "") -> str:
     report.html use it too); None → "not measured"."""
     if value is not None and not isinstance(value, bool):
         value = float(value)
-    return formatting.check_value(value, unit, missing="not measured")
+    text = formatting.check_value(value, unit, missing="not measured")
+    if value is not None and unit and unit not in ("ms", "share", "ratio", "present"):
+        text = f"{text} {unit}"  # a rate's unit ("tokens/s"): every number carries its unit
+    return text
 
 
 @register.filter
@@ -32,12 +35,26 @@ def check_delta(value, unit: str = "") -> str:
         return ""
     value = float(value)
     if unit == "ms":  # one decimal, as scans.grader.formatting shows ms
-        return f"{value:+,.1f} ms"
-    if unit == "share":
-        return f"{value * 100:+.1f} pts"
+        return _signed_text(value, 1, " ms")
+    if unit == "share":  # a change of a percentage is in percentage points
+        return _signed_text(value * 100, 1, " percentage points")
     if unit == "present":
         return ""
-    return f"{value:+.2f}"
+    return _signed_text(value, 2, "×" if unit == "ratio" else f" {unit}" if unit else "")
+
+
+def _signed_text(value: float, digits: int, unit: str) -> str:
+    """+1.5 ms, −2.0 ms, and "no change" for what rounds to zero (never "−0.0" or "+0.0")."""
+    shown = f"{abs(value):,.{digits}f}"
+    if float(shown.replace(",", "")) == 0:
+        return "no change"
+    return f"{'+' if value > 0 else '−'}{shown}{unit}"
+
+
+@register.filter
+def pillar(name: str) -> str:
+    """A pillar as people read it: "cost and cache", not "cost_and_cache"."""
+    return str(name or "").replace("_", " ")
 
 
 @register.filter
@@ -73,4 +90,6 @@ def percent_signed(value) -> str:
     if value is None:
         return "—"
     shown = f"{abs(float(value)) * 100:.0f} %"
-    return f"+{shown}" if value >= 0 else f"−{shown}"
+    if shown == "0 %":  # what rounds to zero has no sign ("−0 %" reads as a fall)
+        return "0 %"
+    return f"+{shown}" if value > 0 else f"−{shown}"

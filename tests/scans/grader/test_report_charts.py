@@ -1,7 +1,8 @@
 """The report's SVG charts (scans.grader.headline) are rendered from templates
 (scans/grader/templates/report/line_chart.svg and ttft_histogram.svg) and come out byte for
-byte as the f-strings that built them before issue 20 did: the digests below were taken from
-that code's output for the same levels. A deliberate change to a chart changes them."""
+byte as the digests below say: taken from the f-strings that built them before issue 20, then
+from the round ticks, the marked axis break and the marker rows of issue 23 (scans/grader/
+ticks.py, headline._markers). A deliberate change to a chart changes them."""
 
 from __future__ import annotations
 
@@ -47,15 +48,15 @@ def _cases() -> dict[str, list[dict]]:
 
 
 #: sha256 (first 16 hex digits) of json.dumps({"hist", "throughput", "ttft"}, sort_keys=True)
-#: as the f-string code rendered each case.
+#: as the charts of issue 23 render each case (round ticks: 0/20/40/60, not quarters of 100).
 DIGESTS = {
-    "chunks": "4257f58a2e95460e",
+    "chunks": "38de3b48f15954a4",
     "empty": "d73a03c850037ed6",
-    "equal": "57188cf2f588729f",
-    "gaps": "3480b6628f844a47",
-    "many": "172cbfe0542d2d89",
+    "equal": "07d3ccdea2e1c6b0",
+    "gaps": "4e3ab247a21d8918",
+    "many": "c72cab84a5035029",
     "nothing": "0a189a455d34ae46",
-    "one": "2385bfc0c56f5416",
+    "one": "69bb19a6ecb057cb",
 }
 
 ONE_LEVEL_THROUGHPUT = (
@@ -64,17 +65,16 @@ ONE_LEVEL_THROUGHPUT = (
     'concurrency</title><rect x="64" y="30" width="440" height="156" fill="#fff" '
     'stroke="#dde2ea"/><line class="grid" x1="64" x2="504" y1="186.0" y2="186.0" '
     'stroke="#eef1f5"/><text class="tick" x="58" y="190.0" text-anchor="end">0</text><line '
-    'class="grid" x1="64" x2="504" y1="147.0" y2="147.0" stroke="#eef1f5"/><text class="tick" '
-    'x="58" y="151.0" text-anchor="end">25</text><line class="grid" x1="64" x2="504" '
-    'y1="108.0" y2="108.0" stroke="#eef1f5"/><text class="tick" x="58" y="112.0" '
-    'text-anchor="end">50</text><line class="grid" x1="64" x2="504" y1="69.0" y2="69.0" '
-    'stroke="#eef1f5"/><text class="tick" x="58" y="73.0" text-anchor="end">75</text><line '
-    'class="grid" x1="64" x2="504" y1="30.0" y2="30.0" stroke="#eef1f5"/><text class="tick" '
-    'x="58" y="34.0" text-anchor="end">100</text><text class="tick" x="284.0" y="202" '
+    'class="grid" x1="64" x2="504" y1="134.0" y2="134.0" stroke="#eef1f5"/><text class="tick" '
+    'x="58" y="138.0" text-anchor="end">20</text><line class="grid" x1="64" x2="504" '
+    'y1="82.0" y2="82.0" stroke="#eef1f5"/><text class="tick" x="58" y="86.0" '
+    'text-anchor="end">40</text><line class="grid" x1="64" x2="504" y1="30.0" y2="30.0" '
+    'stroke="#eef1f5"/><text class="tick" x="58" y="34.0" text-anchor="end">60</text>'
+    '<text class="tick" x="284.0" y="202" '
     'text-anchor="middle">1</text><text class="axis-title" x="284.0" y="224" '
     'text-anchor="middle">concurrency (requests in flight)</text><text class="axis-title" '
     'x="14" y="108.0" text-anchor="middle" transform="rotate(-90 14 108.0)">output tokens/s'
-    '</text><circle cx="284.0" cy="99.4" r="3.5" fill="#1f7a3d"><title>throughput at '
+    '</text><circle cx="284.0" cy="41.7" r="3.5" fill="#1f7a3d"><title>throughput at '
     'concurrency 1: 55.5 output tokens/s</title></circle><line x1="72" x2="94" y1="14" '
     'y2="14" stroke="#1f7a3d" stroke-width="2"/><text class="legend" x="98" y="18">'
     'throughput</text></svg>')

@@ -37,7 +37,8 @@ def test_a_cap_that_starts_to_apply_is_named_as_the_reason(owner_client, endpoin
 
     assert 'data-same-version="true"' in body and 'data-grade-moved="down"' in body
     assert "The grade went from A to C." in body
-    assert ("The cap ttft_at_concurrency_1_failed now applies: the grade can be no better "
+    assert ("The cap “time to first token fails its threshold with only one request in "
+            "flight” (ttft_at_concurrency_1_failed) now applies: the grade can be no better "
             "than C.") in body
     assert "The points went from 100.0 to 87.0 (-13.0); the band they reach went from A to B." \
         in body
@@ -56,7 +57,7 @@ def test_a_lifted_cap_and_an_unchanged_grade_are_said_plainly(owner_client, endp
     lifted = compare(report_for(CAPPED_C), report_for(GRADE_A))
 
     assert lifted.grade_moved == "up"
-    assert any("ttft_at_concurrency_1_failed (at best C) no longer applies" in r
+    assert any("(ttft_at_concurrency_1_failed, at best C) no longer applies" in r
                for r in lifted.reasons)
     body = compare_page(owner_client, same)
     assert "The grade held at A." in body and "The points held at 100.0 (band A)." in body

@@ -46,7 +46,7 @@ def test_the_report_html_is_the_cli_template_served_self_contained(owner_client,
 
     assert response.status_code == 200
     assert response["Content-Type"] == "text/html; charset=utf-8"
-    assert response.content.decode() == render_html(scan.report)
+    assert response.content.decode() == render_html(scan.report, surface="site")
     assert "default-src 'none'" in response["Content-Security-Policy"]
     assert response["X-Frame-Options"] == "SAMEORIGIN"
 

@@ -63,9 +63,9 @@ def test_the_charts_name_their_checks_explain_their_lines_and_show_gaps_not_zero
     assert caption.locator("code").inner_text() == "error_rate"
     # A legend names the pass and warn bounds the dashed lines stand for.
     chart = page.locator("svg[data-chart=check][data-check=ttft_p95_at_concurrency_1]")
-    legend = chart.locator(".legend-item text").all_text_contents()
+    legend = chart.locator(".legend.axis-wide .legend-item text").all_text_contents()
     assert legend[0].startswith("pass ≤ 800") and legend[1].startswith("warn ≤ 2,000"), legend
-    assert chart.locator(".legend-item[data-legend=unmeasured]").count() == 1
+    assert chart.locator(".legend.axis-wide .legend-item[data-legend=unmeasured]").count() == 1
     # The scan that measured nothing is a gap with its reason, not a point at zero.
     errors = page.locator("svg[data-check=error_rate]")
     gap = errors.locator("g.mark.unmeasured")
