@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from scans.pages import badges, compare, connection, dashboard, endpoint, scan
+from scans.pages import badges, channels, compare, connection, dashboard, endpoint, scan, status_page
 
 urlpatterns = [
     path("teams/<slug:slug>/", dashboard.team_dashboard, name="team-dashboard"),
@@ -10,6 +10,11 @@ urlpatterns = [
     path("teams/<slug:slug>/endpoints/new", endpoint.endpoint_create, name="endpoint-create"),
     path("teams/<slug:slug>/endpoints/test-connection", connection.test_connection_new,
          name="endpoint-test-connection-new"),
+    path("teams/<slug:slug>/channels/", channels.channel_list, name="team-channels"),
+    path("teams/<slug:slug>/channels/new", channels.channel_create, name="channel-create"),
+    path("channels/<uuid:public_id>/edit", channels.channel_edit, name="channel-edit"),
+    path("channels/<uuid:public_id>/delete", channels.channel_delete, name="channel-delete"),
+    path("channels/<uuid:public_id>/test", channels.channel_test, name="channel-test"),
     path("endpoints/<uuid:public_id>/", endpoint.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<uuid:public_id>/edit", endpoint.endpoint_edit, name="endpoint-edit"),
     path("endpoints/<uuid:public_id>/test-connection", connection.test_connection,
@@ -25,6 +30,11 @@ urlpatterns = [
     path("scans/<uuid:public_id>/status.json", scan.scan_status, name="scan-status"),
     path("scans/<uuid:public_id>/cancel", scan.scan_cancel, name="scan-cancel"),
     path("scans/<uuid:public_id>/compare", compare.scan_compare, name="scan-compare"),
+    path("teams/<slug:slug>/status-page/", status_page.status_page_settings,
+         name="status-page-settings"),
+    # A team's public status page (no login): the slug is the whole address.
+    re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/$", status_page.public_status_page,
+            name="status-page"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.svg$", badges.badge_svg, name="badge-svg"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.json$", badges.badge_json, name="badge-json"),
 ]

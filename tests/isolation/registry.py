@@ -322,6 +322,23 @@ PUBLIC |= {"badge-svg", "badge-json"}
 # Public benchmarks: aggregates only, no login (tests/benchmarks/public/).
 PUBLIC |= {"public-slo", "public-stats", "benchmarks", "benchmarks-methodology"}
 
+# A team's public status page: only what the team chose to show, no login
+# (tests/scans/pages/test_status_page.py checks another team's data never appears).
+PUBLIC |= {"status-page"}
+
+
+def _status_page_enabled(w) -> bool:
+    from scans.models import StatusPage
+
+    return StatusPage.dangerously_unscoped.filter(team=w.team, enabled=True).exists()
+
+
+TEAM["status-page-settings"] = [
+    Case("page", "GET", "read"),
+    Case("page", "POST", "write", data=lambda w: {"enabled": "on", "title": "Up or not"},
+         ok=frozenset({302}), effect=_status_page_enabled),
+]
+
 
 def _page_form(name: str) -> dict:
     return {"name": name, "base_url": "http://127.0.0.1:9/v1", "model": "m",
