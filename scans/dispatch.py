@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from scans import progress, scheduling
+from scans import maintenance, progress, scheduling
 from scans.models import Endpoint, EndpointMode, OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.origins import origin_of
 from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
@@ -89,6 +89,8 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
             pk=endpoint.pk, next_scan_at=slot).update(next_scan_at=following)
         if not won:
             continue  # another beat advanced it first
+        if maintenance.scans_paused(endpoint, now):
+            continue  # a maintenance window pauses its scans: this slot is skipped
         for location in scheduling.locations_of(endpoint):
             try:
                 with transaction.atomic():

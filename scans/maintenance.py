@@ -1,0 +1,213 @@
+"""Maintenance windows: when they are, and what they cover (issue 24; docs/operations.md).
+
+A window is one-off ([starts_at, ends_at)) or weekly (on some weekdays at a local time for a
+duration, in the window's own timezone). A weekly start is a wall-clock time: across a change
+of daylight saving time it stays at 02:00 local, so its UTC instant moves by an hour; its
+duration is elapsed time. A local start that does not exist that day (the skipped hour) is read
+with the offset before the change (zoneinfo's fold=0), so it starts an hour later on the clock;
+one that happens twice (the repeated hour) starts at the first. A weekly window recurs from its
+created_at on: it changes no SLO figure from before it existed.
+
+Alerts (scans/alerts.py) are held while a scan ran in a window; SLO windows (scans/slo.py)
+leave the windows' time out of covered and bad time; the dispatcher (scans/dispatch.py) starts
+no scheduled scan in a window that pauses scans. Every read goes through the team scoping layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.db.models import Q
+
+from accounts.tenancy import scoped_to_teams
+from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
+
+__all__ = [
+    "Occurrence",
+    "covering_for",
+    "in_maintenance",
+    "intervals_for",
+    "maintenance_intervals",
+    "occurrences",
+    "scans_paused",
+    "upcoming",
+    "windows_covering",
+    "windows_of",
+]
+
+WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    window: MaintenanceWindow
+    start: datetime  # UTC
+    end: datetime  # UTC
+
+    def covers(self, at: datetime) -> bool:
+        return self.start <= at < self.end
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def occurrences(window: MaintenanceWindow, start: datetime, end: datetime) -> list[Occurrence]:
+    """The window's spans that overlap [start, end), unclipped, in time order (UTC)."""
+    if window.kind == MaintenanceKind.ONCE:
+        if (
+            window.starts_at
+            and window.ends_at
+            and window.starts_at < end
+            and window.ends_at > start
+            and window.ends_at > window.starts_at
+        ):
+            return [Occurrence(window, window.starts_at, window.ends_at)]
+        return []
+    if not window.weekdays or window.start_time is None or not window.duration_minutes:
+        return []
+    tz = zone(window.timezone)
+    duration = timedelta(minutes=window.duration_minutes)
+    since = max(start, window.created_at) if window.created_at else start
+    # An occurrence that began up to `duration` before `since` still overlaps it.
+    day = (since - duration).astimezone(tz).date() - timedelta(days=1)
+    last = end.astimezone(tz).date() + timedelta(days=1)
+    found = []
+    while day <= last:
+        if day.weekday() in window.weekdays:
+            local = datetime.combine(day, window.start_time, tzinfo=tz)
+            begins = local.astimezone(UTC)
+            ends = begins + duration
+            if begins < end and ends > since:
+                found.append(Occurrence(window, begins, ends))
+        day += timedelta(days=1)
+    return found
+
+
+def windows_of(team_id: int, endpoint_ids: Iterable[int] | None = None):
+    """The team's windows that apply to these endpoints (their own and the team-wide ones)."""
+    windows = MaintenanceWindow.objects.for_team(team_id).select_related("endpoint")
+    if endpoint_ids is not None:
+        windows = windows.filter(Q(endpoint__isnull=True) | Q(endpoint__in=list(endpoint_ids)))
+    return windows
+
+
+def _merge(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    merged: list[tuple[datetime, datetime]] = []
+    for begins, ends in sorted(spans):
+        if merged and begins <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], ends))
+        else:
+            merged.append((begins, ends))
+    return merged
+
+
+def intervals_for(
+    endpoints: Iterable[Endpoint], start: datetime, end: datetime
+) -> dict[int, list[tuple[datetime, datetime]]]:
+    """Per endpoint id: its maintenance time within [start, end), merged and clipped, in time
+    order; one query for all the endpoints (fetched through the scoping layer by the caller)."""
+    endpoints = list(endpoints)
+    result: dict[int, list[tuple[datetime, datetime]]] = {e.pk: [] for e in endpoints}
+    if not endpoints:
+        return result
+    teams: dict[int, list[int]] = {}
+    for e in endpoints:
+        teams.setdefault(e.team_id, []).append(e.pk)
+    windows = scoped_to_teams(MaintenanceWindow, set(teams)).filter(
+        Q(endpoint__isnull=True) | Q(endpoint__in=list(result))
+    )
+    spans: dict[int, list[tuple[datetime, datetime]]] = {pk: [] for pk in result}
+    for window in windows:
+        applies = teams[window.team_id] if window.endpoint_id is None else [window.endpoint_id]
+        for occurrence in occurrences(window, start, end):
+            piece = (max(occurrence.start, start), min(occurrence.end, end))
+            for pk in applies:
+                spans[pk].append(piece)
+    return {pk: _merge(pieces) for pk, pieces in spans.items()}
+
+
+def maintenance_intervals(
+    endpoint: Endpoint, start: datetime, end: datetime
+) -> list[tuple[datetime, datetime]]:
+    """The endpoint's maintenance time within [start, end), merged, clipped, in time order."""
+    return intervals_for([endpoint], start, end)[endpoint.pk]
+
+
+def windows_covering(endpoint: Endpoint, at: datetime) -> list[MaintenanceWindow]:
+    """The windows (the endpoint's own and the team-wide ones) that cover the instant `at`."""
+    return [
+        w
+        for w in windows_of(endpoint.team_id, [endpoint.pk])
+        if any(o.covers(at) for o in occurrences(w, at, at + timedelta(microseconds=1)))
+    ]
+
+
+def in_maintenance(endpoint: Endpoint, start: datetime, end: datetime | None = None) -> bool:
+    """Some window overlaps [start, end] (a scan's run), or covers `start` when no end."""
+    end = end if end and end > start else start + timedelta(microseconds=1)
+    return bool(maintenance_intervals(endpoint, start, end))
+
+
+def covering_for(endpoint: Endpoint, spans: list[tuple[datetime, datetime | None]]) -> list[bool]:
+    """For each (start, end) span of the endpoint (its scans' runs), whether it overlaps a
+    window; one query."""
+    if not spans:
+        return []
+    lo = min(s for s, _ in spans)
+    hi = max((e or s) for s, e in spans) + timedelta(microseconds=1)
+    intervals = maintenance_intervals(endpoint, lo, hi)
+    result = []
+    for s, e in spans:
+        e = e if e and e > s else s + timedelta(microseconds=1)
+        result.append(any(b < e and s < f for b, f in intervals))
+    return result
+
+
+def scans_paused(endpoint: Endpoint, at: datetime) -> bool:
+    """A window that pauses scans covers `at` (the dispatcher then starts no scheduled scan)."""
+    return any(w.pause_scans for w in windows_covering(endpoint, at))
+
+
+def upcoming(
+    team_id: int, now: datetime, endpoint: Endpoint | None = None, days: int = 14
+) -> list[Occurrence]:
+    """The current and next occurrence of each of the team's windows (those that apply to
+    `endpoint` when given) within `days`, soonest first."""
+    windows = windows_of(team_id, None if endpoint is None else [endpoint.pk])
+    found = []
+    for window in windows:
+        ahead = occurrences(window, now, now + timedelta(days=days))
+        if ahead:
+            found.append(ahead[0])
+    return sorted(found, key=lambda o: o.start)
+
+
+def duration_text(minutes: int) -> str:
+    """90 -> '1 h 30 min' (scans.slo says it the same way; imported from neither side)."""
+    hours, minutes = divmod(minutes, 60)
+    return (
+        " ".join(part for part in (f"{hours} h" * bool(hours), f"{minutes} min" * bool(minutes)) if part)
+        or "0 min"
+    )
+
+
+def describe(window: MaintenanceWindow) -> str:
+    """'every Monday and Thursday at 02:00 for 1 h 30 min (Europe/Berlin)' or the one span."""
+    if window.kind == MaintenanceKind.WEEKLY:
+        days = [WEEKDAY_NAMES[d] for d in sorted(window.weekdays or [])]
+        named = days[0] if len(days) == 1 else ", ".join(days[:-1]) + " and " + days[-1]
+        at = window.start_time.strftime("%H:%M") if window.start_time else "?"
+        return f"every {named} at {at} for {duration_text(window.duration_minutes or 0)} ({window.timezone})"
+    tz = zone(window.timezone)
+    if not window.starts_at or not window.ends_at:
+        return "once"
+    start, end = window.starts_at.astimezone(tz), window.ends_at.astimezone(tz)
+    end_text = end.strftime("%H:%M") if end.date() == start.date() else end.strftime("%Y-%m-%d %H:%M")
+    return f"once, {start:%Y-%m-%d %H:%M} to {end_text} ({window.timezone})"
