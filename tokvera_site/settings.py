@@ -23,6 +23,10 @@ def _load():
         # Which private ranges the site's scanner may reach: "" (public internet only) or a
         # comma-separated subset of: loopback, private. The run command and tests use loopback.
         "OUTBOUND_ALLOW": config.string_list("OUTBOUND_ALLOW", []),
+        # Where a name connects instead, as curl --resolve: "host:port=ip:port", comma-separated.
+        # The guard still judges the address given. Tests point the notification services'
+        # fixed hosts (hooks.slack.com, …) at loopback receivers with it (scans/channels/).
+        "OUTBOUND_RESOLVE": config.string_list("OUTBOUND_RESOLVE", []),
         "DEBUG": config.flag("DEBUG", default=False),
         "DATABASES": {"default": config.database()},
         "CACHES": {"default": config.cache()},
@@ -63,6 +67,7 @@ globals().update(config.exit_on_config_error(_load))
 SECRET_KEY: str
 FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
+OUTBOUND_RESOLVE: list[str]
 PERIODIC_TASK_LOG_LEVEL: int
 DEBUG: bool
 DATABASES: dict[str, dict]
@@ -256,7 +261,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "tokvera_site.api_schema.refuse_nul_in_requests"],
     "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "benchmarks.models.JobStatus",
-                            "ScanStatusEnum": "scans.models.ScanStatus"},
+                            "ScanStatusEnum": "scans.models.ScanStatus",
+                            "CapacityOutcomeEnum": "scans.models.CapacityOutcome"},
 }
 
 # Celery. One beat process only (the run command starts exactly one); the schedule lives in

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from accounts.tenancy_api import TeamScopedViewSet
 from scans.models import (
+    CapacityOutcome,
     Scan,
 )
 from tokvera_site.pagination import StrictCursorPagination
@@ -36,6 +37,11 @@ class ScanSerializer(serializers.ModelSerializer):
         "null when the scan has no points, and always when `down`"))
     grade = serializers.CharField(read_only=True, allow_null=True, help_text=(
         "A-F, insufficient_evidence, \"\" before the scan finished; null when `down`"))
+    capacity_outcome = serializers.ChoiceField(
+        choices=[("", "not searched"), *CapacityOutcome.choices], read_only=True, help_text=(
+            "what the scan's capacity search found (issue 22): met; none_met (no level met the "
+            "SLO, capacity_concurrency null); met_at_highest (the highest level tried met it: "
+            "the capacity may be higher); \"\" when the scan did not search"))
     down = serializers.BooleanField(read_only=True, help_text=(
         "the endpoint never answered (the preflight stopped the scan, or no request "
         "succeeded): down is a state, not a grade, so `grade` and `points` are null; the "
