@@ -8,41 +8,28 @@ after one that did not (and back), sent once per scan (a cache key), replacing t
 message that would say the same. The SLO's multi-window burn-rate alerts (scans/slo.py) page
 when a fast pair fires and file a ticket for a slow one, once per episode (the level sent is
 kept on the endpoint), with a recovery message when no pair fires any more.
-Messages go by email to the team's owners and admins and, optionally, to a webhook signed
-with HMAC-SHA256 and sent through the site's outbound guard. The two delivery tasks live here,
-beside what they deliver, under their scans.tasks.* names (so alerts and tasks import each
-other no more: scans.tasks re-exports them for the worker).
+Each change is recorded once (an AlertEvent) and sent to the endpoint's notification
+channels, a delivery row each, retried as rows (scans/channels/): email to the team's owners
+and admins, signed webhooks, chat and paging services through Apprise, all outbound through
+the site's guard. The tasks of before channels keep their scans.tasks.* names here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
-import json
 import logging
-from functools import partial
 
-import httpx
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
-from django.core.mail import send_mail
-from django.db import transaction
 
-from accounts import encryption
-from accounts.models import Membership, Role
-from accounts.validators import one_line
-from scans import slo, state
+from scans import maintenance, slo, state
+from scans.channels import delivery
 from scans.grader.scoring import is_below_floor
-from scans.grader.transport import ScanTransport
 from scans.models import CapacityOutcome, Endpoint, Scan, ScanStatus
-from scans.outbound import check_url, guard
 from scans.system_wide import ALL_ENDPOINTS
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_HEADER = "X-Tokvera-Signature"
 # How many recent finished scans _down_change looks through for this scan and the one before.
 DOWN_LOOKBACK = 20
 
@@ -71,6 +58,15 @@ def _errored_streak(endpoint: Endpoint, limit: int) -> int:
     return streak
 
 
+def _held_scans(endpoint: Endpoint, states: list[state.EndpointState]) -> set:
+    """Public ids of the scans among `states` whose run overlapped a maintenance window."""
+    runs = list(Scan.objects.for_team(endpoint.team_id).filter(
+        public_id__in=[s.scan_id for s in states]).values_list("public_id", "queued_at",
+                                                               "finished_at"))
+    flags = maintenance.covering_for(endpoint, [(start, end) for _, start, end in runs])
+    return {run[0] for run, flag in zip(runs, flags, strict=True) if flag}
+
+
 def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     """("down", cause) when this scan finds the endpoint down and the scan before it (errored
     scans skipped: they say nothing about the endpoint) did not; ("down_recovered", …) the
@@ -79,7 +75,11 @@ def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     mine = next((i for i, s in enumerate(states) if s.scan_id == scan.public_id), None)
     if mine is None:
         return None
-    before = next((s for s in states[mine + 1:] if s.state != state.ERRORED), None)
+    # Scans held by a maintenance window are skipped too: after the window, a scan compares
+    # with the last one before it (still down afterwards: "down" goes out then).
+    held = _held_scans(endpoint, states[mine + 1:])
+    before = next((s for s in states[mine + 1:]
+                   if s.state != state.ERRORED and s.scan_id not in held), None)
     now_down = states[mine].state == state.DOWN
     was_down = before is not None and before.state == state.DOWN
     if now_down == was_down or (before is None and not now_down):
@@ -185,6 +185,10 @@ def after_scan(scan: Scan) -> None:
     # Read again (its alert states may have just changed), within the scan's own team.
     endpoint = (Endpoint.objects.for_team(scan.endpoint.team_id).select_related("team")
                 .get(pk=scan.endpoint_id))
+    if maintenance.in_maintenance(endpoint, scan.queued_at, scan.finished_at):
+        # A maintenance window holds every alert: nothing flips, so the first scan after the
+        # window sends whatever still holds then (scans/maintenance.py).
+        return
     events = []
     if scan.status == ScanStatus.ERRORED:
         if _errored_streak(endpoint, endpoint.alert_after_errors) >= endpoint.alert_after_errors:
@@ -213,9 +217,9 @@ def after_scan(scan: Scan) -> None:
         if (capacity := _capacity_change(endpoint, scan)) is not None:
             events.append(capacity)
     for kind, detail in events:
-        # A task, so a mail server hiccup is retried instead of losing the one message
-        # this change of state gets.
-        transaction.on_commit(partial(send_alert.delay, endpoint.pk, scan.pk, kind, detail))
+        # One event, a delivery row per channel (retried as rows, scans/channels/delivery.py),
+        # so a mail server or webhook hiccup never loses the one message this change gets.
+        delivery.record(endpoint, scan, kind, payload(endpoint, scan, kind, detail))
 
 
 def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
@@ -227,6 +231,7 @@ def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
         "state": current.state,
         "cause": current.cause,
         "endpoint": {"id": str(endpoint.public_id), "name": endpoint.name},
+        "team": endpoint.team.name,
         "scan": {"id": str(scan.public_id), "status": scan.status, "grade": scan.grade or None,
                  "scoring_version": scan.scoring_version or None},
         "url": f"{settings.SITE_URL}/scans/{scan.public_id}/",
@@ -235,81 +240,23 @@ def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:
     }
 
 
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+# --- delivery tasks of before channels (names kept, so messages still queued find them) ------
 
 
-def notify(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
+@shared_task(name="scans.tasks.send_alert")
+def send_alert(endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
+    """An alert queued before channels: recorded now, and delivered to the endpoint's channels."""
     # Task step: the ids came from our own alert code; the endpoint names the team.
     endpoint = ALL_ENDPOINTS.select_related("team").filter(pk=endpoint_id).first()
     scan = None if endpoint is None else Scan.objects.for_team(endpoint.team_id).filter(pk=scan_id).first()
     if endpoint is None or scan is None:
         return  # deleted since: nobody is left to tell
-    message = payload(endpoint, scan, kind, detail)
-    if endpoint.alert_email:
-        recipients = list(
-            Membership.objects.for_team(endpoint.team_id).filter(
-                role__in=[Role.OWNER, Role.ADMIN]
-            ).exclude(user__email="").values_list("user__email", flat=True)
-        )
-        if recipients:
-            send_mail(
-                # one line whatever was stored: a line break in a subject is a BadHeaderError
-                subject=one_line(f"[Tokvera] {endpoint.name}: {kind.replace('_', ' ')}"),
-                message=(f"{endpoint.name} ({endpoint.team.name}): {detail}\n\n"
-                         f"State: {state.LABELS[message['state']]}\n"
-                         + (f"Cause: {message['cause']}\n" if message["cause"] else "")
-                         + f"\nThe scan: {message['url']}\n"
-                         + (f"The SLO: {message['slo']['url']}\n" if "slo" in message else "")),
-                from_email=None,
-                recipient_list=recipients,
-            )
-    if endpoint.webhook_url:
-        send_webhook.delay(endpoint_id, message)
+    delivery.record(endpoint, scan, kind, payload(endpoint, scan, kind, detail))
 
 
-def deliver_webhook(endpoint: Endpoint, message: dict) -> int:
-    """POST the signed message through the outbound guard; returns the HTTP status."""
-    check_url(endpoint.webhook_url)  # a clear refusal up front; the guard checks each connect
-
-    body = json.dumps(message, separators=(",", ":"), sort_keys=True).encode()
-    secret = encryption.decrypt(endpoint.webhook_secret_encrypted)
-    headers = {"Content-Type": "application/json"}
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body)
-
-    async def post() -> int:
-        transport = ScanTransport(connect_guard=guard)
-        async with httpx.AsyncClient(transport=transport, timeout=10, follow_redirects=False) as c:
-            response = await c.post(endpoint.webhook_url, content=body, headers=headers)
-            return response.status_code
-
-    return asyncio.run(post())
-
-
-# --- delivery tasks (named as before the move, so queued messages still find them) -----------
-
-
-@shared_task(name="scans.tasks.send_alert", bind=True, max_retries=5, default_retry_delay=60)
-def send_alert(self, endpoint_id: int, scan_id: int, kind: str, detail: str) -> None:
-    """Email the team's owners and admins, and queue the webhook, for one alert event."""
-    try:
-        notify(endpoint_id, scan_id, kind, detail)
-    except OSError as exc:  # SMTP and socket errors: try again later
-        raise self.retry(exc=exc) from None
-
-
-@shared_task(name="scans.tasks.send_webhook", bind=True, max_retries=5, default_retry_delay=60)
-def send_webhook(self, endpoint_id: int, message: dict) -> int | None:
-    # Task step: the id came from our own alert code; no team is known here.
-    endpoint = ALL_ENDPOINTS.filter(pk=endpoint_id).first()
-    if endpoint is None or not endpoint.webhook_url:
-        return None
-    try:
-        status = deliver_webhook(endpoint, message)
-    except Exception as exc:
-        log.warning("webhook for endpoint %s failed: %s", endpoint_id, type(exc).__name__)
-        raise self.retry(exc=exc) from None
-    if status >= 500:
-        raise self.retry()
-    return status
+@shared_task(name="scans.tasks.send_webhook")
+def send_webhook(endpoint_id: int, message: dict) -> None:
+    """A webhook queued before channels: its alert was recorded for the endpoint's channels by
+    send_alert, which queued it, so there is nothing left to send."""
+    log.info("an old send_webhook message for endpoint %s was dropped (channels deliver it)",
+             endpoint_id)

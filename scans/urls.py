@@ -2,7 +2,17 @@
 
 from django.urls import path, re_path
 
-from scans.pages import badges, channels, compare, connection, dashboard, endpoint, scan, status_page
+from scans.pages import (
+    badges,
+    channels,
+    compare,
+    connection,
+    dashboard,
+    endpoint,
+    maintenance,
+    scan,
+    status_page,
+)
 
 urlpatterns = [
     path("teams/<slug:slug>/", dashboard.team_dashboard, name="team-dashboard"),
@@ -15,6 +25,14 @@ urlpatterns = [
     path("channels/<uuid:public_id>/edit", channels.channel_edit, name="channel-edit"),
     path("channels/<uuid:public_id>/delete", channels.channel_delete, name="channel-delete"),
     path("channels/<uuid:public_id>/test", channels.channel_test, name="channel-test"),
+    path("teams/<slug:slug>/maintenance/", maintenance.maintenance_list,
+         name="team-maintenance"),
+    path("teams/<slug:slug>/maintenance/new", maintenance.maintenance_create,
+         name="maintenance-create"),
+    path("maintenance/<uuid:public_id>/edit", maintenance.maintenance_edit,
+         name="maintenance-edit"),
+    path("maintenance/<uuid:public_id>/delete", maintenance.maintenance_delete,
+         name="maintenance-delete"),
     path("endpoints/<uuid:public_id>/", endpoint.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<uuid:public_id>/edit", endpoint.endpoint_edit, name="endpoint-edit"),
     path("endpoints/<uuid:public_id>/test-connection", connection.test_connection,

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.tenancy import Access, require_manage, require_write
 from accounts.views import team_to_create_in
-from scans import dispatch, history, slo, state
+from scans import dispatch, history, maintenance, slo, state
 from scans import profile as load_profile
 from scans.grader import slo as grader_slo
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
@@ -220,6 +220,9 @@ def endpoint_detail(request, public_id):
         "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
         "state": state.current(endpoint), "headline": state.headline(endpoint),
         "first_scan": _before_first_scan(endpoint),
+        "maintenance": [{"occurrence": o, "when": maintenance.describe(o.window),
+                         "now": o.covers(timezone.now())}
+                        for o in maintenance.upcoming(endpoint.team_id, timezone.now(), endpoint)],
     })
 
 

@@ -426,3 +426,111 @@ TEAM.update({
     "scan-compare": [Case("page", "GET", "read", kwargs=_scan_id)],
     "endpoints-compare": [Case("page", "GET", "read")],
 })
+
+
+# --- notification channels (issue 24; scans/pages/channels.py) -------------------------------
+
+
+def _channel(w):
+    from scans.models import NotificationChannel
+
+    existing = NotificationChannel.dangerously_unscoped.filter(team=w.team, kind="email").first()
+    return existing or NotificationChannel.dangerously_unscoped.create(
+        team=w.team, kind="email", name="Email to owners and admins")
+
+
+def _channel_id(w) -> dict:
+    return {"public_id": _channel(w).public_id}
+
+
+def _channel_named(w, name) -> bool:
+    from scans.models import NotificationChannel
+
+    return NotificationChannel.dangerously_unscoped.filter(team=w.team, name=name).exists()
+
+
+def _test_sent(w) -> bool:
+    from scans.models import Delivery
+
+    return Delivery.dangerously_unscoped.filter(channel__team=w.team, event__kind="test").exists()
+
+
+TEAM.update({
+    "team-channels": [Case("page", "GET", "read", kwargs=lambda w: (_channel(w), {"slug": w.team.slug})[1])],
+    "channel-create": [
+        Case("page", "GET", "write"),
+        Case(
+            "page", "POST", "write", data=lambda w: {"kind": "email", "name": "made-by-page",
+                                                     "enabled": "on"},
+            ok=frozenset({302}), effect=lambda w: _channel_named(w, "made-by-page"),
+        ),
+    ],
+    "channel-edit": [
+        Case("page", "GET", "write", kwargs=_channel_id),
+        Case(
+            "page", "POST", "write", kwargs=_channel_id,
+            data=lambda w: {"kind": "email", "name": "renamed-by-page", "enabled": "on"},
+            ok=frozenset({302}), effect=lambda w: _channel_named(w, "renamed-by-page"),
+        ),
+    ],
+    "channel-delete": [
+        Case("page", "GET", "write", kwargs=_channel_id),
+        Case(
+            "page", "POST", "write", kwargs=_channel_id, ok=frozenset({302}),
+            effect=lambda w: not _channel_named(w, "Email to owners and admins"),
+        ),
+    ],
+    # Send test: mail to the owners and admins (the console backend in tests).
+    "channel-test": [
+        Case("page", "POST", "write", kwargs=_channel_id, ok=frozenset({302}), effect=_test_sent),
+    ],
+})
+
+
+# --- maintenance windows (issue 24; scans/pages/maintenance.py) ------------------------------
+
+
+def _window(w):
+    from scans.models import MaintenanceWindow
+
+    existing = MaintenanceWindow.dangerously_unscoped.filter(team=w.team).first()
+    return existing or MaintenanceWindow.dangerously_unscoped.create(
+        team=w.team, name="Monthly upgrade", starts_at=timezone.now() + timedelta(days=1),
+        ends_at=timezone.now() + timedelta(days=1, hours=2))
+
+
+def _window_id(w) -> dict:
+    return {"public_id": _window(w).public_id}
+
+
+def _window_named(w, name) -> bool:
+    from scans.models import MaintenanceWindow
+
+    return MaintenanceWindow.dangerously_unscoped.filter(team=w.team, name=name).exists()
+
+
+def _window_data(name):
+    return lambda w: {"name": name, "endpoint": "", "kind": "once", "timezone": "UTC",
+                      "starts_at": "2030-01-01T10:00", "ends_at": "2030-01-01T12:00"}
+
+
+TEAM.update({
+    "team-maintenance": [
+        Case("page", "GET", "read", kwargs=lambda w: (_window(w), {"slug": w.team.slug})[1]),
+    ],
+    "maintenance-create": [
+        Case("page", "GET", "write"),
+        Case("page", "POST", "write", data=_window_data("made-by-page"), ok=frozenset({302}),
+             effect=lambda w: _window_named(w, "made-by-page")),
+    ],
+    "maintenance-edit": [
+        Case("page", "GET", "write", kwargs=_window_id),
+        Case("page", "POST", "write", kwargs=_window_id, data=_window_data("renamed-by-page"),
+             ok=frozenset({302}), effect=lambda w: _window_named(w, "renamed-by-page")),
+    ],
+    "maintenance-delete": [
+        Case("page", "GET", "write", kwargs=_window_id),
+        Case("page", "POST", "write", kwargs=_window_id, ok=frozenset({302}),
+             effect=lambda w: not _window_named(w, "Monthly upgrade")),
+    ],
+})

@@ -1,0 +1,214 @@
+"""The team's maintenance windows: list (with each one's next time), create, edit, delete.
+
+Reads need membership (outsiders get 404), writes a writing role (viewers get 403). Times are
+typed in the window's own timezone (the creator's profile timezone by default) and stored in
+UTC with that zone's name. Bad input (an end before the start, a weekly window with no day, a
+duration of zero or less) is an error at the field and nothing is saved."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.utils import timezone
+
+from accounts.models import Profile
+from accounts.tenancy import Access, get_visible_or_404, require_write
+from accounts.validators import validate_one_line
+from accounts.views import team_for_request, team_to_create_in
+from scans import maintenance
+from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
+
+LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
+ZONES = sorted(zoneinfo.available_timezones() - {"localtime", "Factory"})
+
+
+class MaintenanceForm(forms.Form):
+    name = forms.CharField(label="Name", max_length=100, validators=[validate_one_line])
+    endpoint = forms.ChoiceField(label="Applies to", required=False)
+    kind = forms.ChoiceField(
+        label="When", choices=MaintenanceKind.choices, widget=forms.RadioSelect, initial=MaintenanceKind.ONCE
+    )
+    starts_at = forms.DateTimeField(
+        label="Starts",
+        required=False,
+        input_formats=[LOCAL_FORMAT],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_FORMAT),
+    )
+    ends_at = forms.DateTimeField(
+        label="Ends",
+        required=False,
+        input_formats=[LOCAL_FORMAT],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_FORMAT),
+    )
+    weekdays = forms.TypedMultipleChoiceField(
+        label="Days",
+        required=False,
+        coerce=int,
+        widget=forms.CheckboxSelectMultiple,
+        choices=list(enumerate(maintenance.WEEKDAY_NAMES)),
+    )
+    start_time = forms.TimeField(
+        label="At", required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M")
+    )
+    duration_minutes = forms.IntegerField(label="For (minutes)", required=False)
+    timezone = forms.ChoiceField(label="Timezone", choices=[(z, z) for z in ZONES])
+    pause_scans = forms.BooleanField(
+        label="Pause scheduled scans during the window",
+        required=False,
+        help_text="Off: scans still run (their time is left out of the SLO either way).",
+    )
+
+    def __init__(self, *args, team, **kwargs):
+        super().__init__(*args, **kwargs)
+        endpoints = Endpoint.objects.for_team(team).order_by("name")
+        self.endpoints = {str(e.public_id): e for e in endpoints}
+        choices = [("", "Every endpoint of the team")]
+        choices += [(key, e.name) for key, e in self.endpoints.items()]
+        field = self.fields["endpoint"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = choices
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        kind = cleaned.get("kind")
+        zone = zoneinfo.ZoneInfo(cleaned.get("timezone") or "UTC")
+        if kind == MaintenanceKind.ONCE:
+            for name in ("starts_at", "ends_at"):
+                if cleaned.get(name) is None and name not in self.errors:
+                    self.add_error(name, "Give a date and time.")
+                elif cleaned.get(name) is not None:
+                    # typed in the window's timezone, not the page's
+                    naive = timezone.make_naive(cleaned[name])
+                    cleaned[name] = naive.replace(tzinfo=zone)
+            start, end = cleaned.get("starts_at"), cleaned.get("ends_at")
+            if start and end and end <= start:
+                self.add_error("ends_at", "The window ends before it starts: give a later end.")
+        elif kind == MaintenanceKind.WEEKLY:
+            if not cleaned.get("weekdays"):
+                self.add_error("weekdays", "Pick at least one day.")
+            if cleaned.get("start_time") is None and "start_time" not in self.errors:
+                self.add_error("start_time", "Give a time of day.")
+            minutes = cleaned.get("duration_minutes")
+            if minutes is None and "duration_minutes" not in self.errors:
+                self.add_error("duration_minutes", "Give how long it lasts, in minutes.")
+            elif minutes is not None and minutes <= 0:
+                self.add_error("duration_minutes", "The window must last at least a minute.")
+            elif minutes is not None and minutes > 7 * 24 * 60:
+                self.add_error("duration_minutes", "At most a week (10,080 minutes).")
+        return cleaned
+
+    def apply(self, window: MaintenanceWindow) -> MaintenanceWindow:
+        c = self.cleaned_data
+        window.name = c["name"]
+        window.endpoint = self.endpoints.get(c.get("endpoint") or "")
+        window.kind = c["kind"]
+        window.timezone = c["timezone"]
+        window.pause_scans = c.get("pause_scans", False)
+        once = window.kind == MaintenanceKind.ONCE
+        window.starts_at = c.get("starts_at") if once else None
+        window.ends_at = c.get("ends_at") if once else None
+        window.weekdays = [] if once else sorted(c.get("weekdays") or [])
+        window.start_time = None if once else c.get("start_time")
+        window.duration_minutes = None if once else c.get("duration_minutes")
+        return window
+
+
+def _initial(window: MaintenanceWindow) -> dict:
+    zone = maintenance.zone(window.timezone)
+
+    def local(at: datetime | None) -> str:
+        return at.astimezone(zone).strftime(LOCAL_FORMAT) if at else ""
+
+    return {
+        "name": window.name,
+        "kind": window.kind,
+        "timezone": window.timezone,
+        "endpoint": str(window.endpoint.public_id) if window.endpoint else "",
+        "starts_at": local(window.starts_at),
+        "ends_at": local(window.ends_at),
+        "weekdays": window.weekdays,
+        "start_time": window.start_time,
+        "duration_minutes": window.duration_minutes,
+        "pause_scans": window.pause_scans,
+    }
+
+
+def _user_zone(request) -> str:
+    zone = Profile.objects.filter(user_id=request.user.pk).values_list("timezone", flat=True).first()
+    return str(zone or "UTC")
+
+
+@login_required
+def maintenance_list(request, slug):
+    team = team_for_request(request, slug)
+    now = timezone.now()
+    windows = list(MaintenanceWindow.objects.for_team(team).select_related("endpoint"))
+    nexts = {o.window.pk: o for o in maintenance.upcoming(team.pk, now, days=400)}
+    rows = [
+        {
+            "window": w,
+            "when": maintenance.describe(w),
+            "next": nexts.get(w.pk),
+            "now": bool(nexts.get(w.pk) and nexts[w.pk].covers(now)),
+        }
+        for w in windows
+    ]
+    return render(
+        request,
+        "scans/maintenance.html",
+        {"team": team, "rows": rows, "can_write": Access.for_request(request).can_write(team.pk)},
+    )
+
+
+@login_required
+def maintenance_create(request, slug):
+    team = team_to_create_in(request, slug)
+    form = MaintenanceForm(request.POST or None, team=team, initial={"timezone": _user_zone(request)})
+    if request.method == "POST" and form.is_valid():
+        window = form.apply(MaintenanceWindow(team=team))
+        window.save()
+        messages.success(request, f"Maintenance window {window.name} added.")
+        return redirect("team-maintenance", slug=team.slug)
+    return render(
+        request,
+        "scans/maintenance_form.html",
+        {"team": team, "form": form, "window": None},
+        status=400 if form.is_bound else 200,
+    )
+
+
+@login_required
+def maintenance_edit(request, public_id):
+    window = get_visible_or_404(request, MaintenanceWindow, public_id=public_id)
+    require_write(request, window)
+    team = window.team
+    form = MaintenanceForm(request.POST or None, team=team, initial=_initial(window))
+    if request.method == "POST" and form.is_valid():
+        form.apply(window).save()
+        messages.success(request, f"Maintenance window {window.name} saved.")
+        return redirect("team-maintenance", slug=team.slug)
+    return render(
+        request,
+        "scans/maintenance_form.html",
+        {"team": team, "form": form, "window": window},
+        status=400 if form.is_bound else 200,
+    )
+
+
+@login_required
+def maintenance_delete(request, public_id):
+    """GET: a confirmation page; POST: delete the window (past SLO figures count its time
+    again)."""
+    window = get_visible_or_404(request, MaintenanceWindow, public_id=public_id)
+    require_write(request, window)
+    team = window.team
+    if request.method == "POST":
+        MaintenanceWindow.objects.for_team(team).filter(pk=window.pk).delete()
+        messages.success(request, f"Maintenance window {window.name} was deleted.")
+        return redirect("team-maintenance", slug=team.slug)
+    return render(request, "scans/maintenance_delete.html", {"team": team, "window": window})
