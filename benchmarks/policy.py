@@ -32,6 +32,10 @@ DEFAULTS = {
     # The longest a lease (or a completion with lease_next) may wait for a job to be assigned
     # to the calling host before it answers without one (the agent asks for 25 s).
     "NETWORK_LEASE_WAIT_MAX_S": 30,
+    # The most calls one web process holds waiting at once; beyond it a lease answers at once
+    # (the agent then polls). Under gthread each waiting call holds a thread: keep this well
+    # below the threads per process (docs/operations.md), or waiting hosts starve every call.
+    "NETWORK_WAITING_LEASES_PER_PROCESS": 8,
     # The most jobs one host may run at once, whatever it advertises.
     "NETWORK_MAX_SLOTS": 64,
     # The most queued jobs one assignment pass considers (the rest wait for the next pass).

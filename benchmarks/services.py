@@ -23,7 +23,7 @@ from datetime import datetime
 from django.db import connection
 from django.utils import timezone
 
-from benchmarks import hosts, jobs, tasks, wakeup
+from benchmarks import hosts, jobs, policy, tasks, wakeup
 from benchmarks.models import Host, Job
 
 
@@ -62,7 +62,8 @@ def lease(host: Host, start: bool = False, wait_s: float = 0.0,
             # A waiting call holds no database connection: under thread workers each waiting
             # host holds a thread, and PostgreSQL's connections are far fewer than threads.
             connection.close()
-        job = wakeup.wait(host.pk, wait_s, lambda: jobs.lease(host, start=start))
+        job = wakeup.wait(host.pk, wait_s, lambda: jobs.lease(host, start=start),
+                          most=policy.value("NETWORK_WAITING_LEASES_PER_PROCESS"))
     return job
 
 

@@ -138,9 +138,34 @@ def _listener() -> _Listener | None:
     return listener
 
 
-def wait(host_id: int, seconds: float, look: Callable[[], T | None]) -> T | None:
+_waiting_slots: dict[int, threading.BoundedSemaphore] = {}
+
+
+def _slots(limit: int) -> threading.BoundedSemaphore:
+    with _listeners_lock:
+        slots = _waiting_slots.get(limit)
+        if slots is None:
+            slots = _waiting_slots[limit] = threading.BoundedSemaphore(limit)
+    return slots
+
+
+def wait(host_id: int, seconds: float, look: Callable[[], T | None], most: int) -> T | None:
     """Call `look` until it finds something or `seconds` have passed: once now, then whenever
-    a pass announces work for this host (or every POLL_S while no announcement can come)."""
+    a pass announces work for this host (or every POLL_S while no announcement can come).
+
+    At most `most` calls of this process wait at once; a call beyond them looks once and
+    returns: under thread workers each waiting call holds a thread, and waiting calls must
+    never take the threads every other call needs (the host then polls)."""
+    slots = _slots(most)
+    if not slots.acquire(blocking=False):
+        return look()
+    try:
+        return _wait(host_id, seconds, look)
+    finally:
+        slots.release()
+
+
+def _wait(host_id: int, seconds: float, look: Callable[[], T | None]) -> T | None:
     deadline = time.monotonic() + seconds
     listener = _listener()
     event = threading.Event()

@@ -173,3 +173,17 @@ def test_a_workers_pass_waits_for_the_pass_in_flight_then_takes_what_it_left(net
     finally:
         release.set()
         holder.join()
+
+
+def test_waiting_calls_beyond_the_process_limit_answer_at_once(net, settings, monkeypatch):
+    monkeypatch.setattr(wakeup, "POLL_S", 120.0)
+    settings.NETWORK_WAITING_LEASES_PER_PROCESS = 1
+    first, first_token = net.host("first")
+    _, second_token = net.host("second")
+    waiting = WaitingLease(first_token, wait_s=30)
+    waiting.start()
+    wait_for(lambda: _listening(first.pk), 10, "the first lease to wait")
+    over = APIClient().post("/v1/hosts/lease", {"wait_s": 30}, format="json", **bearer(second_token))
+    assert over.status_code == 204 and waiting.is_alive()  # answered while the first still waits
+    net.submit_id()
+    assert waiting.result().status_code == 200
