@@ -17,6 +17,14 @@ class ScansConfig(AppConfig):
         from scans.periodic_tasks import ensure_periodic_tasks
 
         post_migrate.connect(ensure_periodic_tasks, sender=self)
+        # A new team starts with one channel: mail to its owners and admins (issue 24).
+        from django.db.models.signals import post_save
+
+        from accounts.models import Team
+        from scans.channels.service import give_new_team_its_email_channel
+
+        post_save.connect(give_new_team_its_email_channel, sender=Team,
+                          dispatch_uid="scans-team-email-channel")
         # Request lines carry invitation secrets. Here rather than in accounts, which may not
         # import the grader (where the credential patterns live) even through tokvera_site.
         redact_access_logs()

@@ -41,7 +41,7 @@ PROFILE_FIELDS = ("base_url", "model", "levels", "requests_per_level", "max_toke
 # The workload's own fields (issue 21), without the dataset (a secret, below).
 WORKLOAD_FIELDS = ("input_tokens", "output_tokens", "shared_prefix_tokens", "warmup")
 # A secret as people give it → the field that stores it encrypted.
-SECRET_FIELDS = {"api_key": "api_key_encrypted", "webhook_secret": "webhook_secret_encrypted",
+SECRET_FIELDS = {"api_key": "api_key_encrypted",
                  "prompt_sample": "prompt_sample_encrypted",
                  "load_dataset": "load_dataset_encrypted"}
 
@@ -75,7 +75,7 @@ def check_profile(fields: dict) -> None:
 
 
 def set_secret(endpoint: Endpoint, name: str, value: str) -> None:
-    """Store secret `name` (api_key, webhook_secret, prompt_sample, load_dataset) encrypted;
+    """Store secret `name` (api_key, prompt_sample, load_dataset) encrypted;
     "" removes it."""
     setattr(endpoint, SECRET_FIELDS[name], encryption.encrypt(value) if value else "")
 

@@ -1,8 +1,9 @@
 """Stored secrets follow their URL's origin.
 
-An endpoint's API key is sent to its base URL, and its webhook secret signs what goes to its
-webhook URL. Whoever can point such a URL somewhere else could make the site hand the secret
-to a server of their choosing, so (the page form and the API both call `url_changes`):
+An endpoint's API key is sent to its base URL (a webhook channel's signing secret follows its
+URL the same way: scans/channels/service.py). Whoever can point such a URL somewhere else could
+make the site hand the secret to a server of their choosing, so (the page form and the API
+both call `url_changes`):
 
 - only owners and admins may change a URL whose secret is stored, unless the same request
   gives a new secret or removes the stored one (members and read-write tokens are refused);
@@ -29,7 +30,6 @@ class GuardedURL:
 
 GUARDED_URLS = (
     GuardedURL("base_url", "api_key_encrypted", "API key"),
-    GuardedURL("webhook_url", "webhook_secret_encrypted", "webhook secret"),
 )
 
 

@@ -9,6 +9,7 @@ through scans/system_wide.py.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -98,7 +99,8 @@ class Endpoint(TeamOwned):
     # Where its alerts go (issue 24): every channel of the team, or only those picked.
     all_channels = models.BooleanField(
         default=True, help_text="Alerts go to every channel of the team, new ones included.")
-    channels = models.ManyToManyField("NotificationChannel", blank=True, related_name="endpoints")
+    channels: models.ManyToManyField[NotificationChannel, Any] = models.ManyToManyField(
+        "NotificationChannel", blank=True, related_name="endpoints")
     alert_after_errors = models.PositiveSmallIntegerField(
         default=3, validators=[MinValueValidator(1), MaxValueValidator(100)])
     below_floor = models.BooleanField(default=False)  # alert state: last graded scan missed it

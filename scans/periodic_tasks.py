@@ -12,6 +12,7 @@ PERIODIC_TASKS: list[tuple[str, str, int]] = [
     ("Delete expired invitations", "scans.tasks.delete_expired_invitations", 3600),
     ("Enqueue due scans", "scans.tasks.enqueue_due_scans", 60),
     ("Reap dead scans", "scans.tasks.reap_scans", 60),
+    ("Deliver due notifications", "scans.tasks.deliver_due_notifications", 60),
 ]
 
 

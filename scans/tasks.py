@@ -13,8 +13,10 @@ from scans import dispatch, pushes, scheduling, worker
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
 from scans.alerts import send_alert, send_webhook
+from scans.channels.delivery import deliver_due_notifications, deliver_notification
 
-__all__ = ["delete_expired_invitations", "enqueue_due_scans", "prove_pushed_report",
+__all__ = ["deliver_due_notifications", "deliver_notification",
+           "delete_expired_invitations", "enqueue_due_scans", "prove_pushed_report",
            "reap_scans", "run_scan", "send_alert", "send_webhook"]
 
 log = logging.getLogger(__name__)

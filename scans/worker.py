@@ -177,7 +177,7 @@ def endpoint_secrets(endpoint: Endpoint) -> list[str]:
     """The endpoint's stored secrets, decrypted in memory (to cut them out of what a scan
     stores); an unreadable one is skipped."""
     secrets = []
-    for field in ("api_key_encrypted", "webhook_secret_encrypted"):
+    for field in ("api_key_encrypted",):
         try:
             secret = encryption.decrypt(getattr(endpoint, field))
         except encryption.UnreadableSecret:

@@ -32,7 +32,9 @@ from scans.history import capacity_history, check_history, latest_capacity
 from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
+    CapacityOutcome,
     Endpoint,
+    NotificationChannel,
     Scan,
     ScanStatus,
     ScanTrigger,
@@ -45,6 +47,13 @@ DEFAULT_HISTORY_POINTS = 500
 MAX_HISTORY_POINTS = 5000
 
 
+class ChannelIdsField(serializers.ListField):
+    """An endpoint's picked channels as their public ids."""
+
+    def to_representation(self, data):
+        return [str(channel.public_id) for channel in data.all()]  # prefetched by the view
+
+
 class EndpointSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
@@ -55,12 +64,9 @@ class EndpointSerializer(serializers.ModelSerializer):
     # An empty string removes a stored secret.
     api_key = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                     trim_whitespace=True, max_length=4000)
-    # A webhook URL often carries its own secret (Slack-style), so it is write-only too.
-    webhook_url = serializers.URLField(write_only=True, required=False, allow_blank=True,
-                                       max_length=500)
-    has_webhook = serializers.SerializerMethodField()
-    webhook_secret = serializers.CharField(write_only=True, required=False, allow_blank=True,
-                                           max_length=500)
+    # Where its alerts go: every channel of the team (all_channels), or these (their ids, as
+    # the channels page names them); an id of no channel of the endpoint's team is a 400.
+    channels = ChannelIdsField(child=serializers.UUIDField(), required=False, max_length=100)
     has_api_key = serializers.BooleanField(read_only=True)
     has_prompt_sample = serializers.BooleanField(read_only=True)
     # The workload's load dataset (JSONL text, as `tokvera scan --dataset` reads it): a secret
@@ -106,7 +112,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "input_tokens", "output_tokens", "shared_prefix_tokens", "warmup", "load_dataset",
             "has_load_dataset",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
-            "webhook_url", "has_webhook", "webhook_secret", "alert_email", "alert_after_errors",
+            "all_channels", "channels", "alert_after_errors",
             "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
             "state", *endpoints.CAPACITY_FIELDS,
         ]
@@ -120,8 +126,12 @@ class EndpointSerializer(serializers.ModelSerializer):
                         "price_input_per_mtok": {"coerce_to_string": False},
                         "price_output_per_mtok": {"coerce_to_string": False}}
 
-    def get_has_webhook(self, endpoint) -> bool:
-        return bool(endpoint.webhook_url)
+    def _channels(self, ids, team_id) -> list[NotificationChannel]:
+        found = list(NotificationChannel.objects.for_team(team_id).filter(public_id__in=ids))
+        if len(found) != len(set(ids)):
+            raise serializers.ValidationError(
+                {"channels": ["no such channel in the endpoint's team"]})
+        return found
 
     @extend_schema_field({"type": "object", "properties": {
         "state": {"type": "string", "enum": list(endpoint_state.LABELS)},
@@ -190,8 +200,8 @@ class EndpointSerializer(serializers.ModelSerializer):
         request = self.context["request"]
         changes = endpoints.url_changes(
             self.instance,
-            {name: attrs[name] for name in ("base_url", "webhook_url") if name in attrs},
-            {f"{name}_encrypted" for name in ("api_key", "webhook_secret") if name in attrs},
+            {name: attrs[name] for name in ("base_url",) if name in attrs},
+            {f"{name}_encrypted" for name in ("api_key",) if name in attrs},
             Access.for_request(request).can_manage(self.instance.team_id))
         if changes.refused:
             name, message = next(iter(changes.refused.items()))
@@ -206,21 +216,27 @@ class EndpointSerializer(serializers.ModelSerializer):
     @staticmethod
     def _secrets(endpoint, validated) -> list[str]:
         """Set the secrets the request gave ("" removes one); the fields written."""
-        given = [name for name in ("api_key", "webhook_secret", "load_dataset")
-                 if name in validated]
+        given = [name for name in ("api_key", "load_dataset") if name in validated]
         for name in given:
             endpoints.set_secret(endpoint, name, validated.pop(name))
         return [endpoints.SECRET_FIELDS[name] for name in given]
 
     def create(self, validated):
         secrets = {name: validated.pop(name)
-                   for name in ("api_key", "webhook_secret", "load_dataset") if name in validated}
+                   for name in ("api_key", "load_dataset") if name in validated}
+        channel_ids = validated.pop("channels", None)
         endpoint = Endpoint(**{"levels": list(endpoints.DEFAULT_LEVELS), **validated})
+        picked = self._channels(channel_ids, endpoint.team_id) if channel_ids else []
         self._secrets(endpoint, secrets)
-        return endpoints.save(endpoint, None)  # first scan at the next beat
+        endpoint = endpoints.save(endpoint, None)  # first scan at the next beat
+        endpoint.channels.set(picked)
+        return endpoint
 
     def update(self, instance, validated):
         validated.pop("team", None)  # an endpoint never moves between teams
+        channel_ids = validated.pop("channels", None)
+        if channel_ids is not None:
+            instance.channels.set(self._channels(channel_ids, instance.team_id))
         old_interval = instance.interval_minutes
         written = self._secrets(instance, validated)
         # The URL moved to another origin: its secret stays behind.
@@ -248,7 +264,7 @@ class CapacityPointSerializer(serializers.Serializer):
         help_text="the capacity as report.json has it; null when no level met the SLO, and "
                   "for a bucket")
     outcome = serializers.ChoiceField(
-        choices=["met", "none_met", "met_at_highest", ""],
+        choices=[*CapacityOutcome.choices, ("", "a bucket")],
         help_text="met; none_met (no level met the SLO); met_at_highest (the highest level "
                   "tried met it: the capacity may be higher); \"\" for a bucket")
     none_met = serializers.IntegerField(min_value=0)
@@ -266,7 +282,7 @@ class CapacityLatestSerializer(serializers.Serializer):
 
     scan = serializers.UUIDField()
     at = serializers.DateTimeField()
-    outcome = serializers.ChoiceField(choices=["met", "none_met", "met_at_highest"])
+    outcome = serializers.ChoiceField(choices=CapacityOutcome.choices)
     concurrency = serializers.IntegerField(allow_null=True, min_value=1)
     requests_per_s = serializers.FloatField(allow_null=True)
     output_tokens_per_s = serializers.FloatField(allow_null=True)
@@ -312,7 +328,7 @@ class EndpointViewSet(
     pagination_class = EndpointPages
 
     def narrow_queryset(self, queryset):
-        return queryset.select_related("team")
+        return queryset.select_related("team").prefetch_related("channels")
 
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))

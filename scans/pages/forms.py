@@ -1,16 +1,17 @@
 """The endpoint form: validation at the edge, secrets write-only.
 
-Secrets (the API key, the webhook secret, the prompt sample) are accepted, encrypted and never
+Secrets (the API key, the prompt sample, the load dataset) are accepted, encrypted and never
 rendered back: their inputs are password fields that do not echo a value, even when the form
 is shown again with errors, and the page only says whether one is stored. A blank secret field
-keeps what is stored; a "clear" box removes it. The webhook URL is write-only the same way (it
-often carries its own secret). Changing a URL whose secret is stored follows
-scans/guarded_urls.py: members are refused, and a new origin drops the secret.
+keeps what is stored; a "clear" box removes it. Changing a URL whose secret is stored follows
+scans/guarded_urls.py: members are refused, and a new origin drops the secret. Where alerts go
+is the team's notification channels (scans/channels/): all of them, or those picked here.
 """
 
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -23,7 +24,7 @@ from scans.grader.prompts import PromptsFileError, parse_prompts_text
 from scans.grader.slo import DEFAULT_SEARCH_LEVELS
 from scans.grader.workload import DatasetError
 from scans.guarded_urls import GuardedURL
-from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint
+from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, NotificationChannel
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm"]
 
@@ -31,17 +32,16 @@ MAX_PROMPT_SAMPLE_BYTES = 5 * 1024 * 1024
 MAX_SECRET_CHARS = 4000
 
 
-class WriteOnlyURLInput(forms.URLInput):
-    """A URL input that never renders a value back, stored or submitted."""
-
-    def format_value(self, value):
-        return None
-
-
 def _formfield(model_field, **kwargs):
     if isinstance(model_field, models.URLField):
         kwargs["assume_scheme"] = "https"  # a URL typed without a scheme is read as https
     return model_field.formfield(**kwargs)
+
+
+class ChannelChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj) -> str:
+        off = "" if obj.enabled else ", turned off"
+        return f"{obj.name} ({obj.get_kind_display()}{off})"
 
 
 class EndpointForm(forms.ModelForm):
@@ -69,20 +69,10 @@ class EndpointForm(forms.ModelForm):
                   "shown again.")
     clear_load_dataset = forms.BooleanField(label="Remove the stored load dataset",
                                             required=False)
-    webhook_secret = forms.CharField(
-        label="Webhook secret", required=False, max_length=500, strip=True,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="Signs alert webhooks (HMAC-SHA256). Write-only: never shown again.")
-    clear_webhook_secret = forms.BooleanField(label="Remove the stored webhook secret",
-                                              required=False)
-    webhook_url = forms.URLField(
-        label="Alert webhook URL", required=False, max_length=500, assume_scheme="https",
-        widget=WriteOnlyURLInput(attrs={"autocomplete": "off"}),
-        error_messages={"invalid": "Expected an http(s) URL such as "
-                                   "https://hooks.example.com/tokvera."},
-        help_text="Write-only (it often carries its own secret): never shown again.")
-    clear_webhook_url = forms.BooleanField(label="Remove the stored webhook URL",
-                                           required=False)
+    channels = ChannelChoiceField(
+        label="Only these channels", required=False, queryset=NotificationChannel.objects.for_team(None),
+        to_field_name="public_id", widget=forms.CheckboxSelectMultiple,
+        help_text="Used when the box above is off; none ticked: this endpoint sends no alerts.")
 
     class Meta:
         model = Endpoint
@@ -92,7 +82,7 @@ class EndpointForm(forms.ModelForm):
             "timeout_s", "interval_minutes", "enabled", "accepts_pushes", "price_input_per_mtok",
             "price_output_per_mtok", "input_tokens", "output_tokens", "shared_prefix_tokens",
             "warmup", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
-            "slo_objective", "alert_email", "alert_after_errors", *endpoints.CAPACITY_FIELDS,
+            "slo_objective", "all_channels", "alert_after_errors", *endpoints.CAPACITY_FIELDS,
         ]
         labels = {
             "base_url": "Base URL",
@@ -106,7 +96,7 @@ class EndpointForm(forms.ModelForm):
             "slo_ttft_p95_ms": "SLO: TTFT p95 at concurrency 1 at most (ms)",
             "slo_error_rate": "SLO: error rate at most (share)",
             "slo_objective": "SLO objective (share of scans)",
-            "alert_email": "Email owners and admins on alerts",
+            "all_channels": "Alert every channel of the team",
             "alert_after_errors": "Alert after this many errored scans in a row",
             "input_tokens": "Prompt length (tokens)",
             "output_tokens": "Reply length (tokens)",
@@ -173,15 +163,16 @@ class EndpointForm(forms.ModelForm):
         self.fields["locations_text"].help_text += (
             " Available: " + ", ".join(scheduling.configured_locations()) + ".")
         self.fields["model"].widget.attrs.update(list="server-models", autocomplete="off")
+        owner = self.instance.team_id if self.instance.pk else getattr(team, "pk", None)
+        cast(ChannelChoiceField, self.fields["channels"]).queryset = (
+            NotificationChannel.objects.for_team(owner))
+        if self.instance.pk:
+            self.fields["channels"].initial = list(self.instance.channels.values_list(
+                "public_id", flat=True))
         if self.instance.pk:  # only an edit has something stored to keep
             self.fields["api_key"].help_text = (
                 ("An API key is stored. " if self.instance.has_api_key else "No API key stored. ")
                 + self.fields["api_key"].help_text + " Leave blank to keep the stored key.")
-            self.fields["webhook_url"].help_text = (
-                ("A webhook URL is stored. " if self.instance.webhook_url
-                 else "No webhook URL stored. ") + self.fields["webhook_url"].help_text
-                + " Leave blank to keep the stored URL.")
-            self.fields["webhook_secret"].help_text += " Leave blank to keep the stored secret."
             self.fields["prompt_sample"].help_text += " Leave empty to keep the stored sample."
             self.fields["load_dataset"].help_text += " Leave empty to keep the stored dataset."
 
@@ -285,14 +276,9 @@ class EndpointForm(forms.ModelForm):
         cleaned = self.cleaned_data  # what ModelForm.clean() returns, typed without None
         if cleaned.get("api_key") and cleaned.get("clear_api_key"):
             self.add_error("api_key", "Either give a new key or remove the stored one, not both.")
-        if cleaned.get("webhook_secret") and cleaned.get("clear_webhook_secret"):
-            self.add_error("webhook_secret",
-                           "Either give a new secret or remove the stored one, not both.")
         if cleaned.get("load_dataset") and cleaned.get("clear_load_dataset"):
             self.add_error("load_dataset",
                            "Either give a new dataset or remove the stored one, not both.")
-        if cleaned.get("webhook_url") and cleaned.get("clear_webhook_url"):
-            self.add_error("webhook_url", "Either give a new URL or remove the stored one, not both.")
         if self.instance.pk is None and self.team is not None:
             try:
                 endpoint_limits.check_room_for_endpoint(self.team.pk)
@@ -323,20 +309,13 @@ class EndpointForm(forms.ModelForm):
             self.add_error(field, f"This scan profile cannot run: {exc}.")
         return cleaned
 
-    def _new_webhook_url(self, cleaned) -> str:
-        if cleaned.get("clear_webhook_url"):
-            return ""
-        return cleaned.get("webhook_url") or self.instance.webhook_url  # blank keeps
-
     def _check_url_changes(self, cleaned) -> None:
         given = set()
         if cleaned.get("api_key") or cleaned.get("clear_api_key"):
             given.add("api_key_encrypted")
-        if cleaned.get("webhook_secret") or cleaned.get("clear_webhook_secret"):
-            given.add("webhook_secret_encrypted")
         changes = endpoints.url_changes(
             self.instance,
-            {"base_url": cleaned["base_url"], "webhook_url": self._new_webhook_url(cleaned)},
+            {"base_url": cleaned["base_url"]},
             given, self.can_manage)
         for field_name, message in changes.refused.items():
             self.add_error(field_name, message)
@@ -354,14 +333,12 @@ class EndpointForm(forms.ModelForm):
         cleaned = self.cleaned_data
         endpoint.levels = cleaned["levels_text"]
         endpoint.locations = cleaned["locations_text"]
-        endpoint.webhook_url = self._new_webhook_url(cleaned)
         # The URL moved to another origin: its secret stays behind.
         self.dropped_secrets += endpoints.drop_secrets(endpoint, self._dropped)
-        for name in ("api_key", "webhook_secret"):  # a blank field keeps the stored secret
-            if cleaned.get(f"clear_{name}"):
-                endpoints.set_secret(endpoint, name, "")
-            elif cleaned.get(name):
-                endpoints.set_secret(endpoint, name, cleaned[name])
+        if cleaned.get("clear_api_key"):  # a blank field keeps the stored key
+            endpoints.set_secret(endpoint, "api_key", "")
+        elif cleaned.get("api_key"):
+            endpoints.set_secret(endpoint, "api_key", cleaned["api_key"])
         if cleaned.get("prompt_sample"):
             endpoints.set_secret(endpoint, "prompt_sample", cleaned["prompt_sample"])
         if cleaned.get("clear_load_dataset"):
@@ -373,9 +350,14 @@ class EndpointForm(forms.ModelForm):
             # written by workers and other pages meanwhile.
             endpoints.save(endpoint, self.initial.get("interval_minutes"),
                            [*self.Meta.fields, *FORM_EXTRA_FIELDS])
+            self.save_channels(endpoint)
         else:
             scheduling.apply_schedule(endpoint, self.initial.get("interval_minutes"))
         return endpoint
+
+    def save_channels(self, endpoint: Endpoint) -> None:
+        """The picked channels (a new endpoint's too: the view saves it first)."""
+        endpoint.channels.set(self.cleaned_data.get("channels") or [])
 
 
 # The form's first section (name, URL, key, model, then Test connection); the rest is "advanced".
@@ -383,8 +365,7 @@ class EndpointForm(forms.ModelForm):
 TARGET_FIELDS = ("name", "base_url", "api_key", "clear_api_key", "model")
 
 
-FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "webhook_url",
-                     "webhook_secret_encrypted", "prompt_sample_encrypted",
+FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "prompt_sample_encrypted",
                      "load_dataset_encrypted", "next_scan_at")
 
 

@@ -94,7 +94,7 @@ class _Receiver:
 
 
 def test_an_alert_for_a_name_stored_with_a_newline_still_emails_and_calls_the_webhook(
-        world, settings, eager_tasks):
+        world, settings, eager_tasks, django_capture_on_commit_callbacks):
     settings.OUTBOUND_ALLOW = ["loopback"]
     receiver = _Receiver()
     try:
@@ -103,7 +103,8 @@ def test_an_alert_for_a_name_stored_with_a_newline_still_emails_and_calls_the_we
         mail.outbox.clear()
         from scans.tasks import send_alert
 
-        send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
+        with django_capture_on_commit_callbacks(execute=True):  # its deliveries, once committed
+            send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()
@@ -171,12 +172,13 @@ def test_emoji_sequences_and_other_scripts_are_still_names(world, api):
 
 
 def test_an_alert_subject_drops_the_direction_controls_of_a_name_stored_before_the_rule(
-        world, eager_tasks):
+        world, eager_tasks, django_capture_on_commit_callbacks):
     endpoint = make_endpoint(world.team, name="box\u202eFDP")
     scan = make_scan(endpoint)
     mail.outbox.clear()
     from scans.tasks import send_alert
 
-    send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
+    with django_capture_on_commit_callbacks(execute=True):  # its deliveries, once committed
+        send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
     [message] = mail.outbox
     assert message.subject == "[Tokvera] boxFDP: below floor"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import json
 
+from accounts import encryption
 from scans import worker as scan_worker
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
-from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
+from scans.models import Endpoint, NotificationChannel, Scan, ScanStatus, ScanTrigger
 
 GOOD_VALUES = {
     "ttft_p95_at_concurrency_1": CheckValue(210.0),
@@ -49,12 +50,42 @@ def make_report(values=None, base_url="http://127.0.0.1:8080/v1", model="tiny") 
 
 
 def make_endpoint(team, **fields) -> Endpoint:
+    """An endpoint of `team`. Its alerts go to every channel of the team (a new team has its
+    email channel); `webhook_url` (with `webhook_secret`) adds a webhook channel for them, as
+    the endpoint's own webhook did before channels; `alert_email=False` leaves mail out."""
+    webhook_url = fields.pop("webhook_url", "")
+    webhook_secret = fields.pop("webhook_secret", "")
+    alert_email = fields.pop("alert_email", True)
     defaults = {
         "name": "llama on box", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
         "levels": [1, 4], "requests_per_level": 4, "max_tokens": 16, "timeout_s": 10.0,
         "interval_minutes": 60,
     }
-    return Endpoint.dangerously_unscoped.create(team=team, **{**defaults, **fields})
+    endpoint = Endpoint.dangerously_unscoped.create(team=team, **{**defaults, **fields})
+    if webhook_url or not alert_email:
+        picked = ([make_channel(team, "webhook", url=webhook_url, secret=webhook_secret)]
+                  if webhook_url else [])
+        if alert_email:
+            picked += list(NotificationChannel.dangerously_unscoped.filter(team=team, kind="email"))
+        endpoint.all_channels = False
+        endpoint.save(update_fields=["all_channels"])
+        endpoint.channels.set(picked)
+    return endpoint
+
+
+def make_channel(team, kind: str, name: str | None = None, url: str = "", secret: str = "",
+                 enabled: bool = True) -> NotificationChannel:
+    """A channel of `team`, stored as the channels page stores one (its URL checked when the
+    test allows the address, e.g. loopback)."""
+    from scans.channels import kinds, service
+
+    channel = NotificationChannel(team=team)
+    name = name or f"{kind} {NotificationChannel.dangerously_unscoped.filter(team=team).count() + 1}"
+    config = {"url": url, "secret": secret} if kind == "webhook" else ({"url": url} if url else {})
+    channel.kind, channel.name, channel.enabled = kind, name, enabled
+    channel.config_encrypted = encryption.encrypt(json.dumps(config)) if config else ""
+    channel.destination = kinds.destination(kind, url)
+    return service.save(channel)
 
 
 def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTrigger.SCHEDULE,
@@ -86,3 +117,15 @@ def measured_report(model: str = "tiny", *, error_rate: float = 0.0, variant: in
     loopback: what a site can prove from its samples (one scan per argument set and run).
     `variant` makes another scan, so another report."""
     return json.loads(_measured_report_json(model, error_rate, variant))
+
+
+def send_alert_now(endpoint, scan, kind: str, detail: str):
+    """Record one alert as scans.alerts.after_scan does and try each of its deliveries here
+    (no worker); returns the event."""
+    from scans import alerts
+    from scans.channels import delivery
+
+    event = delivery.record(endpoint, scan, kind, alerts.payload(endpoint, scan, kind, detail))
+    for row in event.deliveries.all():
+        delivery.attempt(row.pk)
+    return event

@@ -34,7 +34,7 @@ def form_data(**changes) -> dict:
     data = {"name": "llama on box", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
             "mode": "scheduled", "levels_text": "1, 4", "max_tokens": 64, "timeout_s": 30,
             "interval_minutes": 60, "enabled": "on", "slo_grade_floor": "B",
-            "slo_objective": 0.9, "alert_after_errors": 3, "alert_email": "on"}
+            "slo_objective": 0.9, "alert_after_errors": 3, "all_channels": "on"}
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 

@@ -16,9 +16,10 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts import encryption
-from scans.models import Endpoint
+from scans.channels import service
+from scans.models import NotificationChannel
 from tests.conftest import bearer
-from tests.helpers.factories import make_endpoint
+from tests.helpers.factories import make_channel, make_endpoint
 from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.scans.pages.test_endpoint_form import form_data
 
@@ -53,9 +54,7 @@ def keyed(world, settings):
     settings.OUTBOUND_ALLOW = ["loopback"]
     with capture_server() as (url, heads):
         endpoint = make_endpoint(world.team, base_url=url, levels=[1], requests_per_level=2,
-                                 api_key_encrypted=encryption.encrypt(OWNER_KEY),
-                                 webhook_url="https://hooks.example.test/owner",
-                                 webhook_secret_encrypted=encryption.encrypt(WEBHOOK_SECRET))
+                                 api_key_encrypted=encryption.encrypt(OWNER_KEY))
         yield endpoint, heads
 
 
@@ -164,34 +163,47 @@ def test_an_admin_moving_a_keyed_endpoint_through_the_api_drops_its_key(world, k
     assert endpoint.api_key_encrypted == ""
 
 
-def test_the_webhook_secret_follows_its_url(world, keyed, api):
-    endpoint, _ = keyed
-    api.force_login(world.member)
-    refused = api.patch(f"/api/v1/endpoints/{endpoint.public_id}/",
-                        {"webhook_url": "https://attacker.example.test/hook"}, format="json")
-    assert refused.status_code == 403 and "webhook_url" in refused.json()["detail"]
-
-    client = Client()
-    client.force_login(world.owner)
-    moved = client.post(reverse("endpoint-edit", args=[endpoint.public_id]),
-                        edit_data(endpoint, webhook_url="https://other.example.test/hook"))
-    assert moved.status_code == 302
-    endpoint.refresh_from_db()
-    assert endpoint.webhook_url == "https://other.example.test/hook"
-    assert endpoint.webhook_secret_encrypted == ""
-    assert encryption.decrypt(endpoint.api_key_encrypted) == OWNER_KEY
+def _webhook_channel(world):
+    return make_channel(world.team, "webhook", name="hook", url="https://hooks.example.test/owner",
+                        secret=WEBHOOK_SECRET)
 
 
-def test_the_edit_form_never_renders_the_webhook_url_back(world, keyed):
-    endpoint, _ = keyed
+def _channel_edit(channel, **changes) -> dict:
+    return {"kind": "webhook", "name": channel.name, "enabled": "on", **changes}
+
+
+def test_a_webhook_channels_secret_follows_its_url(world):
+    channel = _webhook_channel(world)
+    member = Client()
+    member.force_login(world.member)
+    refused = member.post(reverse("channel-edit", args=[channel.public_id]),
+                          _channel_edit(channel, url="https://attacker.example.test/hook"))
+    assert refused.status_code == 400
+    assert "Only owners and admins can change this URL" in refused.content.decode()
+    assert service.stored_config(NotificationChannel.dangerously_unscoped.get(pk=channel.pk)) == {
+        "url": "https://hooks.example.test/owner", "secret": WEBHOOK_SECRET}
+
+    owner = Client()
+    owner.force_login(world.owner)
+    moved = owner.post(reverse("channel-edit", args=[channel.public_id]),
+                       _channel_edit(channel, url="https://other.example.test/hook"), follow=True)
+    assert "The stored signing secret was removed" in moved.content.decode()
+    assert service.stored_config(NotificationChannel.dangerously_unscoped.get(pk=channel.pk)) == {
+        "url": "https://other.example.test/hook", "secret": ""}
+
+
+def test_the_channel_form_never_renders_the_url_or_secret_back(world):
+    channel = _webhook_channel(world)
     client = Client()
     client.force_login(world.member)
-    page = client.get(reverse("endpoint-edit", args=[endpoint.public_id])).content.decode()
-    assert "hooks.example.test" not in page
-    assert "A webhook URL is stored" in page
-    # A blank field keeps the stored URL.
-    response = client.post(reverse("endpoint-edit", args=[endpoint.public_id]),
-                           edit_data(endpoint, name="renamed"))
+    for url in (reverse("channel-edit", args=[channel.public_id]),
+                reverse("team-channels", args=[world.team.slug])):
+        page = client.get(url).content.decode()
+        assert "/owner" not in page and WEBHOOK_SECRET not in page
+        assert channel.config_encrypted not in page
+    # A blank URL keeps the stored one.
+    response = client.post(reverse("channel-edit", args=[channel.public_id]),
+                           _channel_edit(channel, name="renamed"))
     assert response.status_code == 302
-    assert Endpoint.dangerously_unscoped.get(pk=endpoint.pk).webhook_url == (
-        "https://hooks.example.test/owner")
+    assert service.stored_config(NotificationChannel.dangerously_unscoped.get(pk=channel.pk)) == {
+        "url": "https://hooks.example.test/owner", "secret": WEBHOOK_SECRET}

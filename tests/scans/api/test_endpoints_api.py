@@ -13,7 +13,14 @@ from django.utils import timezone
 from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, Endpoint, Scan
 from tests.conftest import bearer
-from tests.helpers.factories import GOOD_VALUES, make_endpoint, make_report, make_scan, measured_report
+from tests.helpers.factories import (
+    GOOD_VALUES,
+    make_channel,
+    make_endpoint,
+    make_report,
+    make_scan,
+    measured_report,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -261,10 +268,26 @@ def test_an_impossible_date_is_a_400_not_a_crash(world, api):
     assert response.status_code == 400 and "since" in response.json()
 
 
-def test_the_webhook_url_is_write_only(world, api):
-    response = _create(api, world, webhook_url="https://hooks.example/T000/secret-path")
-    assert "secret-path" not in response.content.decode()
-    assert response.json()["has_webhook"] is True
+def test_an_endpoint_alerts_every_channel_or_the_ones_it_picks(world, api):
+    hook = make_channel(world.team, "webhook", name="hook", url="https://hooks.example/T000/secret-path")
+    created = _create(api, world)
+    assert created.status_code == 201, created.json()
+    assert created.json()["all_channels"] is True and created.json()["channels"] == []
+
+    url = reverse("api-endpoint-detail", kwargs={"public_id": created.json()["id"]})
+    picked = api.patch(url, {"all_channels": False, "channels": [str(hook.public_id)]},
+                       format="json", **bearer(world.read_write_token))
+    assert picked.status_code == 200, picked.json()
+    assert picked.json()["channels"] == [str(hook.public_id)]
+    assert "secret-path" not in picked.content.decode()  # a channel's URL is never shown
+    endpoint = Endpoint.dangerously_unscoped.get(public_id=created.json()["id"])
+    assert not endpoint.all_channels and list(endpoint.channels.all()) == [hook]
+
+    foreign = make_channel(world.other_team, "email", name="theirs")
+    refused = api.patch(url, {"channels": [str(foreign.public_id)]}, format="json",
+                        **bearer(world.read_write_token))
+    assert refused.status_code == 400
+    assert refused.json()["channels"] == ["no such channel in the endpoint's team"]
 
 
 def test_a_report_pushed_twice_is_stored_once(world, api, eager_tasks):

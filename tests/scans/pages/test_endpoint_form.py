@@ -27,7 +27,7 @@ def form_data(**changes) -> dict:
     data = {"name": "llama on box", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
             "mode": "scheduled", "levels_text": "1, 4, 16", "max_tokens": 64, "timeout_s": 30,
             "interval_minutes": 60, "enabled": "on", "slo_grade_floor": "B",
-            "slo_objective": 0.9, "alert_after_errors": 3, "alert_email": "on"}
+            "slo_objective": 0.9, "alert_after_errors": 3, "all_channels": "on"}
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 
@@ -41,9 +41,7 @@ def test_a_member_creates_an_endpoint_and_lands_on_its_page(world):
     client.force_login(world.member)
 
     response = create(client, world, api_key=API_KEY, slo_ttft_p95_ms=800,
-                      slo_error_rate=0.02, price_input_per_mtok="0.15",
-                      webhook_url="https://hooks.example.test/tokvera",
-                      webhook_secret=WEBHOOK_SECRET)
+                      slo_error_rate=0.02, price_input_per_mtok="0.15")
 
     endpoint = Endpoint.dangerously_unscoped.get(team=world.team)
     assert response.status_code == 302
@@ -53,7 +51,7 @@ def test_a_member_creates_an_endpoint_and_lands_on_its_page(world):
     assert str(endpoint.price_input_per_mtok) == "0.1500"
     assert encryption.decrypt(endpoint.api_key_encrypted) == API_KEY
     assert API_KEY not in endpoint.api_key_encrypted
-    assert encryption.decrypt(endpoint.webhook_secret_encrypted) == WEBHOOK_SECRET
+    assert endpoint.all_channels  # alerts go to every channel of the team
     assert endpoint.next_scan_at is not None and endpoint.next_scan_at <= timezone.now()
 
 
@@ -88,13 +86,12 @@ def test_credentials_in_the_url_are_refused_by_the_plans_own_check(world, owner_
 
 
 def test_no_secret_is_rendered_back_on_any_page(world, owner_client):
-    create(owner_client, world, api_key=API_KEY, webhook_secret=WEBHOOK_SECRET,
-           webhook_url="https://hooks.example.test/x",
+    create(owner_client, world, api_key=API_KEY,
            prompt_sample=SimpleUploadedFile("prompts.txt", PROMPTS.encode()))
     endpoint = Endpoint.dangerously_unscoped.get(team=world.team)
     scan = scan_at(endpoint, NOW - timedelta(hours=1), GRADE_A)
-    secrets = [API_KEY, WEBHOOK_SECRET, "capital of France", endpoint.api_key_encrypted,
-               endpoint.webhook_secret_encrypted, endpoint.prompt_sample_encrypted]
+    secrets = [API_KEY, "capital of France", endpoint.api_key_encrypted,
+               endpoint.prompt_sample_encrypted]
     pages = [reverse("endpoint-edit", args=[endpoint.public_id]),
              reverse("endpoint-detail", args=[endpoint.public_id]),
              reverse("endpoint-delete", args=[endpoint.public_id]),
@@ -116,11 +113,11 @@ def test_a_rejected_form_does_not_echo_the_new_secrets(world, owner_client):
 
     response = owner_client.post(
         reverse("endpoint-edit", args=[endpoint.public_id]),
-        form_data(api_key=API_KEY, webhook_secret=WEBHOOK_SECRET, interval_minutes=1))
+        form_data(api_key=API_KEY, interval_minutes=1))
 
     assert response.status_code == 400
     body = response.content.decode()
-    assert API_KEY not in body and WEBHOOK_SECRET not in body
+    assert API_KEY not in body
     endpoint.refresh_from_db()
     assert not endpoint.has_api_key
 

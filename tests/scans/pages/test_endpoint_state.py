@@ -18,7 +18,7 @@ from scans import worker as scan_worker
 from scans.grader import ScanPlan, run_scan
 from scans.grader.report import report_from_measurement
 from scans.models import Scan, ScanTrigger
-from tests.helpers.factories import make_endpoint
+from tests.helpers.factories import make_endpoint, send_alert_now
 from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +108,7 @@ def test_the_alert_for_a_down_endpoint_carries_the_state_the_cause_and_a_link(wo
                          base_url=f"http://127.0.0.1:{_free_port()}/v1")
     scan = real_scan(dead)
 
-    alerts.notify(dead.pk, scan.pk, "below_floor", "grade F is below the floor B")
+    send_alert_now(dead, scan, "below_floor", "grade F is below the floor B")
     message = alerts.payload(dead, scan, "below_floor", "grade F is below the floor B")
 
     assert message["state"] == "down" and "connection refused" in message["cause"]

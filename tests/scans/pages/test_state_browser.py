@@ -12,11 +12,10 @@ from django.core import mail
 from django.db import connections
 from django.utils import timezone
 
-from scans import alerts
 from scans.grader.scoring import CheckValue
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS, offline
-from tests.helpers.factories import make_endpoint
+from tests.helpers.factories import make_endpoint, send_alert_now
 from tests.scans.pages.conftest import CAPPED_D, GRADE_A, scan_at, with_values
 from tests.scans.pages.test_endpoint_state import _free_port, real_scan
 
@@ -71,7 +70,7 @@ def test_a_down_endpoint_shows_its_cause_on_the_dashboard_its_page_and_its_alert
     assert "Down since" in page.locator("#state").inner_text()
     page.screenshot(path=str(ARTIFACTS / "endpoint-down.png"), full_page=True)
 
-    alerts.notify(dead.pk, scan.pk, "below_floor", "grade F is below the floor B")
+    send_alert_now(dead, scan, "below_floor", "grade F is below the floor B")
     (email,) = mail.outbox
     assert "State: down" in email.body and "connection refused" in email.body
     link = f"{live_server.url}/scans/{scan.public_id}/"

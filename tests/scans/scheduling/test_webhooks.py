@@ -1,61 +1,39 @@
-"""Alert webhooks: signed with HMAC-SHA256 and sent through the site's outbound guard."""
+"""Webhook channels: the alert's JSON signed with HMAC-SHA256, sent through the site's outbound
+guard (scans/channels/kinds.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from accounts import encryption
 from scans import alerts
-from scans.outbound import OutboundRefused
-from tests.helpers.factories import make_endpoint, make_scan
+from scans.channels import delivery
+from scans.models import DeliveryStatus
+from tests.helpers.factories import make_channel, make_endpoint, make_scan
+from tests.helpers.servers import webhook_receiver
 
 pytestmark = pytest.mark.django_db
 
 
-class _Receiver:
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append((dict(self.headers), body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def _send(endpoint, scan, kind="below_floor", detail="grade F is below the floor B"):
+    event = delivery.record(endpoint, scan, kind, alerts.payload(endpoint, scan, kind, detail))
+    (row,) = [d for d in event.deliveries.all() if d.channel.kind == "webhook"]
+    outcome = delivery.attempt(row.pk)
+    row.refresh_from_db()
+    return outcome, row
 
 
-@pytest.fixture
-def receiver():
-    r = _Receiver()
-    yield r
-    r.close()
-
-
-def test_a_webhook_carries_a_signature_the_receiver_can_check(world, settings, receiver):
+def test_a_webhook_carries_a_signature_the_receiver_can_check(world, settings):
     settings.OUTBOUND_ALLOW = ["loopback"]
-    endpoint = make_endpoint(world.team, webhook_url=receiver.url,
-                             webhook_secret_encrypted=encryption.encrypt("s3cret"))
-    scan = make_scan(endpoint)
-    message = alerts.payload(endpoint, scan, "below_floor", "grade F is below the floor B")
-    assert alerts.deliver_webhook(endpoint, message) == 204
-    [(headers, body)] = receiver.received
+    with webhook_receiver() as (url, received):
+        endpoint = make_endpoint(world.team, webhook_url=url, webhook_secret="s3cret")
+        scan = make_scan(endpoint)
+        outcome, row = _send(endpoint, scan)
+    assert outcome == "sent" and row.status == DeliveryStatus.SENT and row.attempts == 1
+    [(headers, body)] = received
     expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
     assert headers["X-Tokvera-Signature"] == expected
     sent = json.loads(body)
@@ -63,10 +41,15 @@ def test_a_webhook_carries_a_signature_the_receiver_can_check(world, settings, r
     assert "s3cret" not in body.decode()
 
 
-def test_a_webhook_to_an_internal_address_is_refused_and_not_sent(world, settings, receiver):
-    settings.OUTBOUND_ALLOW = []
-    endpoint = make_endpoint(world.team, webhook_url=receiver.url)
-    scan = make_scan(endpoint)
-    with pytest.raises(OutboundRefused):
-        alerts.deliver_webhook(endpoint, alerts.payload(endpoint, scan, "x", "y"))
-    assert receiver.received == []
+def test_a_webhook_to_an_internal_address_is_refused_and_not_sent(world, settings):
+    with webhook_receiver() as (url, received):
+        settings.OUTBOUND_ALLOW = ["loopback"]  # allowed when the channel is saved ...
+        channel = make_channel(world.team, "webhook", url=url)
+        endpoint = make_endpoint(world.team, alert_email=False)
+        endpoint.channels.set([channel])
+        scan = make_scan(endpoint)
+        settings.OUTBOUND_ALLOW = []  # ... and refused when it sends
+        outcome, row = _send(endpoint, scan)
+    assert received == []
+    assert outcome == "failed" and row.status == DeliveryStatus.FAILED  # no retry changes it
+    assert "loopback addresses are not reachable from this site" in row.last_error

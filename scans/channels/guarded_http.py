@@ -1,0 +1,119 @@
+"""Apprise's own connections, through the site's outbound guard.
+
+Apprise's plugins open their connections with `requests` (urllib3), not with our transport, so
+while a channel sends, every urllib3 connection made in that context is resolved here, each
+address judged by `scans.outbound.check_address`, and refused unless its host is one the
+channel's kind may reach (hooks.slack.com for Slack, the ntfy server the URL names, …). The
+connection is then made to the address that was judged, so a name cannot resolve to a public
+address for the check and an internal one for the connect. Redirects open new connections and
+pass through here too.
+
+The guard is held in a context variable: other threads and other code using urllib3 are not
+affected, and Apprise's own executor (which copies the context) still is.
+
+OUTBOUND_RESOLVE ("host:port=ip:port", as curl --resolve) names where a host connects instead;
+the address given is judged like any other. Tests use it to stand loopback receivers in for
+the services' fixed hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import urllib3.util.connection as urllib3_connection
+from django.conf import settings
+
+from scans.outbound import OutboundRefused, check_address
+
+
+@dataclass
+class _Guarded:
+    hosts: frozenset[str]  # the only hosts this send may reach (lower case)
+    refused: list[str] = field(default_factory=list)  # why connections were refused
+
+
+_current: contextvars.ContextVar[_Guarded | None] = contextvars.ContextVar(
+    "tokvera_guarded_http", default=None
+)
+_original_create_connection = urllib3_connection.create_connection
+
+
+def resolve_overrides() -> dict[tuple[str, int], tuple[str, int]]:
+    """OUTBOUND_RESOLVE as {(host, port): (ip, port)}."""
+    overrides = {}
+    for entry in settings.OUTBOUND_RESOLVE:
+        name, _, target = entry.partition("=")
+        host, _, port = name.rpartition(":")
+        ip, _, target_port = target.rpartition(":")
+        overrides[(host.lower(), int(port))] = (ip.strip("[]"), int(target_port))
+    return overrides
+
+
+def addresses(host: str, port: int) -> list[tuple[str, int]]:
+    """Where (host, port) connects: its OUTBOUND_RESOLVE entry, else every address it resolves
+    to. Raises OSError (socket.gaierror) when the name does not resolve."""
+    override = resolve_overrides().get((host.lower().rstrip("."), port))
+    if override is not None:
+        return [override]
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(str(info[4][0]), port) for info in infos]
+
+
+def check_host(host: str, port: int) -> None:
+    """Refuse (OutboundRefused) a host any of whose addresses the guard forbids; a name that
+    does not resolve passes (sending then fails, and is retried, as any unreachable host)."""
+    try:
+        found = addresses(host, port)
+    except OSError:
+        return
+    for ip, _ in found:
+        check_address(ip)
+
+
+def _guarded_create_connection(
+    address,
+    timeout=socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+    source_address=None,
+    socket_options=None,
+):
+    guarded = _current.get()
+    if guarded is None:
+        return _original_create_connection(address, timeout, source_address, socket_options)
+    host, port = address
+    name = host.lower().rstrip(".").strip("[]")
+    try:
+        if name not in guarded.hosts:
+            raise OutboundRefused(f"refused to connect to {host}: not a host this channel sends to")
+        targets = addresses(name, port)
+        for ip, _ in targets:
+            check_address(ip)
+    except OutboundRefused as exc:
+        guarded.refused.append(str(exc))
+        # An OSError, so urllib3 and requests report it as a failed connection.
+        raise ConnectionRefusedError(str(exc)) from None
+    last: OSError | None = None
+    for ip, target_port in targets:
+        try:
+            return _original_create_connection((ip, target_port), timeout, source_address, socket_options)
+        except OSError as exc:
+            last = exc
+    raise last or OSError(f"no address for {host}")
+
+
+urllib3_connection.create_connection = _guarded_create_connection
+
+
+@contextlib.contextmanager
+def guarded_connections(hosts: set[str]) -> Iterator[_Guarded]:
+    """Within this block, urllib3 connects only to `hosts`, each address judged by the guard;
+    the yielded object lists the refusals."""
+    guarded = _Guarded(hosts=frozenset(h.lower() for h in hosts))
+    token = _current.set(guarded)
+    try:
+        yield guarded
+    finally:
+        _current.reset(token)

@@ -1,0 +1,240 @@
+"""The team's notification channels: list (with each channel's recent deliveries), create,
+edit, delete, and "Send test".
+
+Reads need membership (outsiders get 404), writes a writing role (viewers get 403). A channel's
+URL and secret are write-only: the form never renders them back and an edit keeps the stored
+ones when left blank. Bad input (a URL Apprise cannot read as the kind's, or one whose host
+the outbound guard refuses) is an error at the field and nothing is saved."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import IntegrityError
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_POST
+
+from accounts.tenancy import Access, get_visible_or_404, require_write
+from accounts.validators import validate_one_line
+from accounts.views import team_for_request, team_to_create_in
+from scans.channels import delivery, kinds, service
+from scans.models import ChannelKind, Delivery, DeliveryStatus, Endpoint, NotificationChannel
+
+HISTORY_PER_CHANNEL = 10
+
+
+class WriteOnlyInput(forms.TextInput):
+    """A text input that never renders a value back, stored or submitted."""
+
+    def format_value(self, value):
+        return None
+
+
+class ChannelForm(forms.Form):
+    kind = forms.ChoiceField(label="Kind", choices=ChannelKind.choices)
+    name = forms.CharField(label="Name", max_length=100, validators=[validate_one_line])
+    url = forms.CharField(
+        label="URL",
+        required=False,
+        max_length=kinds.MAX_URL_CHARS,
+        strip=True,
+        widget=WriteOnlyInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+        help_text="Write-only (it carries the service's token): stored encrypted, never shown "
+        "again. Email needs none.",
+    )
+    secret = forms.CharField(
+        label="Signing secret (webhooks)",
+        required=False,
+        max_length=500,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Signs each webhook (HMAC-SHA256 of the body, header X-Tokvera-Signature). Write-only.",
+    )
+    clear_secret = forms.BooleanField(label="Remove the stored signing secret", required=False)
+    enabled = forms.BooleanField(label="Send alerts to this channel", required=False, initial=True)
+
+    def __init__(self, *args, channel: NotificationChannel | None = None, can_manage=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.channel = channel or NotificationChannel()
+        self.can_manage = can_manage
+        self.warnings: list[str] = []
+        if channel is not None and channel.pk:
+            self.fields["kind"].disabled = True  # a new kind is a new channel
+            self.fields["url"].help_text += " Leave blank to keep the stored URL."
+            self.fields["secret"].help_text += " Leave blank to keep the stored secret."
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        change = service.ChannelChange(
+            kind=cleaned["kind"],
+            name=cleaned["name"],
+            enabled=cleaned.get("enabled", False),
+            url=cleaned.get("url", ""),
+            secret=cleaned.get("secret", ""),
+            clear_secret=cleaned.get("clear_secret", False),
+        )
+        if change.secret and change.clear_secret:
+            self.add_error("secret", "Either give a new secret or remove the stored one, not both.")
+            return cleaned
+        if change.kind != ChannelKind.WEBHOOK and (change.secret or change.clear_secret):
+            self.add_error("secret", "Only webhooks are signed: leave this blank.")
+            return cleaned
+        try:
+            self.warnings = service.prepare(self.channel, change, self.can_manage)
+        except kinds.ChannelInvalid as exc:
+            self.add_error("url", str(exc))
+        except service.ChannelRefused as exc:
+            self.add_error(exc.field, str(exc))
+        return cleaned
+
+
+def _channel_or_404(request, public_id) -> NotificationChannel:
+    return get_visible_or_404(request, NotificationChannel, public_id=public_id)
+
+
+def _save(request, form: ChannelForm, team) -> bool:
+    form.channel.team = team
+    try:
+        service.save(form.channel)
+    except IntegrityError:
+        form.add_error("name", "The team has a channel of this name already.")
+        return False
+    for warning in form.warnings:
+        messages.warning(request, warning)
+    return True
+
+
+def _event_label(kind: str) -> str:
+    return "test message" if kind == "test" else kind.replace("_", " ")
+
+
+@login_required
+def channel_list(request, slug):
+    team = team_for_request(request, slug)
+    channels = list(NotificationChannel.objects.for_team(team).order_by("name"))
+    history: dict[int, list[tuple[Delivery, str]]] = {}
+    recent = (
+        Delivery.objects.for_team(team).select_related("event", "event__endpoint").order_by("-created_at")
+    )
+    for channel in channels:  # one indexed query per channel (delivery_history)
+        history[channel.pk] = [
+            (row, _event_label(row.event.kind))
+            for row in recent.filter(channel=channel)[:HISTORY_PER_CHANNEL]
+        ]
+    return render(
+        request,
+        "scans/channels.html",
+        {
+            "team": team,
+            "rows": [(c, history[c.pk]) for c in channels],
+            "can_write": Access.for_request(request).can_write(team.pk),
+            "examples": [(ChannelKind(k).label, text) for k, text in kinds.EXAMPLES.items()],
+            "pending": DeliveryStatus.PENDING,
+        },
+    )
+
+
+@login_required
+@sensitive_post_parameters("url", "secret")
+def channel_create(request, slug):
+    team = team_to_create_in(request, slug)
+    form = ChannelForm(request.POST or None, can_manage=True)
+    if request.method == "POST" and form.is_valid() and _save(request, form, team):
+        messages.success(request, f"Channel {form.channel.name} added.")
+        return redirect("team-channels", slug=team.slug)
+    return render(
+        request,
+        "scans/channel_form.html",
+        {
+            "team": team,
+            "form": form,
+            "channel": None,
+            "examples": [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items()],
+        },
+        status=400 if form.is_bound else 200,
+    )
+
+
+@login_required
+@sensitive_post_parameters("url", "secret")
+def channel_edit(request, public_id):
+    channel = _channel_or_404(request, public_id)
+    require_write(request, channel)
+    team = channel.team
+    has_secret = service.has_secret(channel)
+    initial = {"kind": channel.kind, "name": channel.name, "enabled": channel.enabled}
+    form = ChannelForm(
+        request.POST or None,
+        initial=initial,
+        channel=channel,
+        can_manage=Access.for_request(request).can_manage(team.pk),
+    )
+    if request.method == "POST" and form.is_valid() and _save(request, form, team):
+        messages.success(request, f"Channel {channel.name} saved.")
+        return redirect("team-channels", slug=team.slug)
+    if request.method == "POST":
+        channel.refresh_from_db()  # the page shows what is stored, not the rejected input
+    return render(
+        request,
+        "scans/channel_form.html",
+        {
+            "team": team,
+            "form": form,
+            "channel": channel,
+            "has_secret": has_secret,
+            "examples": [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items()],
+        },
+        status=400 if form.is_bound else 200,
+    )
+
+
+@login_required
+def channel_delete(request, public_id):
+    """GET: a confirmation page; POST: delete the channel with its delivery history."""
+    channel = _channel_or_404(request, public_id)
+    require_write(request, channel)
+    team = channel.team
+    if request.method == "POST":
+        service.delete(channel)
+        messages.success(request, f"Channel {channel.name} was deleted.")
+        return redirect("team-channels", slug=team.slug)
+    return render(
+        request,
+        "scans/channel_delete.html",
+        {
+            "team": team,
+            "channel": channel,
+            "endpoint_count": Endpoint.objects.for_team(team).filter(channels=channel).count(),
+            "delivery_count": Delivery.objects.for_team(team).filter(channel=channel).count(),
+        },
+    )
+
+
+@login_required
+@require_POST
+def channel_test(request, public_id):
+    """Send a test message now, in this request, so the page can say how it went; a failure
+    is retried like any alert's."""
+    channel = _channel_or_404(request, public_id)
+    require_write(request, channel)
+    row = delivery.send_test(channel, queue=False)
+    outcome = delivery.attempt(row.pk)
+    row.refresh_from_db()
+    if outcome == "sent":
+        messages.success(request, f"Test message sent to {channel.name}.")
+    elif outcome == "retry":
+        messages.warning(
+            request,
+            f"The test message to {channel.name} did not arrive "
+            f"({row.last_error}); it is tried again at "
+            f"{timezone.localtime(row.next_attempt_at):%H:%M %Z}.",
+        )
+    else:
+        messages.error(request, f"The test message to {channel.name} failed: {row.last_error}")
+    return redirect(reverse("team-channels", args=[channel.team.slug]) + f"#channel-{channel.public_id}")
