@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zoneinfo
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect
@@ -14,23 +15,37 @@ from accounts.models import Profile, Team
 from accounts.tenancy import Access
 
 
+def same_for_everyone(view):
+    """Marks a public view whose response shared caches keep: it is rendered in UTC, and the
+    timezone middleware never reads its visitor's session (which would add "Vary: Cookie")."""
+    view.same_for_everyone = True
+    return view
+
+
 class UserTimezoneMiddleware:
     """Every page (dates, charts) is shown in the logged-in user's timezone (their profile);
-    anonymous pages and token requests stay in UTC."""
+    anonymous pages, public pages and token requests stay in UTC."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        zone = _profile_timezone(request.user) if request.user.is_authenticated else None
-        if zone is None:
-            timezone.deactivate()
-        else:
-            timezone.activate(zone)
+        timezone.deactivate()
         try:
             return self.get_response(request)
         finally:
             timezone.deactivate()  # a worker thread serves other users next
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if getattr(view_func, "same_for_everyone", False):
+            return None
+        # Only a request that sent a session cookie can be a logged-in user's; reading
+        # request.user on any other would load the session for nothing.
+        if settings.SESSION_COOKIE_NAME in request.COOKIES and request.user.is_authenticated:
+            zone = _profile_timezone(request.user)
+            if zone is not None:
+                timezone.activate(zone)
+        return None
 
 
 def _profile_timezone(user) -> zoneinfo.ZoneInfo | None:

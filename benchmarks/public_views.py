@@ -13,6 +13,7 @@ import json
 from django.http import HttpResponse
 from django.views.decorators.http import require_safe
 
+from accounts.middleware import same_for_everyone
 from benchmarks.public_cache import (
     LIVE_MAX_AGE_S,
     PAGE_MAX_AGE_S,
@@ -45,6 +46,7 @@ def _unavailable(content_type: str) -> HttpResponse:
     return response
 
 
+@same_for_everyone
 @require_safe
 def slo(request):
     """GET /v1/slo: per active catalog model, online hosts and 7 d / 30 d success and latency."""
@@ -54,6 +56,7 @@ def slo(request):
         return _unavailable("application/json")
 
 
+@same_for_everyone
 @require_safe
 def stats(request):
     """GET /v1/stats: online hosts, providers per model and the online hosts' hardware."""
@@ -63,6 +66,7 @@ def stats(request):
         return _unavailable("application/json")
 
 
+@same_for_everyone
 @require_safe
 def benchmarks_page(request):
     try:
@@ -72,6 +76,7 @@ def benchmarks_page(request):
     return _public(HttpResponse(html, content_type="text/html; charset=utf-8"), PAGE_MAX_AGE_S)
 
 
+@same_for_everyone
 @require_safe
 def methodology_page(request):
     html = methodology_html(METHODOLOGY_PATH.stat().st_mtime_ns)

@@ -10,6 +10,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_safe
 
+from accounts.middleware import same_for_everyone
 from accounts.models import Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from scans import status_page
@@ -18,6 +19,7 @@ from scans.models import Endpoint, StatusPageEndpoint
 UNAVAILABLE_RETRY_AFTER_S = 30
 
 
+@same_for_everyone
 @require_safe
 def public_status_page(request, slug):
     """Anonymous and shared-cache friendly: no session, user or CSRF token is read, so Django
