@@ -267,7 +267,9 @@ def test_two_webs_and_two_workers_fold_every_settled_job_exactly_once(world, tmp
     _, buyer = issue_token(world.team, TokenScope.READ_WRITE)
     catalog.add_catalog_model(FOLD_MODEL, "Q4_K_M", 4096)
     fleet = [hosts.create_host(world.other_team, f"fold-{i}", "software") for i in range(FOLD_HOSTS)]
-    env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1")
+    # The test counts the workers' "succeeded" lines for the sweeps it sends, which periodic
+    # tasks log only at INFO (TOKVERA_PERIODIC_LOG_LEVEL keeps them quiet by default).
+    env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", TOKVERA_PERIODIC_LOG_LEVEL="INFO")
     _purge(*FOLD_WORKERS.values())
     with ExitStack() as stack:
         stack.callback(_purge, *FOLD_WORKERS.values())
