@@ -149,6 +149,12 @@ def test_an_endpoint_missing_its_ttft_target_on_every_scan_is_breaching_and_page
         assert status.evaluate("e => getComputedStyle(e).color") == RED
         assert "meets" not in cell.inner_text() and "meeting" not in cell.inner_text()
         assert "0.0% of the covered time good (objective 90.0%)" in cell.inner_text()
+        # on a phone the table scrolls sideways: the status rides with the endpoint's name
+        inline = page.locator(f"tr[data-endpoint='{endpoint.public_id}'] [data-slo-inline]")
+        assert inline.is_visible() == (width == PHONE)
+        if width == PHONE:
+            assert inline.inner_text() == "breaching"
+            assert inline.evaluate("e => getComputedStyle(e).color") == RED
         page.screenshot(path=str(ARTIFACTS / f"slo-breaching-dashboard-{width}.png"), full_page=True)
 
         page.goto(f"{live_server.url}/endpoints/{endpoint.public_id}/#slo")
