@@ -2,8 +2,9 @@
 
 import django.db.models.deletion
 import django.db.models.manager
-import scans.models
 from django.db import migrations, models
+
+import scans.models
 
 
 class Migration(migrations.Migration):
