@@ -6,6 +6,8 @@ Time, not scan counts (DECISIONS.md, "SLO windows in time"):
 - Each succeeded scan stands for the time from its start (`queued_at`) until the next finished
   scan of the endpoint, at most its endpoint's scan interval, and never past `now`. A gap longer
   than the interval is not covered: nobody looked.
+- Time in the endpoint's maintenance windows (scans/maintenance.py) is cut out of every span:
+  neither covered, good, bad nor no data; coverage and budget are of the time outside it.
 - An errored scan is our side's failure: it stands for no time (it is uncovered, neither good
   nor bad) and ends the previous scan's time. Queued and running scans are not counted yet.
 - A scan meets the SLO when it meets every target that is set: its grade is the floor or better
