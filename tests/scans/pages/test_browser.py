@@ -44,18 +44,19 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
     page.fill("input[name=base_url]", "http://127.0.0.1:9/v1")
     page.fill("input[name=model]", "tiny-llama")
     page.fill("input[name=api_key]", "sk-browser-secret-123")
+    page.click("details.advanced summary")  # the schedule is under "Advanced"
     page.fill("input[name=interval_minutes]", "2")  # below the minimum: a clear error
-    page.click("form.endpoint-form button[type=submit]")
+    page.click("form.endpoint-form .form-actions button[type=submit]")
     assert page.locator("[data-field=interval_minutes] .error").is_visible()
     assert "sk-browser-secret-123" not in page.content()
     page.screenshot(path=str(ARTIFACTS / "endpoint-form.png"), full_page=True)
     page.fill("input[name=interval_minutes]", "15")
     page.fill("input[name=api_key]", "sk-browser-secret-123")
     page.fill("input[name=slo_ttft_p95_ms]", "800")
-    page.click("form.endpoint-form button[type=submit]")
+    page.click("form.endpoint-form .form-actions button[type=submit]")
     page.wait_for_selector("h1[data-endpoint]")
     assert "sk-browser-secret-123" not in page.content()
-    assert page.locator("#grades .empty").inner_text().startswith("no scan yet")
+    assert page.locator("#first-scan h2").inner_text().startswith("First scan")
     endpoint = Endpoint.dangerously_unscoped.get(team=world.team, name="llama in the lab")
     assert endpoint.has_api_key and endpoint.interval_minutes == 15
 
@@ -87,7 +88,7 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
     page.locator("#checks").screenshot(path=str(ARTIFACTS / "check-trends.png"))
 
     # The dashboard: the latest grade, provisional or not, and a sparkline.
-    page.click("nav.subnav >> text=Dashboard")
+    page.click("nav.subnav >> text=Endpoints")
     row = page.locator(f"tr[data-endpoint='{endpoint.public_id}']")
     assert row.locator(".latest [data-grade]").inner_text() == "A"
     assert row.locator("svg[data-chart=sparkline]").get_attribute("data-count") == "9"
