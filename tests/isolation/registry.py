@@ -285,6 +285,7 @@ TEAM: dict[str, list[Case]] = {
         Case("api", "GET", "read", kwargs=_endpoint_with_scan_id, query="?check=error_rate"),
     ],
     "api-endpoint-capacity": [Case("api", "GET", "read", kwargs=_endpoint_with_capacity_id)],
+    "api-endpoint-slo": [Case("api", "GET", "read", kwargs=_endpoint_with_scan_id)],
     "api-endpoint-reports": [
         Case(
             # 202: taken for the proof workers (issue 19).

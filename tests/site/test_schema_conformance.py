@@ -54,7 +54,10 @@ def _site(tmp_path):
     port = free_port()
     env = worker_env(DJANGO_SETTINGS_MODULE="tokvera_site.settings", DEBUG="0",
                      ALLOWED_HOSTS="127.0.0.1", OUTBOUND_ALLOW="loopback",
-                     TOKVERA_VAR_DIR=str(tmp_path / "var"), CELERY_BROKER_URL="filesystem://")
+                     TOKVERA_VAR_DIR=str(tmp_path / "var"), CELERY_BROKER_URL="filesystem://",
+                     # A fuzzed lease may ask to wait 30 s for work that never comes: 1 s
+                     # keeps the run short and its answers inside the client's timeout.
+                     NETWORK_LEASE_WAIT_MAX_S="1")
     log = open(tmp_path / "gunicorn.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
