@@ -76,7 +76,14 @@ def _empty_queue():
 
 
 def _mails(folder: Path) -> list[str]:
-    return [p.read_text() for p in sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)]
+    """The capacity mails only: a six-slot target at 16 streams is also graded below its floor
+    and misses its TTFT target, which alert on their own."""
+    mails = [p.read_text() for p in sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)]
+    return [m for m in mails if "capacity" in m.split("\n\n", 1)[0].lower()]
+
+
+def _capacity_events(receiver) -> list[dict]:
+    return [m for m in receiver.received if str(m.get("event", "")).startswith("capacity")]
 
 
 def _scan(endpoint: Endpoint) -> Scan:
@@ -131,7 +138,8 @@ def test_the_capacity_of_a_six_slot_endpoint_is_shown_trended_gauged_and_alerted
                 webhook_url=receiver.url,
             )
             first = _scan(endpoint)
-            wait_for(lambda: len(_mails(mail)) == 1 and len(receiver.received) == 1, 60, "the capacity alert")
+            wait_for(lambda: len(_mails(mail)) == 1 and len(_capacity_events(receiver)) == 1, 60,
+                     "the capacity alert")
             second = _scan(endpoint)
         assert first.capacity_outcome == second.capacity_outcome == "met"
         for scan in (first, second):
@@ -190,14 +198,15 @@ def test_the_capacity_of_a_six_slot_endpoint_is_shown_trended_gauged_and_alerted
         with running_target(ROOMY) as (host, port):
             Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(base_url=f"http://{host}:{port}/v1")
             third = _scan(endpoint)
-            wait_for(lambda: len(_mails(mail)) >= 2 and len(receiver.received) >= 2, 60, "the recovery alert")
+            wait_for(lambda: len(_mails(mail)) >= 2 and len(_capacity_events(receiver)) >= 2, 60,
+                     "the recovery alert")
         assert third.capacity_concurrency >= THRESHOLD
     finally:
         stop(worker)
 
-    events = [message["event"] for message in receiver.received]
+    events = [message["event"] for message in _capacity_events(receiver)]
     assert events == ["capacity_low", "capacity_recovered"]
-    low = receiver.received[0]
+    low = _capacity_events(receiver)[0]
     assert low["capacity"]["concurrency"] == first.capacity_concurrency
     assert low["scan"]["id"] == str(first.public_id)
     assert f"serves up to {found} concurrent streams" in low["detail"]
