@@ -95,7 +95,7 @@ class EndpointForm(forms.ModelForm):
             "slo_grade_floor": "SLO: grade at least",
             "slo_ttft_p95_ms": "SLO: TTFT p95 at concurrency 1 at most (ms)",
             "slo_error_rate": "SLO: error rate at most (share)",
-            "slo_objective": "SLO objective (share of scans)",
+            "slo_objective": "SLO objective (share of the covered time)",
             "all_channels": "Alert every channel of the team",
             "alert_after_errors": "Alert after this many errored scans in a row",
             "input_tokens": "Prompt length (tokens)",
@@ -122,7 +122,10 @@ class EndpointForm(forms.ModelForm):
                                 f"({MAX_INTERVAL_MINUTES}).",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
             "slo_ttft_p95_ms": "Blank: no TTFT target.",
-            "slo_objective": "0.9 means 90% of scans in a window must meet every target.",
+            "slo_objective": (
+                "0.9 means 90% of the time scans cover in a window must meet every target "
+                "(30 days at 0.9 allow 3 days of bad time)."
+            ),
             "input_tokens": f"Each prompt is this long as the server counts it (at most "
                             f"{profile.SITE_MAX_INPUT_TOKENS:,}). Blank: built-in prompts "
                             "or the dataset's.",
