@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
+from accounts.middleware import same_for_everyone
 from accounts.tenancy import scoped_to_teams
 from scans.models import Endpoint, Scan, ScanStatus
 from scans.pages import charts
@@ -66,6 +67,7 @@ def _public(response: HttpResponse) -> HttpResponse:
     return response
 
 
+@same_for_everyone
 @require_GET
 def badge_svg(request, key):
     state = _badge_state(key)
@@ -78,6 +80,7 @@ def badge_svg(request, key):
     return _public(response)
 
 
+@same_for_everyone
 @require_GET
 def badge_json(request, key):
     """The shields.io endpoint format: schemaVersion, label, message, color."""
