@@ -25,6 +25,9 @@ from tokvera_site.celery import CountdownTooLong, app, check_countdown
 IDEMPOTENT_TASKS = {
     "scans.tasks.delete_expired_invitations": "deletes what is expired; a rerun deletes nothing",
     "scans.tasks.reap_scans": "errors out only scans still unfinished (conditional UPDATE)",
+    "scans.tasks.deliver_notification": "claims the delivery row by conditional UPDATE; a rerun "
+                                        "of a sent row no-ops (a worker that dies between the "
+                                        "send and the mark sends at least once)",
     "scans.tasks.run_scan": "claims the scan by UPDATE … WHERE status='queued'; a rerun no-ops",
     "scans.tasks.prove_pushed_report": "claims the pushed scan by UPDATE … WHERE "
                                        "status='queued'; a rerun no-ops (a proof cut short by "
