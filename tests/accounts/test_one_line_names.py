@@ -5,8 +5,6 @@ rule (a line break in an email subject used to raise BadHeaderError and silence 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from django.core import mail
@@ -18,6 +16,7 @@ from accounts.models import ApiToken, Team
 from benchmarks import hosts
 from scans.models import Endpoint
 from tests.helpers.factories import make_endpoint, make_scan
+from tests.helpers.servers import webhook_receiver
 from tests.scans.pages.test_endpoint_form import form_data
 
 pytestmark = pytest.mark.django_db
@@ -75,44 +74,22 @@ def test_a_host_name_with_a_newline_is_refused(world):
         hosts.create_host(world.team, "box\n1")
 
 
-class _Receiver:
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 def test_an_alert_for_a_name_stored_with_a_newline_still_emails_and_calls_the_webhook(
         world, settings, eager_tasks, django_capture_on_commit_callbacks):
     settings.OUTBOUND_ALLOW = ["loopback"]
-    receiver = _Receiver()
-    try:
-        endpoint = make_endpoint(world.team, name=TWO_LINES, webhook_url=receiver.url)
+    with webhook_receiver() as (url, received):
+        endpoint = make_endpoint(world.team, name=TWO_LINES, webhook_url=url)
         scan = make_scan(endpoint)
         mail.outbox.clear()
         from scans.tasks import send_alert
 
         with django_capture_on_commit_callbacks(execute=True):  # its deliveries, once committed
             send_alert.delay(endpoint.pk, scan.pk, "below_floor", "grade F is below the floor B")
-    finally:
-        receiver.server.shutdown()
-        receiver.server.server_close()
     [message] = mail.outbox
     assert message.subject == "[Tokvera] llama Bcc: everyone@example.test: below floor"
     assert message.to == [world.owner.email, world.admin.email] or set(message.to) == {
         world.owner.email, world.admin.email}
-    [payload] = receiver.received
+    [payload] = [json.loads(body) for _, body in received]
     assert payload["event"] == "below_floor" and payload["endpoint"]["name"] == TWO_LINES
 
 

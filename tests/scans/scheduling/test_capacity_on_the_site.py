@@ -12,8 +12,6 @@ not about 40 ms; the TTFT target is 80 ms, so the capacity is the number of slot
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
+from tests.helpers.servers import webhook_receiver
 from tests.helpers.workers import start_worker, stop, wait_for, worker_env
 from tokvera_site.celery import app
 
@@ -37,35 +36,11 @@ ROOMY = TargetConfig(ttft_ms=40, itl_ms=20, tokens=4, max_concurrency=16)
 THRESHOLD = 8
 
 
-class _Receiver:
-    """A loopback webhook receiver: every POST's body."""
-
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver():
-    r = _Receiver()
-    yield r
-    r.close()
+    """The loopback webhook receiver (tests/helpers/servers.py): its URL and every POST."""
+    with webhook_receiver() as (url, received):
+        yield url, received
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +58,9 @@ def _mails(folder: Path) -> list[str]:
 
 
 def _capacity_events(receiver) -> list[dict]:
-    return [m for m in receiver.received if str(m.get("event", "")).startswith("capacity")]
+    _, received = receiver
+    bodies = [json.loads(body) for _, body in received]
+    return [m for m in bodies if str(m.get("event", "")).startswith("capacity")]
 
 
 def _scan(endpoint: Endpoint) -> Scan:
@@ -135,7 +112,7 @@ def test_the_capacity_of_a_six_slot_endpoint_is_shown_trended_gauged_and_alerted
                 slo_ttft_p95_ms=80.0,
                 capacity_search=True,
                 capacity_alert_below=THRESHOLD,
-                webhook_url=receiver.url,
+                webhook_url=receiver[0],
             )
             first = _scan(endpoint)
             wait_for(lambda: len(_mails(mail)) == 1 and len(_capacity_events(receiver)) == 1, 60,
