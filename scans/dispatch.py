@@ -151,6 +151,24 @@ def send(scan_id: int, location: str | None = None) -> None:
     celery_app.tasks[RUN_SCAN_TASK].apply_async((scan_id,), queue=queue, routing_key=queue)
 
 
+def send_due(scan_ids: list[int]) -> int:
+    """Send the scans redispatch_due chose. If the broker refuses one (Redis restarting), it
+    and the rest are due again at the beat's next pass instead of after REDISPATCH_AFTER:
+    a broker back within seconds must not leave scans waiting five minutes. Returns how many
+    were sent."""
+    for sent, scan_id in enumerate(scan_ids):
+        try:
+            send(scan_id)
+        except BrokerUnreachable as exc:
+            unsent = scan_ids[sent:]
+            log.warning("%d queued scan(s) not sent, the broker is unreachable (%s); "
+                        "sent again at the next pass", len(unsent), exc)
+            ALL_SCANS.filter(pk__in=unsent, status=ScanStatus.QUEUED).update(
+                redispatch_at=timezone.now())
+            return sent
+    return len(scan_ids)
+
+
 def hand_off(origin: str, location: str) -> int | None:
     """The origin was just freed: send the longest-waiting queued scan of this origin and
     location at once instead of at the beat's next pass (which still sends it if this

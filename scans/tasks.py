@@ -37,10 +37,7 @@ def enqueue_due_scans() -> int:
     due to be sent (new, waiting for a busy origin, or never taken): the first of each free
     origin, to its location's queue."""
     dispatch.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
-    scan_ids = dispatch.redispatch_due()
-    for scan_id in scan_ids:
-        dispatch.send(scan_id)
-    return len(scan_ids)
+    return dispatch.send_due(dispatch.redispatch_due())
 
 
 @shared_task(acks_late=True)  # idempotent: the conditional reaping UPDATE

@@ -6,6 +6,8 @@ message in it is lost: the scans are rows, and the beat sends them again."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -13,9 +15,11 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from scans import dispatch
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan, ScanStatus
 from scans.periodic_tasks import ensure_periodic_tasks
+from tests.conftest import free_port
 from tests.helpers.factories import make_endpoint
 from tests.helpers.workers import ROOT, start_worker, stop, wait_for, worker_env
 from tokvera_site.devservices import EmbeddedRedis
@@ -36,9 +40,6 @@ def _beat_every_five_seconds() -> None:
 
 
 def _start_beat(env: dict, tmp_path):
-    import subprocess
-    import sys
-
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tokvera_site", "beat", "-l", "INFO",
          "--pidfile", str(tmp_path / "beat.pid"), "--schedule", str(tmp_path / "beat.db")],
@@ -48,6 +49,28 @@ def _start_beat(env: dict, tmp_path):
 
 def _succeeded(endpoint) -> int:
     return Scan.dangerously_unscoped.filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED).count()
+
+
+def _logs(tmp_path) -> str:
+    return "\n".join(f"--- {name} ---\n" + (tmp_path / name).read_text()[-3000:]
+                     for name in ("worker.log", "beat.log"))
+
+
+def test_a_beat_pass_the_broker_refuses_leaves_its_scans_due_at_the_next_pass(world):
+    """The beat's pass creates the due scan but cannot send it (the broker is restarting): the
+    scan is sent again at the next pass, a minute later, not after REDISPATCH_AFTER."""
+    make_endpoint(world.team, base_url="http://127.0.0.1:9/v1", levels=[1], interval_minutes=5,
+                  next_scan_at=timezone.now() - timedelta(seconds=1))
+    nothing_listens = f"redis://127.0.0.1:{free_port()}/0"
+    subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                    "from scans.tasks import enqueue_due_scans; enqueue_due_scans()"],
+                   cwd=ROOT, env=worker_env(CELERY_BROKER_URL=nothing_listens), check=True,
+                   capture_output=True, timeout=120)
+
+    scan = Scan.dangerously_unscoped.get()
+    assert scan.status == ScanStatus.QUEUED  # kept: it is a row, not a message
+    assert scan.redispatch_at <= timezone.now()
+    assert dispatch.redispatch_due() == [scan.pk]  # the next pass sends it
 
 
 def test_scheduled_scans_resume_within_2_minutes_of_a_redis_restart_without_restarting_workers(
@@ -71,8 +94,11 @@ def test_scheduled_scans_resume_within_2_minutes_of_a_redis_restart_without_rest
                 Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(
                     next_scan_at=timezone.now())  # the next slot is due
                 restarted = time.monotonic()
-                wait_for(lambda: _succeeded(endpoint) == 2, RESUME_WITHIN_S + 30,
-                         "a scheduled scan after the restart")
+                try:
+                    wait_for(lambda: _succeeded(endpoint) == 2, RESUME_WITHIN_S + 30,
+                             "a scheduled scan after the restart")
+                except AssertionError as timed_out:  # what each process saw, for the reader
+                    raise AssertionError(f"{timed_out}\n{_logs(tmp_path)}") from None
                 resumed_after = time.monotonic() - restarted
                 assert worker.poll() is None and beat.poll() is None  # neither was restarted
             finally:
