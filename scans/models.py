@@ -230,12 +230,24 @@ class Scan(TeamOwned):
     capacity_requests_per_s = models.FloatField(null=True, blank=True)
     capacity_output_tokens_per_s = models.FloatField(null=True, blank=True)
     capacity_output_unit = models.CharField(max_length=12, blank=True, default="")
+    # When the full report was replaced by its summary, REPORT_RETENTION_DAYS after the scan
+    # finished (scans/retention.py): per-request samples gone; grade, points, checks and each
+    # level's figures kept, in the same JSON shape. None while the full report is kept.
+    report_pruned_at = models.DateTimeField(null=True, blank=True)
 
     team_lookup = "endpoint__team"
 
     class Meta(TeamOwned.Meta):
         ordering = ["-queued_at"]
         indexes = [
+            # the pruning pass reads only the scans still holding a full report, oldest first:
+            # about REPORT_RETENTION_DAYS of rows, however long the table (scans/retention.py)
+            models.Index(fields=["finished_at"], name="scan_report_kept",
+                         condition=Q(report_pruned_at__isnull=True, report__isnull=False)),
+            # the rollup pass finds the hours touched since its last pass by finish time (a
+            # late scan lands in an old hour of queued_at; scans/rollups.py)
+            models.Index(fields=["finished_at"], name="scan_finished",
+                         condition=Q(status="succeeded")),
             # the capacity trend and the latest capacity: only the scans that searched
             models.Index(fields=["endpoint", "-queued_at"], name="scan_capacity_history",
                          condition=~Q(capacity_outcome="")),
@@ -311,6 +323,112 @@ class CheckResult(TeamOwned):
 
     def __str__(self) -> str:
         return f"{self.check_id}={self.value} ({self.status})"
+
+
+# --- rollups (issue 24; scans/rollups.py) -----------------------------------------------------
+
+
+class RollupPeriod(models.TextChoices):
+    HOUR = "hour", "hour"
+    DAY = "day", "day"
+
+
+class ScanRollup(TeamOwned):
+    """One hour or one UTC day of an endpoint's succeeded scans (by queued_at), per location,
+    scoring version, load (`plan`: the pf_* texts of scans/profile.py PLAN_PATHS) and URL: the
+    groups a chart never merges. Sums and counts, never means, so buckets add up exactly;
+    long chart ranges read these instead of the scans (scans/history.py)."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+",
+                                 db_index=False)
+    period = models.CharField(max_length=4, choices=RollupPeriod.choices)
+    bucket_start = models.DateTimeField()
+    location = models.CharField(max_length=40)
+    scoring_version = models.CharField(max_length=20)
+    plan = models.JSONField()
+    target_url = models.CharField(max_length=500)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    scans = models.PositiveIntegerField()
+    points_sum = models.DecimalField(max_digits=14, decimal_places=1, null=True)
+    points_n = models.PositiveIntegerField()
+    points_min = models.DecimalField(max_digits=4, decimal_places=1, null=True)
+    points_max = models.DecimalField(max_digits=4, decimal_places=1, null=True)
+    worst_grade = models.CharField(max_length=25)
+    capped = models.PositiveIntegerField()
+    no_letter = models.PositiveIntegerField()
+    down = models.PositiveIntegerField()
+    provisional = models.PositiveIntegerField()
+    # headline figures of the first level (scans.history.HEADLINE_FIGURES): sum and count
+    ttft_p50_sum = models.FloatField(null=True)
+    ttft_p50_n = models.PositiveIntegerField()
+    ttft_p95_sum = models.FloatField(null=True)
+    ttft_p95_n = models.PositiveIntegerField()
+    tokens_per_s_sum = models.FloatField(null=True)
+    tokens_per_s_n = models.PositiveIntegerField()
+
+    team_lookup = "endpoint__team"
+
+    class Meta(TeamOwned.Meta):
+        constraints = [
+            # the upsert's conflict target; its leading columns serve the charts' range reads
+            models.UniqueConstraint(
+                fields=["endpoint", "period", "bucket_start", "location", "scoring_version",
+                        "plan", "target_url"], name="one_scan_rollup_per_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period} {self.bucket_start:%Y-%m-%d %H:%M} of {self.endpoint_id}"
+
+
+class CheckRollup(TeamOwned):
+    """One hour or one UTC day of one check's results (by measured_at), grouped as ScanRollup."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+",
+                                 db_index=False)
+    check_id = models.CharField(max_length=60)
+    period = models.CharField(max_length=4, choices=RollupPeriod.choices)
+    bucket_start = models.DateTimeField()
+    location = models.CharField(max_length=40)
+    scoring_version = models.CharField(max_length=20)
+    plan = models.JSONField()
+    target_url = models.CharField(max_length=500)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    scans = models.PositiveIntegerField()
+    value_sum = models.FloatField(null=True)
+    value_n = models.PositiveIntegerField()
+    value_min = models.FloatField(null=True)
+    value_max = models.FloatField(null=True)
+    passed = models.PositiveIntegerField()
+    warned = models.PositiveIntegerField()
+    failed = models.PositiveIntegerField()
+    unmeasured = models.PositiveIntegerField()
+    insufficient = models.PositiveIntegerField()
+
+    team_lookup = "endpoint__team"
+
+    class Meta(TeamOwned.Meta):
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "check_id", "period", "bucket_start", "location",
+                        "scoring_version", "plan", "target_url"],
+                name="one_check_rollup_per_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.check_id} {self.period} {self.bucket_start:%Y-%m-%d %H:%M}"
+
+
+class RollupWatermark(models.Model):
+    """How far the rollup pass has read: every succeeded scan finished before `until` (less the
+    pass's overlap) is in the rollups. System-wide, one row."""
+
+    name = models.CharField(max_length=40, unique=True)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} until {self.until:%Y-%m-%d %H:%M:%S}"
 
 
 class OriginLock(models.Model):

@@ -55,6 +55,9 @@ def _load():
         # Anyone may create an account at /signup/ (off for private installs: only invitations
         # make accounts then). docs/operations.md, "Accounts".
         "SIGNUP_OPEN": config.flag("SIGNUP_OPEN", default=True),
+        # Days a scan's full report.json is kept after it finished; then only its summary
+        # stays (grade, points, checks, each level's figures: scans/retention.py). At least 1.
+        "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
     }
 
 
@@ -81,6 +84,7 @@ SITE_METRICS_TOKEN: str
 AUTH_FAILURE_LIMIT: int
 AUTH_FAILURE_WINDOW_S: int
 SIGNUP_OPEN: bool
+REPORT_RETENTION_DAYS: int
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [
