@@ -11,6 +11,9 @@ pass through here too.
 The guard is held in a context variable: other threads and other code using urllib3 are not
 affected, and Apprise's own executor (which copies the context) still is.
 
+`post_json` is the same guard around our own requests, for what Apprise cannot send (closing
+an Opsgenie alert by its alias): only the hosts given, each address judged, no redirects.
+
 OUTBOUND_RESOLVE ("host:port=ip:port", as curl --resolve) names where a host connects instead;
 the address given is judged like any other. Tests use it to stand loopback receivers in for
 the services' fixed hosts.
@@ -24,6 +27,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import requests
 import urllib3.util.connection as urllib3_connection
 from django.conf import settings
 
@@ -117,3 +121,26 @@ def guarded_connections(hosts: set[str]) -> Iterator[_Guarded]:
         yield guarded
     finally:
         _current.reset(token)
+
+
+def post_json(
+    hosts: set[str],
+    url: str,
+    body: dict,
+    headers: dict[str, str],
+    params: dict[str, str] | None = None,
+    timeout_s: float = 10,
+) -> requests.Response:
+    """POST `body` as JSON to `url`, connecting only to `hosts` (each address judged by the
+    guard), following no redirect. Raises OutboundRefused when the guard refused a connection,
+    requests.RequestException when the request failed otherwise."""
+    with guarded_connections(hosts) as guarded:
+        try:
+            response = requests.post(
+                url, json=body, headers=headers, params=params, timeout=timeout_s, allow_redirects=False
+            )
+        except requests.RequestException:
+            if guarded.refused:
+                raise OutboundRefused(guarded.refused[0]) from None
+            raise
+    return response

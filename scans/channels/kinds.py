@@ -8,6 +8,13 @@ and send one message (`send`).
   ntfy: Apprise used as a library, one URL per channel. Only Apprise's plugin for the kind is
   accepted; its connections go through guarded_http (only the hosts the kind's service lives
   on, or the host the URL names for Teams and a private ntfy, each address judged).
+- Paging services resolve what they opened: a message that opens an incident (down, below the
+  floor, …) carries a key per endpoint and kind of trouble (`Message.incident`), and its
+  recovery resolves the incident with that key. PagerDuty through Apprise (Events API v2:
+  event_action "trigger", then "resolve", with the same dedup_key); Opsgenie through our own
+  guarded client (guarded_http.post_json): Apprise closes only alerts it remembers in its own
+  per-process store, by id, so an alert is created with the key as its alias and closed by
+  alias (POST /v2/alerts/{alias}/close?identifierType=alias).
 """
 
 from __future__ import annotations
@@ -19,14 +26,15 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import apprise
 import httpx
+import requests
 from apprise.plugins.discord import NotifyDiscord
 from apprise.plugins.ntfy import NotifyNtfy, NtfyMode
-from apprise.plugins.opsgenie import NotifyOpsgenie, OpsgenieAlertAction
-from apprise.plugins.pagerduty import NotifyPagerDuty
+from apprise.plugins.opsgenie import OPSGENIE_API_LOOKUP, NotifyOpsgenie
+from apprise.plugins.pagerduty import NotifyPagerDuty, PagerDutyAction
 from apprise.plugins.slack import NotifySlack
 from apprise.plugins.telegram import NotifyTelegram
 from apprise.plugins.workflows import NotifyWorkflows
@@ -34,7 +42,7 @@ from django.core.mail import send_mail
 
 from accounts.models import Membership, Role
 from accounts.validators import one_line
-from scans.channels.guarded_http import check_host, guarded_connections
+from scans.channels.guarded_http import check_host, guarded_connections, post_json
 from scans.grader.transport import ScanTransport
 from scans.models import ChannelKind
 from scans.outbound import OutboundRefused, check_url, guard
@@ -70,6 +78,10 @@ class Message:
     body: str  # plain text
     level: str  # "failure", "warning", "success" or "info" (Apprise's notify types)
     payload: dict  # the alert's JSON, as the webhook sends it
+    # The incident this message opens or (resolves=True) ends: one key per endpoint and kind of
+    # trouble, so a paging service's recovery resolves what the opening raised; "" for none.
+    incident: str = ""
+    resolves: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +229,8 @@ def send(kind: str, team_id: int, config: dict, message: Message) -> None:
         _send_email(team_id, message)
     elif kind == ChannelKind.WEBHOOK:
         _send_webhook(config["url"], config.get("secret", ""), message.payload)
+    elif kind == ChannelKind.OPSGENIE:
+        _send_opsgenie(config["url"], message)
     else:
         _send_apprise(kind, config["url"], message)
 
@@ -278,10 +292,11 @@ def _send_apprise(kind: str, url: str, message: Message) -> None:
         plugin = _apprise_plugin(kind, url)  # checked again: DNS may have moved since saving
     except ChannelInvalid as exc:
         raise DeliveryFailed(str(exc), retry=False) from None
-    if isinstance(plugin, NotifyOpsgenie):
-        # Apprise maps info to a note and success to a close of alerts it remembers in its
-        # own store (not shared between our workers): every message is a new alert instead.
-        plugin.action = OpsgenieAlertAction.NEW
+    if isinstance(plugin, NotifyPagerDuty):
+        # Raise, or resolve, the incident of our key; never Apprise's own "map" guess.
+        plugin.action = PagerDutyAction.RESOLVE if message.resolves else PagerDutyAction.TRIGGER
+        if message.incident:
+            plugin.dedup = message.incident
     notifier = apprise.Apprise()
     notifier.add(plugin)
     entries: list = []
@@ -300,6 +315,62 @@ def _send_apprise(kind: str, url: str, message: Message) -> None:
         raise DeliveryFailed(
             redact(said, _url_secrets(url)) or f"{ChannelKind(kind).label} did not take the message"
         )
+
+
+OPSGENIE_MESSAGE_CHARS = 130  # the Alert API's limits
+OPSGENIE_DESCRIPTION_CHARS = 15000
+OPSGENIE_NOTE_CHARS = 25000
+OPSGENIE_RESPONDERS = 50
+
+
+def _send_opsgenie(url: str, message: Message) -> None:
+    """Create an alert (its alias the incident's key), or close the one of that alias; the
+    channel's URL is read by Apprise's plugin (key, region, responders, tags, priority)."""
+    try:
+        plugin = _apprise_plugin(ChannelKind.OPSGENIE, url)
+    except ChannelInvalid as exc:
+        raise DeliveryFailed(str(exc), retry=False) from None
+    alerts = OPSGENIE_API_LOOKUP[plugin.region_name]
+    headers = {"Authorization": f"GenieKey {plugin.apikey}"}
+    params = None
+    if message.resolves and message.incident:
+        target = f"{alerts}/{quote(message.incident, safe='')}/close"
+        params = {"identifierType": "alias"}
+        body: dict = {"source": "Tokvera", "note": message.body[:OPSGENIE_NOTE_CHARS]}
+    else:
+        target = alerts
+        title = message.title or message.body
+        body = {
+            "message": title if len(title) <= OPSGENIE_MESSAGE_CHARS
+            else title[: OPSGENIE_MESSAGE_CHARS - 3] + "...",
+            "description": message.body[:OPSGENIE_DESCRIPTION_CHARS],
+            "source": "Tokvera",
+            "priority": f"P{plugin.priority}",
+            "details": {**plugin.details, "type": message.level},
+        }
+        if message.incident:
+            body["alias"] = message.incident
+        for name, value in (
+            ("responders", plugin.targets[:OPSGENIE_RESPONDERS]),
+            ("tags", getattr(plugin, "_NotifyOpsgenie__tags", [])),
+            ("entity", plugin.entity),
+            ("user", plugin.user),
+        ):
+            if value:
+                body[name] = value
+    try:
+        hosts = _hosts(ChannelKind.OPSGENIE, plugin)
+        response = post_json(hosts, target, body, headers, params, SEND_TIMEOUT_S)
+    except OutboundRefused as exc:
+        raise DeliveryFailed(str(exc), retry=False) from None
+    except requests.RequestException as exc:
+        raise DeliveryFailed(f"{type(exc).__name__}: {redact(str(exc), _url_secrets(url))}") from None
+    if response.status_code in (200, 202):
+        return
+    raise DeliveryFailed(
+        f"Opsgenie answered HTTP {response.status_code}",
+        retry=response.status_code >= 500 or response.status_code in (408, 429),
+    )
 
 
 def _url_secrets(url: str) -> list[str]:

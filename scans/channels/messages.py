@@ -15,6 +15,12 @@ OPENED_BY = {
     "slo_recovered": (("slo_breaching", "slo_at_risk"), "burning its error budget for"),
     "capacity_recovered": (("capacity_low",), "below the capacity alert for"),
 }
+# The kind of trouble each opening and recovery is about: their incident shares one key.
+TROUBLE = {
+    kind: recovery.removesuffix("_recovered")
+    for recovery, (openings, _) in OPENED_BY.items()
+    for kind in (recovery, *openings)
+}
 FAILURES = {"down", "erroring", "slo_breaching"}
 WARNINGS = {"below_floor", "slo_at_risk", "capacity_low"}
 
@@ -33,6 +39,13 @@ def lasted_text(kind: str, lasted_s: float | None) -> str:
         return ""
     words = OPENED_BY[kind][1]
     return f"{words[0].upper()}{words[1:]} {duration_text(lasted_s)}."
+
+
+def incident_key(payload: dict) -> str:
+    """'tokvera-<endpoint id>-down' for a down alert and its recovery; '' for other news."""
+    trouble = TROUBLE.get(payload["event"])
+    endpoint = payload.get("endpoint") or {}
+    return f"tokvera-{endpoint['id']}-{trouble}" if trouble and endpoint.get("id") else ""
 
 
 def render(payload: dict) -> Message:
@@ -65,4 +78,6 @@ def render(payload: dict) -> Message:
         body="\n".join(lines) + "\n",
         level=level(kind),
         payload=payload,
+        incident=incident_key(payload),
+        resolves=kind in OPENED_BY,
     )

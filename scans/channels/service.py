@@ -21,12 +21,16 @@ from scans.origins import origin_of
 EMAIL_CHANNEL_NAME = "Email to owners and admins"
 
 
-class ChannelRefused(Exception):
-    """An edit the caller's role may not make; `field` names the form field."""
+class ChannelFieldError(Exception):
+    """What a field was given cannot be used; `field` names the form (and API) field."""
 
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
+
+
+class ChannelRefused(ChannelFieldError):
+    """An edit the caller's role may not make."""
 
 
 @dataclass
@@ -49,7 +53,13 @@ def has_secret(channel: NotificationChannel) -> bool:
 
 def prepare(channel: NotificationChannel, change: ChannelChange, can_manage: bool) -> list[str]:
     """Apply `change` to `channel` (not saved); the warnings to show. Raises
-    kinds.ChannelInvalid for the URL and ChannelRefused for a move the role may not make."""
+    kinds.ChannelInvalid for the URL, ChannelFieldError for a secret the kind cannot take and
+    ChannelRefused for a move the role may not make. The channels page and the API both call
+    this: one check of what a channel is given."""
+    if change.secret and change.clear_secret:
+        raise ChannelFieldError("secret", "Either give a new secret or remove the stored one, not both.")
+    if change.kind != ChannelKind.WEBHOOK and (change.secret or change.clear_secret):
+        raise ChannelFieldError("secret", "Only webhooks are signed: leave this blank.")
     old = stored_config(channel) if channel.pk and channel.config_encrypted else {}
     url = kinds.clean(change.kind, change.url) if (change.url or not old) else old.get("url", "")
     secret = "" if change.clear_secret else (change.secret or old.get("secret", ""))

@@ -79,17 +79,11 @@ class ChannelForm(forms.Form):
             secret=cleaned.get("secret", ""),
             clear_secret=cleaned.get("clear_secret", False),
         )
-        if change.secret and change.clear_secret:
-            self.add_error("secret", "Either give a new secret or remove the stored one, not both.")
-            return cleaned
-        if change.kind != ChannelKind.WEBHOOK and (change.secret or change.clear_secret):
-            self.add_error("secret", "Only webhooks are signed: leave this blank.")
-            return cleaned
         try:
             self.warnings = service.prepare(self.channel, change, self.can_manage)
         except kinds.ChannelInvalid as exc:
             self.add_error("url", str(exc))
-        except service.ChannelRefused as exc:
+        except service.ChannelFieldError as exc:
             self.add_error(exc.field, str(exc))
         return cleaned
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -62,6 +63,13 @@ ROUTES = [
         202,
         {"result": "Request will be processed", "took": 0.1, "requestId": "tokvera-test"},
     ),
+    (  # Alert API: close an alert by its id, or by its alias with ?identifierType=alias
+        "opsgenie",
+        "api.opsgenie.com",
+        r"/v2/alerts/[^/]+/close",
+        202,
+        {"result": "Request will be processed", "took": 0.1, "requestId": "tokvera-close"},
+    ),
     ("teams", None, r"/workflows/[^/]+/triggers/manual/paths/invoke", 202, ""),
     ("ntfy", None, r"/", 200, {"id": "tokvera", "time": 0, "event": "message", "topic": "t"}),
 ]
@@ -82,6 +90,9 @@ class Services:
     ca_path: Path
     received: list[Received] = field(default_factory=list)
     failures_left: dict[str, int] = field(default_factory=dict)  # service → 503s still to give
+    # (service, key) → the incident's state as the service keeps it: PagerDuty "triggered" or
+    # "resolved" by dedup_key, Opsgenie "open" or "closed" by alias.
+    incidents: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def resolve(self) -> list[str]:
         """OUTBOUND_RESOLVE entries pointing the fixed hosts here."""
@@ -154,6 +165,25 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     return ca_path, cert_path, key_path
 
 
+def _track(services: Services, name: str, url: str, body) -> None:
+    """Open and resolve incidents as PagerDuty (Events API v2) and Opsgenie (Alert API) do."""
+    if name == "pagerduty" and isinstance(body, dict) and body.get("dedup_key"):
+        action = body.get("event_action")
+        if action == "trigger":
+            services.incidents[("pagerduty", body["dedup_key"])] = "triggered"
+        elif action == "resolve" and ("pagerduty", body["dedup_key"]) in services.incidents:
+            services.incidents[("pagerduty", body["dedup_key"])] = "resolved"
+    elif name == "opsgenie":
+        parts = urlsplit(url)
+        closing = re.fullmatch(r"/v2/alerts/([^/]+)/close", parts.path)
+        if closing is None and isinstance(body, dict) and body.get("alias"):
+            services.incidents[("opsgenie", body["alias"])] = "open"
+        elif closing and parse_qs(parts.query).get("identifierType") == ["alias"]:
+            alias = unquote(closing.group(1))
+            if ("opsgenie", alias) in services.incidents:
+                services.incidents[("opsgenie", alias)] = "closed"
+
+
 def _route(host: str, path: str) -> tuple[str, int, dict | str] | None:
     """The service a request is for (its name, status and answer), by host and path."""
     for name, route_host, pattern, status, answer in ROUTES:
@@ -190,6 +220,9 @@ def running_services(folder: Path) -> Iterator[Services]:
                 if services.failures_left.get(name, 0) > 0:
                     services.failures_left[name] -= 1
                     return self._answer(503, {"error": "try again later"})
+                _track(services, name, self.path, body)
+            if isinstance(answer, dict) and isinstance(body, dict) and body.get("dedup_key"):
+                answer = {**answer, "dedup_key": body["dedup_key"]}  # PagerDuty echoes the key
             return self._answer(status, answer)
 
         def _answer(self, status, answer):

@@ -339,3 +339,51 @@ def test_deleting_a_channel_takes_its_history_and_leaves_the_events(world, servi
 def test_a_new_team_starts_with_its_email_channel(world):
     (channel,) = NotificationChannel.dangerously_unscoped.filter(team=world.other_team)
     assert (channel.kind, channel.name, channel.enabled) == ("email", "Email to owners and admins", True)
+
+
+def test_a_recovery_resolves_the_incident_its_down_alert_opened_on_pagerduty_and_opsgenie(
+    world, services, eager_tasks, django_capture_on_commit_callbacks
+):
+    urls = channel_urls(services.port)
+    for kind in ("pagerduty", "opsgenie"):
+        make_channel(world.team, kind, name=kind, url=urls[kind])
+    endpoint = make_endpoint(world.team, name="pager box")
+    other = make_endpoint(world.team, name="other box")
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+    def alert(endpoint, kind, minutes):
+        scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.SCHEDULE)
+        Scan.dangerously_unscoped.filter(pk=scan.pk).update(
+            status="succeeded", down=kind == "down", finished_at=t0 + timedelta(minutes=minutes)
+        )
+        scan.refresh_from_db()
+        with django_capture_on_commit_callbacks(execute=True):
+            delivery.record(endpoint, scan, kind, alerts.payload(endpoint, scan, kind, kind))
+
+    alert(endpoint, "down", 0)
+    alert(other, "down", 1)
+    key, other_key = f"tokvera-{endpoint.public_id}-down", f"tokvera-{other.public_id}-down"
+    trigger = services.of("pagerduty")[0].body
+    assert (trigger["event_action"], trigger["dedup_key"]) == ("trigger", key)
+    opened = services.of("opsgenie")[0]
+    assert opened.path == "/v2/alerts" and opened.body["alias"] == key
+    assert services.incidents == {
+        ("pagerduty", key): "triggered", ("opsgenie", key): "open",
+        ("pagerduty", other_key): "triggered", ("opsgenie", other_key): "open",
+    }
+
+    alert(endpoint, "down_recovered", 37)
+
+    resolve = services.of("pagerduty")[-1].body
+    assert resolve == {"routing_key": "tokverarouting01", "event_action": "resolve", "dedup_key": key}
+    closed = services.of("opsgenie")[-1]
+    assert closed.path == f"/v2/alerts/{key}/close?identifierType=alias"
+    assert closed.headers["Authorization"] == "GenieKey tokvera-opsgenie-key"
+    assert "Down for 37 min." in closed.body["note"]
+    # The incident the down alert opened is resolved; the other endpoint's stays open.
+    assert services.incidents == {
+        ("pagerduty", key): "resolved", ("opsgenie", key): "closed",
+        ("pagerduty", other_key): "triggered", ("opsgenie", other_key): "open",
+    }
+    assert set(Delivery.dangerously_unscoped.filter(channel__team=world.team).exclude(
+        channel__kind="email").values_list("status", flat=True)) == {DeliveryStatus.SENT}
