@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from accounts import api
+from scans.api.channels import ChannelViewSet
 from scans.api.endpoints import EndpointViewSet
 from scans.api.metrics import TeamMetricsView
 from scans.api.scans import ScanViewSet
@@ -19,6 +20,7 @@ router.trailing_slash = "/?"
 router.register("teams", api.TeamViewSet, basename="api-team")
 router.register("endpoints", EndpointViewSet, basename="api-endpoint")
 router.register("scans", ScanViewSet, basename="api-scan")
+router.register("channels", ChannelViewSet, basename="api-channel")
 
 # The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
 RESOURCES = {
@@ -26,6 +28,8 @@ RESOURCES = {
     "teams": ("api-team-list", "the caller's teams"),
     "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history, "
                                        "capacity and reports (a scan: /api/v1/scans/<id>/)"),
+    "channels": ("api-channel-list", "the teams' notification channels; per channel a test "
+                                     "message and its delivery history"),
     "metrics": ("api-metrics", "Prometheus text: per-endpoint gauges of the token's team"),
     "schema": ("api-schema", "the OpenAPI 3 schema"),
     "docs": ("api-docs", "Swagger UI"),

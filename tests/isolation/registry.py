@@ -485,6 +485,26 @@ TEAM.update({
     "channel-test": [
         Case("page", "POST", "write", kwargs=_channel_id, ok=frozenset({302}), effect=_test_sent),
     ],
+    # The same through the API (scans/api/channels.py); another team's channel id is a 404.
+    "api-channel-list": [
+        Case("api", "GET", "read", kwargs=lambda w: (_channel(w), {})[1], listing=True),
+        Case(
+            "api", "POST", "write", kwargs=lambda w: {},
+            data=lambda w: {"team": w.team.slug, "kind": "email", "name": "made-by-api"},
+            ok=frozenset({201}), effect=lambda w: _channel_named(w, "made-by-api"),
+        ),
+    ],
+    "api-channel-detail": [
+        Case("api", "GET", "read", kwargs=_channel_id),
+        Case("api", "PATCH", "write", kwargs=_channel_id, data=lambda w: {"name": "renamed-by-api"},
+             effect=lambda w: _channel_named(w, "renamed-by-api")),
+        Case("api", "DELETE", "write", kwargs=_channel_id, ok=frozenset({204}),
+             effect=lambda w: not _channel_named(w, "Email to owners and admins")),
+    ],
+    "api-channel-test": [
+        Case("api", "POST", "write", kwargs=_channel_id, effect=_test_sent),
+    ],
+    "api-channel-deliveries": [Case("api", "GET", "read", kwargs=_channel_id)],
 })
 
 

@@ -1,0 +1,225 @@
+"""REST API for a team's notification channels (issue 24): list, create, read, update, delete,
+send a test message, and a channel's delivery history.
+
+Every view derives from TeamScopedViewSet, so a channel is reached only through the team
+scoping layer (another team's channel is a 404); writes need a writing role. A channel's URL
+and signing secret are write-only, as on the channels page: accepted, stored encrypted, never
+returned (`has_url`, `has_secret` say whether one is set; `destination` is the host it sends
+to, never a token). What a channel is given is checked by the one write service the page uses
+(scans/channels/service.py): an Apprise URL Apprise cannot read as the kind's, or a host the
+outbound guard refuses, is a 400 under `url` and nothing is saved."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
+from rest_framework import exceptions, mixins, serializers
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from accounts import teams
+from accounts.tenancy import Access
+from accounts.tenancy_api import TeamScopedViewSet
+from accounts.validators import validate_one_line
+from scans.channels import delivery, kinds, service
+from scans.models import ChannelKind, Delivery, DeliveryStatus, NotificationChannel
+from tokvera_site.pagination import StrictCursorPagination
+
+NAME_TAKEN = "The team has a channel of this name already."
+
+
+class ChannelSerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="public_id", read_only=True)
+    # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
+    team = serializers.SlugField(source="team.slug", required=False)
+    # A channel keeps its kind: another kind is another channel.
+    kind = serializers.ChoiceField(choices=ChannelKind.choices)
+    name = serializers.CharField(max_length=100, validators=[validate_one_line])
+    enabled = serializers.BooleanField(
+        required=False, default=True, help_text="false: alerts are not sent to it (kept, not deleted)")
+    # Write-only: the service's token is in it. Omitted or "" on an update keeps the stored
+    # one; email needs none.
+    url = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, trim_whitespace=True,
+        max_length=kinds.MAX_URL_CHARS,
+        help_text="Where it sends (an Apprise URL, or a webhook's http(s) URL); write-only. "
+                  + " ".join(f"{ChannelKind(k).label}: {text}" for k, text in kinds.EXAMPLES.items()))
+    # Webhooks only: signs each body (HMAC-SHA256, header X-Tokvera-Signature). Write-only;
+    # "" removes the stored secret.
+    secret = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, trim_whitespace=True, max_length=500,
+        help_text="Webhooks only: the signing secret; write-only, \"\" removes the stored one")
+    has_url = serializers.SerializerMethodField()
+    has_secret = serializers.SerializerMethodField()
+    destination = serializers.CharField(read_only=True, help_text="the host it sends to, never a token")
+
+    class Meta:
+        model = NotificationChannel
+        fields = ["id", "team", "kind", "name", "enabled", "url", "secret", "has_url", "has_secret",
+                  "destination", "created_at"]
+        read_only_fields = ["created_at"]
+        validators: list = []  # the name's uniqueness per team is checked on save (IntegrityError)
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_has_url(self, channel) -> bool:
+        return bool(channel.config_encrypted) and bool(service.stored_config(channel).get("url"))
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_has_secret(self, channel) -> bool:
+        return service.has_secret(channel)
+
+    def validate(self, attrs):
+        channel = self.instance or NotificationChannel()
+        kind = attrs.get("kind", channel.kind)
+        if self.instance is not None and kind != self.instance.kind:
+            raise serializers.ValidationError(
+                {"kind": ["A channel keeps its kind: add a new channel for another kind."]})
+        change = service.ChannelChange(
+            kind=kind,
+            name=attrs.get("name", channel.name),
+            enabled=attrs.get("enabled", channel.enabled if self.instance else True),
+            url=attrs.get("url", ""),
+            secret=attrs.get("secret") or "",
+            clear_secret=attrs.get("secret") == "",
+        )
+        request = self.context["request"]
+        can_manage = self.instance is None or Access.for_request(request).can_manage(self.instance.team_id)
+        try:
+            # Applied to the channel in memory; saved by create/update. Nothing else can fail
+            # after this but the name's uniqueness, which refuses the save as a whole.
+            self.warnings = service.prepare(channel, change, can_manage)
+        except kinds.ChannelInvalid as exc:
+            raise serializers.ValidationError({"url": [str(exc)]}) from None
+        except service.ChannelRefused as exc:
+            raise exceptions.PermissionDenied(f"{exc.field}: {exc}") from None
+        except service.ChannelFieldError as exc:
+            raise serializers.ValidationError({exc.field: [str(exc)]}) from None
+        self.prepared = channel
+        return attrs
+
+    def _save(self, channel: NotificationChannel) -> NotificationChannel:
+        try:
+            with transaction.atomic():
+                return service.save(channel)
+        except IntegrityError:
+            raise serializers.ValidationError({"name": [NAME_TAKEN]}) from None
+
+    def create(self, validated):
+        channel = self.prepared
+        channel.team = validated["team"]
+        return self._save(channel)
+
+    def update(self, instance, validated):
+        return self._save(self.prepared)
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    """One alert (or test message) sent to the channel: its tries are this row."""
+
+    event = serializers.UUIDField(source="event.public_id", help_text="the alert event's id")
+    event_kind = serializers.CharField(
+        source="event.kind", help_text="down, down_recovered, below_floor, …, or test")
+    endpoint = serializers.SerializerMethodField()
+    scan = serializers.SerializerMethodField()
+    status = serializers.ChoiceField(
+        choices=DeliveryStatus.choices,
+        help_text="pending (due at next_attempt_at: a first try or a retry), sent, or failed "
+                  "(out of tries, or an answer no retry changes)")
+    last_error = serializers.CharField(help_text="why the last try failed (tokens redacted); \"\"")
+
+    class Meta:
+        model = Delivery
+        fields = ["event", "event_kind", "endpoint", "scan", "status", "attempts", "last_error",
+                  "next_attempt_at", "created_at", "sent_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_endpoint(self, row) -> str | None:
+        endpoint = row.event.endpoint
+        return str(endpoint.public_id) if endpoint else None
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_scan(self, row) -> str | None:
+        scan = row.event.scan
+        return str(scan.public_id) if scan else None
+
+
+class ChannelPages(StrictCursorPagination):
+    ordering = "created_at"
+    page_size = 100
+    max_page_size = 500
+
+
+class DeliveryPages(StrictCursorPagination):
+    ordering = "-created_at"
+    page_size = 50
+    max_page_size = 500
+
+
+class ChannelViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.UpdateModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet,
+):
+    """Notification channels of the caller's teams. Creating one needs a writing role in its
+    team (a team token's own team, or `team` by slug for a logged-in user)."""
+
+    scoped_model = NotificationChannel
+    serializer_class = ChannelSerializer
+    pagination_class = ChannelPages
+
+    def narrow_queryset(self, queryset):
+        return queryset.select_related("team")
+
+    def perform_create(self, serializer):
+        slug = serializer.validated_data.pop("team", {}).get("slug")
+        try:
+            team = teams.team_for_new_object(Access.for_request(self.request), slug)
+        except teams.TeamNotChosen as exc:
+            raise exceptions.ValidationError({"team": [str(exc)]}) from None
+        except teams.NoSuchTeam as exc:
+            raise exceptions.NotFound(str(exc)) from None
+        except teams.ReadOnlyInTeam as exc:
+            raise exceptions.PermissionDenied(str(exc)) from None
+        serializer.save(team=team)
+
+    def perform_update(self, serializer):
+        serializer.validated_data.pop("team", None)  # a channel never moves between teams
+        serializer.save()
+
+    def perform_destroy(self, instance):
+        """The channel goes with its delivery history; the alert events stay."""
+        service.delete(instance)
+
+    @extend_schema(
+        request=None,
+        responses=inline_serializer("ChannelTest", {
+            "outcome": serializers.ChoiceField(
+                choices=["sent", "retry", "failed"],
+                help_text="sent: the service took it; retry: it did not arrive and is tried "
+                          "again at the delivery's next_attempt_at; failed: it did not arrive "
+                          "and no retry can help (last_error says why)"),
+            "delivery": DeliverySerializer(),
+        }),
+    )
+    @action(detail=True, methods=["post"], url_path="test", url_name="test")
+    def send_test(self, request, public_id=None):
+        """Send a test message now, in this request, and say how it went. The message is a
+        delivery like any alert's (in the channel's history), retried like one if it fails."""
+        channel = self.get_object()
+        row = delivery.send_test(channel, queue=False)
+        outcome = delivery.attempt(row.pk)
+        row = (Delivery.objects.for_team(channel.team_id)
+               .select_related("event__endpoint", "event__scan").get(pk=row.pk))
+        return Response({"outcome": outcome, "delivery": DeliverySerializer(row).data})
+
+    @extend_schema(responses=DeliverySerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="deliveries")
+    def deliveries(self, request, public_id=None):
+        """The channel's deliveries, newest first (cursor-paginated): each alert or test message
+        sent to it, with its status, tries and last error."""
+        channel = self.get_object()
+        rows = (Delivery.objects.for_team(channel.team_id).filter(channel=channel)
+                .select_related("event__endpoint", "event__scan"))
+        paginator = DeliveryPages()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(DeliverySerializer(page, many=True).data)
