@@ -57,7 +57,7 @@ from scans.grader import scoring
 from scans.models import Endpoint, Scan, ScanStatus
 
 __all__ = ["BURN_PAIRS", "BURN_SPANS_S", "STATUS_LABELS", "WINDOW_DAYS", "BurnPair", "SloWindow",
-           "TargetResult", "duration_text", "window", "windows_for"]
+           "TargetResult", "duration_text", "free_values", "window", "windows_for"]
 
 WINDOW_DAYS = (7, 30)
 MINUTE, HOUR, DAY = 60, 3600, 86400
@@ -493,7 +493,7 @@ def spans_cte(scans, now: datetime, columns: tuple[str, ...] = ()) -> tuple[str,
     return sql, [now, *inner_params]
 
 
-def _free_values(held: dict[int, list[tuple[datetime, datetime]]]) -> tuple[str, list]:
+def free_values(held: dict[int, list[tuple[datetime, datetime]]]) -> tuple[str, list]:
     """VALUES rows (endpoint_id, free_start, free_end): each endpoint's time outside its
     maintenance windows, from -infinity to infinity (one row when it has none)."""
     rows, params = [], []
@@ -521,7 +521,7 @@ def _sums(scans, since: datetime, now: datetime,
     """
     spanned_sql, spanned_params = spans_cte(
         scans, now, ("id", "scoring_version", "grade_ok", "ttft_p95_ok", "error_rate_ok"))
-    free_rows, free_params = _free_values(held)
+    free_rows, free_params = free_values(held)
 
     def seconds_from(start_param: str) -> str:
         return (f"GREATEST(EXTRACT(EPOCH FROM (stop - GREATEST(queued_at, {start_param}))), 0)")

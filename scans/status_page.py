@@ -9,7 +9,9 @@ picked, the name it gave it (never the URL, the model, the team or a cause), wit
   no grade, so this is the last graded scan, with its time);
 - its availability over the last 90 UTC days, in time: the share of the time scans covered
   during which it was not down. Uncovered time is no data, never up (DECISIONS.md, "Status
-  page availability"); each scan stands for the time scans.slo.spans_cte gives it;
+  page availability"); each scan stands for the time scans.slo.spans_cte gives it; time in
+  the endpoint's maintenance windows is left out, neither up, down nor no data, cut out of
+  the spans as the SLO windows cut it (scans.slo.free_values, scans.maintenance);
 - its incidents: each unbroken run of down scans (errored scans are our side's and neither
   break nor make one), from its first down scan to the first scan that was not down
   (`incidents`, derived from the stored scans: the site keeps no state history of its own).
@@ -35,7 +37,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 from accounts.tenancy import scoped_to_teams
-from scans import slo, state
+from scans import maintenance, slo, state
 from scans.grader import formatting as fmt
 from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
 from scans.profile import plan_annotations, profile_of_row
@@ -263,10 +265,11 @@ class DayCell:
     day_s: float  # the day's length (today: up to now)
     covered_s: float  # time scans stood for (scans.slo.spans_cte)
     down_s: float  # of which the endpoint was down
+    maintenance_s: float = 0.0  # in maintenance windows: left out of the day
 
     @property
     def uncovered_s(self) -> float:
-        return max(self.day_s - self.covered_s, 0.0)
+        return max(self.day_s - self.maintenance_s - self.covered_s, 0.0)
 
     @property
     def availability(self) -> float | None:
@@ -285,14 +288,16 @@ class DayCell:
     def text(self) -> str:
         """What the cell's tooltip and screen readers say."""
         when = self.day.strftime("%-d %b %Y")
+        held = (f", maintenance {slo.duration_text(self.maintenance_s)} (not counted)"
+                if self.maintenance_s >= 60 else "")
         if not self.covered_s:
-            return f"{when}: no data"
+            return f"{when}: no data{held}"
         words = f"{when}: {fmt.percent(self.availability, [1.0])} up"
         if self.down_s:
             words += f", down {slo.duration_text(self.down_s)}"
         if self.uncovered_s >= 60:
             words += f", no data for {slo.duration_text(self.uncovered_s)}"
-        return words
+        return words + held
 
 
 def _day_starts(days: int, now: datetime) -> list[datetime]:
@@ -304,7 +309,8 @@ def daily_availability(
     endpoints: Iterable[Endpoint], days: int = DAYS, now: datetime | None = None
 ) -> dict[int, list[DayCell]]:
     """Each endpoint's last `days` UTC days (today last, up to now): covered and down seconds,
-    from the spans of scans.slo (one query for any number of endpoints)."""
+    from the spans of scans.slo outside the endpoint's maintenance windows, and the windows'
+    time (one query for any number of endpoints)."""
     endpoints = list(endpoints)
     if not endpoints:
         return {}
@@ -313,8 +319,18 @@ def daily_availability(
     longest = max(e.interval_minutes for e in endpoints)
     scans = _finished(endpoints, starts[0] - timedelta(minutes=longest), now)
     spanned_sql, params = slo.spans_cte(scans, now, ("down",))
+    held = maintenance.intervals_for(endpoints, starts[0], now)
+    free_rows, free_params = slo.free_values(held)
     sql = f"""
         WITH {spanned_sql},
+        free (endpoint_id, free_start, free_end) AS (VALUES {free_rows}),
+        pieces AS (
+            -- a succeeded scan's span as its pieces outside maintenance, as in scans.slo
+            SELECT s.endpoint_id, s.status, s.down,
+                   GREATEST(s.queued_at, f.free_start) AS queued_at, LEAST(s.stop, f.free_end) AS stop
+            FROM spanned s JOIN free f ON f.endpoint_id = s.endpoint_id
+                AND f.free_start < s.stop AND f.free_end > s.queued_at
+        ),
         days AS (SELECT generate_series(%s::timestamptz, %s::timestamptz, interval '1 day') AS d)
         SELECT endpoint_id, d,
                SUM(GREATEST(EXTRACT(EPOCH FROM (LEAST(stop, d + interval '1 day')
@@ -322,12 +338,12 @@ def daily_availability(
                SUM(GREATEST(EXTRACT(EPOCH FROM (LEAST(stop, d + interval '1 day')
                                                 - GREATEST(queued_at, d))), 0))
                    FILTER (WHERE down) AS down
-        FROM spanned JOIN days ON queued_at < d + interval '1 day' AND stop > d
+        FROM pieces JOIN days ON queued_at < d + interval '1 day' AND stop > d
         WHERE status = 'succeeded'
         GROUP BY endpoint_id, d
     """  # noqa: S608 - only the ORM's own SQL is formatted in; values are parameters
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, starts[0], starts[-1]])
+        cursor.execute(sql, [*params, *free_params, starts[0], starts[-1]])
         sums = {(e, d): (float(c or 0), float(dn or 0)) for e, d, c, dn in cursor.fetchall()}
     result = {}
     for endpoint in endpoints:
@@ -335,7 +351,12 @@ def daily_availability(
         for start in starts:
             day_s = min((now - start).total_seconds(), 86400.0)
             covered, down = sums.get((endpoint.pk, start), (0.0, 0.0))
-            cells.append(DayCell(start.date(), day_s, covered, down))
+            day_end = min(start + timedelta(days=1), now)
+            held_s = sum(
+                max((min(ends, day_end) - max(begins, start)).total_seconds(), 0.0)
+                for begins, ends in held[endpoint.pk]
+            )
+            cells.append(DayCell(start.date(), day_s, covered, down, held_s))
         result[endpoint.pk] = cells
     return result
 
@@ -380,7 +401,8 @@ def _latest_grades(page: StatusPage, endpoints: list[Endpoint]) -> dict[int, dic
 def _availability(cells: list[DayCell]) -> dict:
     covered = sum(c.covered_s for c in cells)
     down = sum(c.down_s for c in cells)
-    whole = sum(c.day_s for c in cells)
+    held = sum(c.maintenance_s for c in cells)
+    whole = sum(c.day_s for c in cells) - held
     share = (covered - down) / covered if covered else None
     return {
         "share": share,
@@ -391,6 +413,9 @@ def _availability(cells: list[DayCell]) -> dict:
             else ""
         ),
         "down_text": slo.duration_text(down) if down else "",
+        "maintenance_text": (
+            f"maintenance for {slo.duration_text(held)} not counted" if held >= 60 else ""
+        ),
     }
 
 

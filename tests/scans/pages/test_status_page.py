@@ -8,12 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
 from scans import status_page
-from scans.models import Endpoint, Scan, StatusPage, StatusPageEndpoint
+from scans.models import Endpoint, MaintenanceWindow, Scan, StatusPage, StatusPageEndpoint
 from tests.conftest import free_port
 from tests.helpers.factories import make_endpoint
 from tests.scans.pages.conftest import GRADE_A, GRADE_B, scan_at
@@ -160,6 +161,38 @@ def test_availability_counts_only_covered_time_and_leaves_the_rest_as_no_data(wo
     assert "no data for 21 h 30 min" in day.text  # the uncovered rest of the day is not up
     assert cells[-1].kind == "up" and cells[-1].covered_s == 1800.0
     assert all(c.kind == "none" for c in cells[:-2])
+
+
+def test_availability_leaves_maintenance_out_and_the_page_says_so(world):
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    endpoint = make_endpoint(world.team, name="box", interval_minutes=60)
+    yesterday = datetime(2026, 11, 28, 0, 0, tzinfo=UTC)
+    scan_at(endpoint, yesterday + timedelta(hours=9), GRADE_A)  # stands for 09:00-10:00
+    _down_at(endpoint, yesterday + timedelta(hours=10))  # 10:00-10:30: down, in the window
+    scan_at(endpoint, yesterday + timedelta(hours=10, minutes=30), GRADE_A)  # 10:30-11:30
+    # The window covers the down half hour and the half hour after it, when the endpoint was up.
+    MaintenanceWindow.dangerously_unscoped.create(
+        team=world.team, endpoint=endpoint, name="upgrade", kind="once", timezone="UTC",
+        starts_at=yesterday + timedelta(hours=10), ends_at=yesterday + timedelta(hours=11))
+    # Another team's window (and one for another endpoint) changes nothing here.
+    elsewhere = make_endpoint(world.other_team, name="theirs")
+    MaintenanceWindow.dangerously_unscoped.create(
+        team=world.other_team, endpoint=elsewhere, name="theirs", kind="once", timezone="UTC",
+        starts_at=yesterday, ends_at=now)
+
+    day = status_page.daily_availability([endpoint], 90, now)[endpoint.pk][-2]
+
+    assert (day.covered_s, day.down_s, day.maintenance_s) == (1.5 * 3600, 0.0, 3600.0)
+    assert day.kind == "up" and day.availability == 1.0  # the down half hour was maintenance
+    assert day.uncovered_s == 24 * 3600 - 2.5 * 3600  # maintenance is not "no data" either
+    assert "maintenance 1 h (not counted)" in day.text and "no data for 21 h 30 min" in day.text
+
+    page = _publish(world.team, (endpoint, "box"))
+    with time_machine.travel(now, tick=False):
+        status, body = _public(page.slug)
+    assert status == 200
+    assert 'data-availability="1.0"' in body and "maintenance for 1 h not counted" in body
+    assert "time in announced maintenance is left out" in body
 
 
 def test_a_page_that_is_off_or_unknown_is_404(world):
