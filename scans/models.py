@@ -538,6 +538,7 @@ class Delivery(TeamOwned):
     team_lookup = "channel__team"
 
     class Meta(TeamOwned.Meta):
+        verbose_name_plural = "deliveries"  # what the team delete page counts
         indexes = [
             # the every-minute retry pass reads only waiting rows by due time
             models.Index(fields=["next_attempt_at"], name="delivery_due",
