@@ -73,13 +73,20 @@ def rename_team(team: Team, name: str) -> Team:
 def what_deleting_loses(team: Team) -> list[tuple[str, int]]:
     """What deleting the team deletes with it, as (what, how many), largest first: every row
     that cascades from the team, found from the models' relations (accounts knows nothing of
-    the apps that hang their rows on a team), counted in SQL."""
-    counts: dict[str, int] = {}
+    the apps that hang their rows on a team), counted in SQL. A model reached along several
+    paths (a delivery through its channel and through its alert) is counted once per row."""
+    paths: dict[Any, list[str]] = {}
     for model, path in _cascade_paths(Team, "", set()):
-        if model is Team:
-            continue
-        # Rows reached through the team's own relations: this team's rows only.
-        count = model._base_manager.filter(**{path: team}).count()
+        if model is not Team:
+            paths.setdefault(model, []).append(path)
+    counts: dict[str, int] = {}
+    for model, found in paths.items():
+        # Rows reached through the team's own relations: this team's rows only. Each path is
+        # a chain of foreign keys to the team, so OR-ing them repeats no row.
+        reached = models.Q()
+        for path in found:
+            reached |= models.Q(**{path: team})
+        count = model._base_manager.filter(reached).count()
         if count:
             label = str(model._meta.verbose_name_plural)
             counts[label] = counts.get(label, 0) + count
@@ -89,8 +96,12 @@ def what_deleting_loses(team: Team) -> list[tuple[str, int]]:
 def _cascade_paths(model: Any, path: str, seen: set) -> list[tuple[Any, str]]:
     found = [(model, path or "pk")]
     seen = seen | {model}
-    for relation in model._meta.related_objects:
-        if relation.on_delete is not models.CASCADE or relation.related_model in seen:
+    # Hidden relations too (related_name="+"): their rows go with the team all the same.
+    relations = [f for f in model._meta.get_fields(include_hidden=True)
+                 if f.auto_created and not f.concrete and (f.one_to_many or f.one_to_one)]
+    for relation in relations:
+        if (relation.on_delete is not models.CASCADE or relation.related_model in seen
+                or relation.related_model._meta.auto_created):  # a many-to-many's own table
             continue
         # The lookup from the related model back to the team, e.g. "endpoint__team".
         step = relation.field.name

@@ -85,6 +85,26 @@ def test_delete_spells_out_what_is_lost_and_needs_the_name_typed():
     assert Client().get(reverse("api-whoami"), **bearer(world.read_only_token)).status_code == 401
 
 
+def test_delete_counts_the_notification_channels_and_each_alert_and_delivery_once():
+    from scans import alerts
+    from scans.channels import delivery
+    from scans.models import NotificationChannel
+    from tests.helpers.factories import make_channel
+
+    world = build_world()
+    make_channel(world.team, "webhook", name="hook", url="https://hooks.example.test/x")
+    endpoint = make_endpoint(world.team)
+    scan = make_scan(endpoint)
+    delivery.record(endpoint, scan, "down", alerts.payload(endpoint, scan, "down", "down"))
+    delivery.send_test(NotificationChannel.dangerously_unscoped.get(team=world.team, name="hook"),
+                       queue=False)
+    page = _as(world.owner).get(reverse("team-delete", kwargs={"slug": world.team.slug}))
+    lost = dict(re.findall(r'data-lost="([^"]+)"><strong>(\d+)</strong>', page.content.decode()))
+    # email and webhook; the down alert (to both) and the test message (to one), counted once
+    # each though a delivery hangs on its channel and on its alert
+    assert (lost["notification channels"], lost["alert events"], lost["deliveries"]) == ("2", "2", "3")
+
+
 def test_only_an_owner_is_offered_or_allowed_delete():
     world = build_world()
     admin = _as(world.admin)
