@@ -109,6 +109,23 @@ def test_a_webhooks_secret_is_write_only_signs_the_test_and_is_removed_by_an_emp
         assert "X-Tokvera-Signature" not in received[-1][0]
 
 
+def test_a_signed_webhooks_url_moves_without_a_new_secret_only_for_owners_and_admins(world, api):
+    channel = make_channel(world.team, "webhook", name="hook", url="https://hooks.example.test/a",
+                           secret="hush")
+    url = _url("detail", channel.public_id)
+    moved = {"url": "https://elsewhere.example.test/b"}
+    refused = api.patch(url, moved, format="json", **bearer(world.read_write_token))
+    assert refused.status_code == 403 and "signing secret" in refused.json()["detail"]
+    assert service.stored_config(NotificationChannel.dangerously_unscoped.get(pk=channel.pk)) == {
+        "url": "https://hooks.example.test/a", "secret": "hush"}
+    with_secret = api.patch(url, {**moved, "secret": "new-hush"}, format="json",
+                            **bearer(world.read_write_token))
+    assert with_secret.status_code == 200 and with_secret.json()["has_secret"] is True
+    api.force_authenticate(world.admin)
+    back = api.patch(url, {"url": "https://hooks.example.test/a"}, format="json")
+    assert back.status_code == 200 and back.json()["has_secret"] is False  # another origin: dropped
+
+
 @pytest.mark.parametrize(
     ("kind", "url", "message"),
     [
