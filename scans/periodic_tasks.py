@@ -13,6 +13,8 @@ PERIODIC_TASKS: list[tuple[str, str, int]] = [
     ("Enqueue due scans", "scans.tasks.enqueue_due_scans", 60),
     ("Reap dead scans", "scans.tasks.reap_scans", 60),
     ("Deliver due notifications", "scans.tasks.deliver_due_notifications", 60),
+    ("Prune full reports past their retention", "scans.tasks.prune_reports", 3600),
+    ("Roll up scans for long chart ranges", "scans.tasks.roll_up_scans", 300),
 ]
 
 

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from accounts.models import Invitation
-from scans import dispatch, pushes, scheduling, worker
+from scans import dispatch, pushes, retention, rollups, scheduling, worker
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
@@ -17,7 +17,8 @@ from scans.channels.delivery import deliver_due_notifications, deliver_notificat
 
 __all__ = ["deliver_due_notifications", "deliver_notification",
            "delete_expired_invitations", "enqueue_due_scans", "prove_pushed_report",
-           "reap_scans", "run_scan", "send_alert", "send_webhook"]
+           "prune_reports", "reap_scans", "roll_up_scans", "run_scan", "send_alert",
+           "send_webhook"]
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +68,17 @@ def prove_pushed_report(scan_id: int) -> str:
     """Prove and store (or refuse) one uploaded report, on the proof workers (queue "proofs",
     scans/pushes.py): the CPU-heavy part of a push, kept off the web's request threads."""
     return pushes.prove_pending(scan_id)
+
+
+@shared_task(acks_late=True)  # idempotent: a pruned scan is not pruned again; row locks only
+def prune_reports() -> str:
+    """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
+    (scans/retention.py), in batches, for at most a couple of minutes a pass."""
+    return str(retention.prune())
+
+
+@shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans
+def roll_up_scans() -> str:
+    """Every 5 minutes: the hourly and daily rollups of the hours touched since the last pass
+    (scans/rollups.py), which long chart ranges read."""
+    return str(rollups.roll_up())

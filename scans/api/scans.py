@@ -12,11 +12,12 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
 )
-from rest_framework import exceptions, mixins, serializers
+from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from accounts.tenancy_api import TeamScopedViewSet
+from scans import retention
 from scans.models import (
     CapacityOutcome,
     Scan,
@@ -42,6 +43,9 @@ class ScanSerializer(serializers.ModelSerializer):
             "what the scan's capacity search found (issue 22): met; none_met (no level met the "
             "SLO, capacity_concurrency null); met_at_highest (the highest level tried met it: "
             "the capacity may be higher); \"\" when the scan did not search"))
+    report_pruned_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=(
+        "when the full report.json was removed (REPORT_RETENTION_DAYS after the scan "
+        "finished); the grade, points, checks and figures stay. null while it is kept"))
     down = serializers.BooleanField(read_only=True, help_text=(
         "the endpoint never answered (the preflight stopped the scan, or no request "
         "succeeded): down is a state, not a grade, so `grade` and `points` are null; the "
@@ -53,6 +57,7 @@ class ScanSerializer(serializers.ModelSerializer):
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
             "finished_at", "grade", "points", "down", "uncapped_grade", "scoring_version",
             "provisional", "pushed", "tool_version", "location", *CAPACITY_COLUMNS,
+            "report_pruned_at",
         ]
         read_only_fields = fields
 
@@ -115,4 +120,8 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         scan = self.get_object()
         if scan.report is None:
             raise exceptions.NotFound("This scan has no report (it has not finished, or errored).")
+        if scan.report_pruned_at:
+            return Response({"detail": retention.pruned_sentence(),
+                             "report_pruned_at": scan.report_pruned_at.isoformat()},
+                            status=status.HTTP_410_GONE)
         return Response(scan.report)

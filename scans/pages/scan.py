@@ -11,7 +11,7 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.tenancy import require_write
-from scans import dispatch
+from scans import dispatch, retention
 from scans import profile as load_profile
 from scans import progress as live
 from scans import state as endpoint_state
@@ -27,12 +27,18 @@ def scan_detail(request, public_id):
     content). While queued or running, the page polls scan-status for live progress."""
     scan = scan_or_404(request, public_id)
     endpoint = scan.endpoint
-    report_html = None
-    if scan.report:
+    report_html = pruned = None
+    if scan.report and scan.report_pruned_at:
+        # Past REPORT_RETENTION_DAYS only the summary is left (scans/retention.py): shown as
+        # tables, not as a report whose histograms would read "no sample".
+        pruned = {"sentence": retention.pruned_sentence(), "at": scan.report_pruned_at,
+                  **retention.summary_tables(scan.report)}
+    elif scan.report:
         report_html = render_html(scan.report, surface="site")
     return render(request, "scans/scan_detail.html", {
         "team": endpoint.team, "endpoint": endpoint, "scan": scan,
-        "report_html": report_html, "previous": previous_scan(scan) if scan.report else None,
+        "report_html": report_html, "pruned": pruned,
+        "previous": previous_scan(scan) if scan.report else None,
         "progress": _progress(scan),
         # the load that produced this grade, from the report itself (not today's settings)
         "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
@@ -121,6 +127,9 @@ def scan_report_html(request, public_id):
     scan = scan_or_404(request, public_id)
     if not scan.report:
         raise Http404("This scan has no report.")
+    if scan.report_pruned_at:
+        return HttpResponse(retention.pruned_sentence(), status=410,
+                            content_type="text/plain; charset=utf-8")
     response = HttpResponse(render_html(scan.report, surface="site"), content_type="text/html; charset=utf-8")
     # The report is self-contained: it needs no script and loads nothing from anywhere.
     response["Content-Security-Policy"] = (
