@@ -41,7 +41,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KT, KeyTransform
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -171,6 +171,8 @@ class CheckPoint:
     scan_id: uuid.UUID | None = None
     profile: str = ""
     profile_key: str = ""
+    #: The URL the scan reached, as GradePoint.url: a change breaks the check's line too.
+    url: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -322,7 +324,8 @@ def _latest_rows_postgresql(endpoints, team_ids, n: int):
         .filter(endpoint_id=OuterRef("pk"), status=ScanStatus.SUCCEEDED)
         .order_by("-queued_at", "-pk")
         .values(row=JSONObject(**{f: f for f in _LATEST_FIELDS},
-                               **load_profile.plan_annotations()))[:n]
+                               **load_profile.plan_annotations(),
+                               target_url=KT("report__target__base_url")))[:n]
     )
     per_endpoint = (
         scoped_to_teams(Endpoint, team_ids).filter(pk__in=[e.pk for e in endpoints])
@@ -355,7 +358,7 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
             capped=int(_is_capped(r["grade"], r["uncapped_grade"])), caps=(),
             no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
             provisional=r["provisional"], scan_id=r["public_id"], down=int(r["down"]),
-            **_profile_fields(r),
+            url=r.get("target_url") or "", **_profile_fields(r),
         ))
     for series in result.values():
         series.sort(key=lambda p: p.at)
@@ -390,7 +393,8 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
     since, until = _window(since, until,
                            lambda: results.aggregate(t=Min("measured_at"))["t"])
     rows = results.filter(measured_at__gte=since, measured_at__lte=until).annotate(
-        **load_profile.plan_annotations("scan__report"))
+        **load_profile.plan_annotations("scan__report"),
+        target_url=KeyTextTransform("base_url", KeyTransform("target", "scan__report")))
     if rows.count() <= max_points:
         return [
             CheckPoint(
@@ -400,13 +404,14 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
                 failed=int(r["status"] == "fail"),
                 unmeasured=int(r["status"] not in ("pass", "warn", "fail")),
                 scoring_version=r["scoring_version"], scan_id=r["scan__public_id"],
-                **_profile_fields(r),
+                url=r["target_url"] or "", **_profile_fields(r),
             )
             for r in rows.order_by("measured_at", "pk").values(
                 "measured_at", "value", "status", "scoring_version", "scan__public_id",
-                *_PROFILE_NAMES)
+                "target_url", *_PROFILE_NAMES)
         ]
-    width = _bucket_width_s(since, until, max_points // _versions(rows, _PROFILE_NAMES))
+    names = [*_PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
+    width = _bucket_width_s(since, until, max_points // _versions(rows, names))
 
     def count(status_q: Q):
         return Sum(Case(When(status_q, then=Value(1)), default=Value(0),
@@ -414,7 +419,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
 
     bucketed = (
         rows.annotate(bucket=_TimeBucket("measured_at", since.timestamp(), width))
-        .values("bucket", "scoring_version", *_PROFILE_NAMES)
+        .values("bucket", "scoring_version", *names)
         .annotate(
             at=Min("measured_at"), last_at=Max("measured_at"), scans=Count("pk"),
             mean=Avg("value"), low=Min("value"), high=Max("value"),
@@ -436,7 +441,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
             value_min=_float(r["low"]), value_max=_float(r["high"]), status=status,
             passed=r["passed"], warned=r["warned"], failed=r["failed"],
             unmeasured=r["unmeasured"], scoring_version=r["scoring_version"],
-            **_profile_fields(r),
+            url=r["target_url"] or "", **_profile_fields(r),
         ))
     return points
 

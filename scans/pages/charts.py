@@ -10,6 +10,13 @@ time charts, sparkline.svg, badge.svg), rendered with Django's autoescaping.
 - `check_chart`: one check's values over time with its pass and warn bounds and a legend.
 - `series_chart`: headline numbers over time (TTFT p50/p95, tokens/s), one line per series.
 
+Every chart marks a change of load profile or URL (and, where the values depend on it, of
+scoring version) the same way, from one place (`_break`, `_changes`, `_version_breaks`): a
+dashed blue line with "new load", "new URL" or "scoring X" beside it and what changed on hover
+(the sparkline, too small for words, keeps the words for hover). The endpoint page's time
+charts shade its maintenance windows (scans.maintenance's intervals) over the plot's height,
+each with its times on hover, keyed "maintenance" at the left of the zone's caption.
+
 Every mark stands for one scan (or, downsampled, a bucket of scans) and a one-scan mark links
 to its scan page. A scan that measured nothing is a gap (a dashed vertical line with the reason
 on hover), never a point at zero. The data each mark stands for is carried in data-*
@@ -37,8 +44,9 @@ from scans.grader.scoring import CHECK_LABELS
 from scans.grader.ticks import decimals, nice_ticks
 from scans.history import CheckPoint, GradePoint
 
-__all__ = ["BAND_COLOURS", "STATUS_COLOURS", "Series", "SeriesPoint", "badge", "check_chart",
-           "check_label", "grade_chart", "series_chart", "sparkline"]
+__all__ = ["BAND_COLOURS", "MAINTENANCE_COLOUR", "STATUS_COLOURS", "Series", "SeriesPoint",
+           "badge", "changes", "check_chart", "check_label", "grade_chart", "series_chart",
+           "sparkline"]
 
 BAND_COLOURS = {"A": "#1a9c5b", "B": "#6fae2b", "C": "#d9a400", "D": "#e07b1a", "F": "#d23b3b"}
 NO_GRADE_COLOUR = "#8a90a0"
@@ -182,15 +190,17 @@ def _time_label(at: datetime, step_under_a_day: bool) -> str:
     return f"{at:%b} {at.day}"
 
 
-def zone_text(zone: tzinfo, at: datetime) -> str:
-    """The time axis' caption: "times in Europe/Paris (UTC+01:00)", or "times in UTC"."""
+def zone_text(zone: tzinfo, at: datetime, named: bool = True) -> str:
+    """The time axis' caption: "times in Europe/Paris (UTC+01:00)", or "times in UTC"; with
+    `named` False, only the offset ("times in UTC+01:00", where room is short)."""
     name = getattr(zone, "key", None) or str(zone)
     offset = at.astimezone(zone).utcoffset() or timedelta(0)
     if name.upper() in ("UTC", "ETC/UTC", "GMT") and not offset:
         return "times in UTC"
     sign = "-" if offset < timedelta(0) else "+"
     minutes = abs(int(offset.total_seconds())) // 60
-    return f"times in {name} (UTC{sign}{minutes // 60:02d}:{minutes % 60:02d})"
+    utc = f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+    return f"times in {name} ({utc})" if named else f"times in {utc}"
 
 
 @dataclass
@@ -305,11 +315,12 @@ def every_other(values: Sequence[float], keep: int = 4) -> list[float]:
     return list(values[::math.ceil((len(values) - 1) / (keep - 1))])
 
 
-def _break(before, after) -> dict:
-    """What changed between two runs, as the chart marks it: the scoring version, else the
-    load profile (`label` is drawn beside the dashed line, `title` is its hover text)."""
+def _break(before, after, versions: bool = True) -> dict:
+    """What changed between two runs, as every chart marks it: the scoring version (unless
+    `versions` is False), else the load profile, else the URL (`label` is drawn beside the
+    dashed line, `title` is its hover text)."""
     old, new = before.scoring_version, after.scoring_version
-    if old != new:
+    if versions and old != new:
         return {"kind": "version", "old": old, "new": new, "label": f"scoring {new}",
                 "title": f"scoring version changed from {old} to {new}: grades on either side "
                          "are not comparable"}
@@ -317,29 +328,118 @@ def _break(before, after) -> dict:
     same_load = getattr(before, "profile_key", "") == getattr(after, "profile_key", "")
     if not same_load or getattr(before, "url", "") == getattr(after, "url", ""):
         return {"kind": "load", "old": was, "new": now, "label": "new load",
-                "title": f"load changed from {was} to {now}: grades on either side are not "
+                "title": f"load changed from {was} to {now}: values on either side are not "
                          "comparable"}
     was, now = before.url, after.url
     return {"kind": "url", "old": was, "new": now, "label": "new URL",
             "title": f"URL changed from {was} to {now}: another server (or another route to "
-                     "it), so the grades on either side are not comparable"}
+                     "it), so the values on either side are not comparable"}
 
 
-def _version_breaks(runs: list[list], frame: _Frame) -> list[dict]:
-    """Where one version's (or load's) run ends and the next begins: a dashed line and a
-    label."""
+def _changes(runs: Sequence[Sequence], versions: bool = True) -> list[dict]:
+    """One mark per boundary between runs (see `_segments`): what changed (`_break`), the last
+    point before it (`last`) and the times either side (`before`, `after`). With `versions`
+    False, a boundary where only the scoring version changed is no mark (a headline figure
+    such as TTFT in ms does not depend on the scoring)."""
     marks = []
     for before, after in zip(runs, runs[1:], strict=False):
-        at = (frame.x(before[-1].last_at) + frame.x(after[0].at)) / 2
-        change = _break(before[-1], after[0])
+        last, first = before[-1], after[0]
+        if not versions and _series_key(last)[1:] == _series_key(first)[1:]:
+            continue
+        marks.append({**_break(last, first, versions), "last": last, "before": last.last_at,
+                      "after": first.at})
+    return marks
+
+
+def changes(points: Sequence, versions: bool = True) -> list[dict]:
+    """The changes of scoring version, load profile and URL along `points` (oldest first;
+    GradePoint or CheckPoint), for a chart drawn from other points over the same scans (the
+    endpoint page's headline and capacity charts take the grade history's, with `versions`
+    False)."""
+    return _changes(_segments(points), versions)
+
+
+def _version_breaks(marks: Sequence[dict], frame: _Frame) -> list[dict]:
+    """Where one version's (or load's, or URL's) run ends and the next begins: a dashed line,
+    and a label at the top of the plot, moved down a row where it would touch the one before
+    (two changes close together)."""
+    placed: list[dict] = []
+    taken: dict[str, list[tuple[float, float, int]]] = {"wide": [], "narrow": []}
+    for change in marks:
+        if change["after"] < frame.since or change["before"] > frame.until:
+            continue
+        at = (frame.x(change["before"]) + frame.x(change["after"])) / 2
         drawn = {}
         for name, size in (("wide", WIDE_FONT), ("narrow", frame.phone_font)):
-            fits_right = at + 3 + _text_width(change["label"], size) <= frame.right
+            width = _text_width(change["label"], size)
+            fits_right = at + 3 + width <= frame.right
+            x0 = at + 3 if fits_right else at - 3 - width
+            row = 0
+            while any(row == r and x0 < b + 4 and a < x0 + width + 4
+                      for a, b, r in taken[name]):
+                row += 1
+            taken[name].append((x0, x0 + width, row))
             drawn[name] = {"x": _num(at + 3 if fits_right else at - 3),
-                           "y": _num(frame.top + size), "size": size,
+                           "y": _num(frame.top + size + row * (size + 2)), "size": size,
                            "anchor": "start" if fits_right else "end"}
-        marks.append({**change, "x": _num(at), "text": drawn})
-    return marks
+        placed.append({key: value for key, value in change.items()
+                       if key not in ("last", "before", "after")}
+                      | {"x": _num(at), "text": drawn, "at": _iso(change["after"])})
+    return placed
+
+
+# --- maintenance windows ---------------------------------------------------------------------
+
+MAINTENANCE_COLOUR = "#7d55c7"
+MAINTENANCE_OPACITY = 0.16
+MAINTENANCE_MIN_WIDTH = 3.0  # a 1-hour window over 90 days is still a visible band
+
+
+def _span_text(start: datetime, end: datetime) -> str:
+    """'2026-11-01 02:00 CET to 03:00 CET' (the end's date only when it is another day)."""
+    a, b = timezone.localtime(start), timezone.localtime(end)
+    until = f"{b:%H:%M} {b.tzname() or ''}".rstrip() if a.date() == b.date() else _when(end)
+    return f"{_when(start)} to {until}"
+
+
+def _maintenance(intervals: Sequence[tuple[datetime, datetime]], frame: _Frame,
+                 axes: dict) -> dict | None:
+    """The endpoint's maintenance windows (scans.maintenance's merged intervals) as shaded
+    spans over the plot's full height, each with its times on hover, and a key "maintenance"
+    at the left of the zone's caption row at both sizes (the caption drops the zone's name
+    where the two would touch). None when no window falls in the range."""
+    spans = []
+    for start, end in intervals:
+        if end <= frame.since or start >= frame.until:
+            continue
+        x1, x2 = frame.x(start), frame.x(end)
+        if x2 - x1 < MAINTENANCE_MIN_WIDTH:
+            middle = (x1 + x2) / 2
+            x1 = min(max(middle - MAINTENANCE_MIN_WIDTH / 2, frame.left),
+                     frame.right - MAINTENANCE_MIN_WIDTH)
+            x2 = x1 + MAINTENANCE_MIN_WIDTH
+        spans.append({"x": _num(x1), "width": _num(x2 - x1), "from": _iso(start),
+                      "to": _iso(end),
+                      "title": f"maintenance, {_span_text(start, end)}: its time is left out "
+                               "of the SLO windows and alerts are held"})
+    if not spans:
+        return None
+    keys = {}
+    for name in ("wide", "narrow"):
+        axis = axes[name]
+        size = axis["size"]
+        x = frame.left if name == "wide" else 4.0
+        y = float(axis["zone"]["y"])
+        text_x = x + 1.6 * size
+        ends = text_x + _text_width("maintenance", size)
+        zone = axis["zone"]
+        if ends + size > float(zone["x"]) - _text_width(zone["text"], size):
+            zone["text"] = zone_text(frame.zone, frame.until, named=False)
+        keys[name] = {"x": _num(x), "y": _num(y - 0.8 * size), "width": _num(1.2 * size),
+                      "height": _num(0.9 * size), "text_x": _num(text_x), "text_y": _num(y),
+                      "size": size}
+    return {"colour": MAINTENANCE_COLOUR, "opacity": MAINTENANCE_OPACITY, "spans": spans,
+            "keys": keys}
 
 
 def _legend(items: list[dict], left: float, y: float, size: float = WIDE_FONT) -> list[dict]:
@@ -402,9 +502,13 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
                              "fill": BAND_COLOURS.get(last.grade, INK)})
         segments.append({"version": run[0].scoring_version, "lines": lines, "dots": dots,
                          "no_letter": [_num(cx(p) - 0.5) for p in run if p.points is None]})
-    breaks = [{"x": _num(pad + (index[id(before[-1])] + 0.5) * step),
-               **_break(before[-1], after[0])}
-              for before, after in zip(runs, runs[1:], strict=False)]
+    # The same changes, words and colour as the grade chart's (a dashed line, its words on
+    # hover): no room for a label at this size.
+    breaks = []
+    for change in _changes(runs):
+        x = pad + (index[id(change["last"])] + 0.5) * step
+        breaks.append({"x": _num(x), "hover_x": _num(x - 3),
+                       **{k: v for k, v in change.items() if k not in ("last", "before", "after")}})
     grades = [p.grade if p.has_letter else "down" if p.down else "none" for p in points]
     label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
     return _render("sparkline.svg", {
@@ -420,11 +524,12 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
 
 
 def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
-                width: int = 760, height: int = 300) -> SafeString:
+                width: int = 760, height: int = 300,
+                maintenance: Sequence[tuple[datetime, datetime]] = ()) -> SafeString:
     """Points over the whole range [since, until] on 0–100 with the bands shaded; capped scans
-    ringed; breaks between scoring versions, loads and URLs. A bucket (downsampled) shows its
-    min–max as a vertical bar. The plot starts 14 px below the top so a ringed point at 100 is
-    whole."""
+    ringed; breaks between scoring versions, loads and URLs; `maintenance` (the endpoint's
+    windows, scans.maintenance) shaded and keyed. A bucket (downsampled) shows its min–max as
+    a vertical bar. The plot starts 14 px below the top so a ringed point at 100 is whole."""
     frame = _Frame(width, height, 34.0, width - 24.0, 14.0, height - axis_margin(width), since,
                    until, 100.0)
     size = frame.phone_font
@@ -455,7 +560,9 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
         "segments": len(runs), "breaks": max(len(runs) - 1, 0),
         "capped": sum(p.capped for p in points), "since": _iso(since), "until": _iso(until)})
     return _render("chart.svg", {**context, "bands": bands, "axes": axes,
-                                 "segments": segments, "breaks": _version_breaks(runs, frame),
+                                 "maintenance": _maintenance(maintenance, frame, axes),
+                                 "segments": segments,
+                                 "breaks": _version_breaks(_changes(runs), frame),
                                  "empty": None if points else frame.empty()})
 
 
@@ -507,10 +614,12 @@ def _format_value(value: float, check: scoring.Check) -> str:
 
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,
                 width: int = 480, height: int = 230,
-                reasons: Mapping[uuid.UUID, str] | None = None) -> SafeString:
+                reasons: Mapping[uuid.UUID, str] | None = None,
+                maintenance: Sequence[tuple[datetime, datetime]] = ()) -> SafeString:
     """One check's values over [since, until]: points coloured by status, the pass and warn
     bounds of the current scoring version over that version's runs (named in the legend),
-    breaks between versions, unmeasured scans as gaps with `reasons[scan_id]` on hover."""
+    breaks between versions, loads and URLs (as the grade chart's), unmeasured scans as gaps
+    with `reasons[scan_id]` on hover, `maintenance` windows shaded and keyed."""
     check = scoring.check_by_id(check_id)
     reasons = reasons or {}
     boolean = check.op == "=="
@@ -562,7 +671,9 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
         "y_to": frame.high, "since": _iso(since), "until": _iso(until)})
     return _render("chart.svg", {**context, "axes": axes, "bounds": bounds,
                                  "legend": _legends(legend, frame),
-                                 "segments": segments, "breaks": _version_breaks(runs, frame),
+                                 "maintenance": _maintenance(maintenance, frame, axes),
+                                 "segments": segments,
+                                 "breaks": _version_breaks(_changes(runs), frame),
                                  "empty": None if points else frame.empty()})
 
 
@@ -617,9 +728,13 @@ class Series:
 
 
 def series_chart(name: str, title: str, unit: str, series: Sequence[Series], since: datetime,
-                 until: datetime, width: int = 480, height: int = 230) -> SafeString:
+                 until: datetime, width: int = 480, height: int = 230,
+                 changes: Sequence[dict] = (),
+                 maintenance: Sequence[tuple[datetime, datetime]] = ()) -> SafeString:
     """Headline numbers over [since, until]: one line per series (named in the legend), each
-    point linking to its scan, unmeasured scans as gaps."""
+    point linking to its scan, unmeasured scans as gaps; `changes` (of the same scans, from
+    `changes()`) marked as the grade chart marks them, `maintenance` windows shaded and
+    keyed."""
     frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - axis_margin(width), since,
                    until)
     values = nice_axis([p.value * 1.05 for s in series for p in s.points if p.value is not None])
@@ -658,12 +773,15 @@ def series_chart(name: str, title: str, unit: str, series: Sequence[Series], sin
     legend = [{"key": s.key, "colour": s.colour, "dash": s.dash, "stroke_width": 2,
                "label": s.label} for s in series]
     count = max((len(s.points) for s in series), default=0)
+    breaks = _version_breaks(changes, frame)
     context = frame.context(name, f"{title}: {count} points", {
         "count": count, "series": " ".join(s.key for s in series), "y_to": frame.high,
-        "since": _iso(since), "until": _iso(until)})
+        "breaks": len(breaks), "since": _iso(since), "until": _iso(until)})
     return _render("chart.svg", {**context, "axes": axes,
                                  "legend": _legends(legend, frame),
+                                 "maintenance": _maintenance(maintenance, frame, axes),
                                  "segments": segments,
+                                 "breaks": breaks,
                                  "empty": None if count else frame.empty()})
 
 

@@ -175,6 +175,9 @@ def endpoint_detail(request, public_id):
         location = None
     grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS,
                                    location=location)
+    # Every chart shades the endpoint's maintenance windows and marks load and URL changes.
+    held = maintenance.maintenance_intervals(endpoint, since, until)
+    changes = charts.changes(grades, versions=False)
     # Every chart's time axis spans the whole chosen range, so its title tells the truth.
     trends = []
     for check_id in TREND_CHECKS:
@@ -185,7 +188,7 @@ def endpoint_detail(request, public_id):
         trends.append({"check_id": check_id, "label": charts.check_label(check_id),
                        "points": points,
                        "chart": charts.check_chart(points, check_id, since, until,
-                                                   reasons=reasons)})
+                                                   reasons=reasons, maintenance=held)})
     windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
     page = Paginator(endpoint.scans.order_by("-queued_at").annotate(
         **load_profile.plan_annotations()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
@@ -207,9 +210,11 @@ def endpoint_detail(request, public_id):
         "team": endpoint.team, "endpoint": endpoint,
         "ranges": [(key, label) for key, (label, _) in RANGES.items()], "range_key": range_key,
         "range_label": RANGES[range_key][0],
-        "grades": grades, "grade_chart": charts.grade_chart(grades, since, until),
-        "headline_charts": _headline_charts(endpoint, since, until, location),
-        "capacity": _capacity(endpoint, since, until, location),
+        "grades": grades,
+        "grade_chart": charts.grade_chart(grades, since, until, maintenance=held),
+        "headline_charts": _headline_charts(endpoint, since, until, location, changes, held),
+        "capacity": _capacity(endpoint, since, until, location, changes, held),
+        "maintenance_shown": bool(held),
         "locations": locations if len(locations) > 1 else [], "location": location,
         "versions": list(dict.fromkeys(p.scoring_version for p in grades)),
         "trends": trends, "windows": windows, "page": page,
@@ -226,8 +231,10 @@ def endpoint_detail(request, public_id):
     })
 
 
-def _headline_charts(endpoint: Endpoint, since, until, location=None) -> list[dict]:
-    """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks."""
+def _headline_charts(endpoint: Endpoint, since, until, location=None, changes=(),
+                     held=()) -> list[dict]:
+    """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks;
+    `changes` (the grade history's load and URL changes) marked, `held` (maintenance) shaded."""
     points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
                                       location=location)
 
@@ -241,16 +248,17 @@ def _headline_charts(endpoint: Endpoint, since, until, location=None) -> list[di
          "chart": charts.series_chart(
              "ttft", "Time to first token", "ms",
              [series("ttft_p50", "p50", "#2e5aac"), series("ttft_p95", "p95", "#a86400", "6 3")],
-             since, until)},
+             since, until, changes=changes, maintenance=held)},
         {"key": "tokens", "title": "Output speed per stream, one request at a time",
          "points": points,
          "chart": charts.series_chart(
              "tokens", "Output speed per stream", "tokens/s",
-             [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until)},
+             [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until,
+             changes=changes, maintenance=held)},
     ]
 
 
-def _capacity(endpoint: Endpoint, since, until, location=None) -> dict:
+def _capacity(endpoint: Endpoint, since, until, location=None, changes=(), held=()) -> dict:
     """Capacity within the SLO (issue 22): what the latest scan that searched found, in words,
     and its trend over the range (a scan where no level met the SLO serves 0 streams)."""
     latest = history.latest_capacity(endpoint)
@@ -275,7 +283,7 @@ def _capacity(endpoint: Endpoint, since, until, location=None) -> dict:
             latest.capacity_output_unit) if latest is not None else "",
         "points": points,
         "chart": charts.series_chart("capacity", "Capacity within the SLO", "streams", series,
-                                     since, until),
+                                     since, until, changes=changes, maintenance=held),
     }
 
 

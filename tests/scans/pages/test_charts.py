@@ -52,8 +52,10 @@ def test_a_sparkline_breaks_where_the_scoring_version_changes():
     assert [s.get("data-scoring-version") for s in segments] == ["0.9.0", "1.0.0"]
     # No line joins the versions: each segment draws its own.
     assert all(len(s.findall(f"{SVG}polyline")) == 1 for s in segments)
-    (line,) = root.findall(f"{SVG}line[@class='version-break']")
-    assert (line.get("data-from"), line.get("data-to")) == ("0.9.0", "1.0.0")
+    (mark,) = root.findall(f"{SVG}g[@class='version-break']")
+    assert (mark.get("data-from"), mark.get("data-to")) == ("0.9.0", "1.0.0")
+    assert mark.get("data-kind") == "version"
+    assert mark.find(f"{SVG}title").text.startswith("scoring 1.0.0: scoring version changed")
 
 
 def test_a_sparkline_shows_a_scan_with_no_letter_as_a_grey_gap_and_breaks_the_line():
