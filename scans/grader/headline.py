@@ -8,6 +8,7 @@ render); ``level_numbers`` is the one that reads a measured level. No Django her
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -207,19 +208,32 @@ def _axis_number(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.6f}".rstrip("0")
 
 
-def _frame() -> dict[str, Any]:
+def _frame(left: int = _LEFT) -> dict[str, Any]:
     """The plot area and the places of its labels, shared by every chart."""
-    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    plot_w, plot_h = _W - left - _RIGHT, _H - _TOP - _BOTTOM
     return {
-        "left": _LEFT, "top": _TOP, "width": plot_w, "height": plot_h,
-        "right": _LEFT + plot_w, "base": _TOP + plot_h,
-        "label_x": _LEFT - 6,                  # y axis labels, right-aligned
+        "left": left, "top": _TOP, "width": plot_w, "height": plot_h,
+        "right": left + plot_w, "base": _TOP + plot_h,
+        "label_x": left - 6,                   # y axis labels, right-aligned
         "top_label_y": _TOP + 4,
         "x_label_y": _TOP + plot_h + 16,       # x axis labels
-        "center_x": f"{_LEFT + plot_w / 2:.1f}",
+        "center_x": f"{left + plot_w / 2:.1f}",
         "center_y": f"{_TOP + plot_h / 2:.1f}",
         "title_y": _H - 6,                     # the x axis title
     }
+
+
+# report.html draws the charts' text at 17 units on a phone (its @media rule); the rotated
+# y-axis title takes the first 22 units. A chart's left margin leaves room for its widest
+# tick label at that size beside it, so "12,000" never runs into "output tokens/s".
+_PHONE_TEXT, _Y_TITLE_ROOM = 17.0, 22.0
+
+
+def _left_for(labels: Sequence[str]) -> int:
+    """The left margin for y tick `labels`: _LEFT, or more where a label is wider."""
+    widest = max((sum(0.3 if ch in ",." else 0.58 for ch in label) for label in labels),
+                 default=0.0)
+    return max(_LEFT, math.ceil(_Y_TITLE_ROOM + widest * _PHONE_TEXT + 6 + 2))
 
 
 def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple[str, list]],
@@ -230,9 +244,11 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
     values = [v for _, vs in series for v in vs if v is not None]
     ticks = nice_ticks(0.0, max(values) * 1.05 if values and max(values) > 0 else 1.0, 4)
     top = ticks[-1]
+    left = _left_for([_axis_number(v) for v in ticks])
+    plot_w = _W - left - _RIGHT
 
     def x(i: int) -> float:
-        return _LEFT + (plot_w / 2 if len(levels) == 1 else i * plot_w / (len(levels) - 1))
+        return left + (plot_w / 2 if len(levels) == 1 else i * plot_w / (len(levels) - 1))
 
     def y(v: float) -> float:
         return _TOP + plot_h - v / top * plot_h
@@ -244,7 +260,7 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
     for k, (name, vs) in enumerate(series):
         stroke, dash = SERIES_STYLES.get(name, ("#2e5aac", ""))
         points = [(x(i), y(v), levels[i], v) for i, v in enumerate(vs) if v is not None]
-        lx = _LEFT + 8 + k * 110
+        lx = left + 8 + k * 110
         drawn.append({
             "name": name, "stroke": stroke, "dash": dash,
             "points": (" ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in points)
@@ -256,7 +272,7 @@ def _line_chart(title: str, levels: Sequence[int | None], series: Sequence[tuple
         })
     return rendering.render("report/line_chart.svg", {
         "css_class": css_class, "title": title, "width": _W, "height": _H, "unit": unit,
-        "frame": _frame(), "y_ticks": y_ticks, "x_ticks": x_ticks, "series": drawn,
+        "frame": _frame(left), "y_ticks": y_ticks, "x_ticks": x_ticks, "series": drawn,
         "empty": None if values else {"y": str(_TOP + plot_h / 2)},
     })
 
@@ -338,8 +354,8 @@ def ttft_histograms(levels: Sequence[Mapping[str, Any]]) -> list[dict]:
 
 
 # The marker labels' rows, in the SVG's units: sized for the larger font report.html gives
-# them on a phone (16), so they do not overlap there either.
-_LABEL_FONT, _LABEL_ROW = 16.0, 18.0
+# them on a phone (16), with a row of 1.25 em, so their boxes do not touch there either.
+_LABEL_FONT, _LABEL_ROW = 16.0, 20.0
 
 
 def _markers(level: Mapping[str, Any], x: Any, plot_w: float) -> list[dict]:
