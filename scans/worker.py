@@ -378,7 +378,7 @@ def _measure_and_store(scan: Scan, progress: ScanProgress | None = None,
     try:
         plan = plan_for(endpoint).validate()
         if progress is not None:
-            progress.planned_levels = tuple(plan.levels)  # "level 2 of 3"
+            progress.expect(plan)  # "level 2 of 3", and how long the whole scan has left
         outbound.check_url(plan.base_url)
         # Many scans share this worker process (one per pool thread, each on its own event
         # loop), so the process-wide GC tuning is done once at worker start

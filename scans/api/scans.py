@@ -16,11 +16,13 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from accounts.models import ApiToken
 from accounts.tenancy_api import TeamScopedViewSet
-from scans import retention
+from scans import dispatch, retention
 from scans.models import (
     CapacityOutcome,
     Scan,
+    ScanStatus,
 )
 from tokvera_site.pagination import StrictCursorPagination
 
@@ -125,3 +127,34 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
                              "report_pruned_at": scan.report_pruned_at.isoformat()},
                             status=status.HTTP_410_GONE)
         return Response(scan.report)
+
+    @extend_schema(request=None, responses={200: ScanSerializer, 409: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], url_path="cancel")
+    def cancel(self, request, public_id=None):
+        """Cancel a queued or running manual or API scan.
+
+        As the scan page's Cancel button: the scan ends `cancelled` at once (no grade, no
+        alert, in no SLO window) and its worker stops within about a second. 200 with the
+        scan, also when it was already cancelled (a retry changes nothing); 409 for a
+        scheduled scan (the SLO's evidence) or one that already ended otherwise; 403 for a
+        read-only token or role."""
+        scan = self.get_object()
+        if scan.status != ScanStatus.CANCELLED:
+            try:
+                dispatch.cancel(scan, by=_canceller(request))
+            except dispatch.NotCancellable as exc:
+                scan.refresh_from_db()
+                if scan.status != ScanStatus.CANCELLED:  # not someone else's cancel just now
+                    return Response({"detail": str(exc), "status": scan.status},
+                                    status=status.HTTP_409_CONFLICT)
+            scan.refresh_from_db()
+        return Response(ScanSerializer(scan).data)
+
+
+def _canceller(request) -> str:
+    """Who cancelled, for the scan's error_reason: the token by its name and prefix, or the
+    user by email."""
+    token = request.auth
+    if isinstance(token, ApiToken):
+        return f"API token {token.name!r} ({token.prefix}…)"
+    return request.user.email or request.user.get_username()

@@ -9,12 +9,17 @@ publishes them for the scan page (scans/progress.py). No Django here.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import formatting as fmt
 from .stats import percentile
+
+if TYPE_CHECKING:
+    from .plan import ScanPlan
 
 
 class LevelFigures:
@@ -57,11 +62,16 @@ class LevelFigures:
             return self.tokens / elapsed, "tokens/s"
         return self.chunks / elapsed, "chunks/s"
 
+    def seconds_per_request(self, completed: int) -> float | None:
+        """The level's pace so far: seconds per finished request; None before the first."""
+        return self.elapsed_s / completed if completed > 0 else None
+
     def eta_s(self, completed: int, total: int) -> float | None:
         """Seconds the level has left at its pace so far; None before its first request ends."""
         if completed <= 0 or total <= completed:
             return 0.0 if total and completed >= total else None
-        return self.elapsed_s / completed * (total - completed)
+        pace = self.seconds_per_request(completed)
+        return None if pace is None else pace * (total - completed)
 
     def ttft_text(self) -> str:
         return fmt.ms(self.ttft_p50_ms) if self.ttft else "—"
@@ -96,6 +106,26 @@ class ScanProgress:
         self._figures: LevelFigures | None = None
         #: Goes up on every change, so a reader publishes only what is new.
         self.version = 0
+        # What the plan still holds after the level running (expect()): for the whole scan's
+        # time left. Requests per planned level, warm-up requests before each level, the
+        # open-loop levels' (rate, requests), and whether a capacity search follows.
+        self._planned_requests: tuple[int, ...] = ()
+        self._warmup = 0
+        self._rates: tuple[tuple[float, int], ...] = ()
+        self._search = False
+        self._rates_started = 0
+        self._latency_s: float | None = None  # one request's time at the last closed-loop level
+
+    def expect(self, plan: ScanPlan) -> None:
+        """Learn the plan (before the first level): its levels ("level 2 of 3") and what each
+        sends, so that a snapshot can say how long the whole scan has left."""
+        self.planned_levels = tuple(plan.levels)
+        self._planned_requests = tuple(plan.requests_per_level)
+        self._warmup = plan.workload.warmup or 0
+        if plan.open_loop is not None:
+            self._rates = tuple((rate, plan.open_loop.requests_at(rate))
+                                for rate in plan.open_loop.rates)
+        self._search = bool(plan.find_capacity)
 
     def __call__(self, level: int, completed: int, total: int, record=None) -> None:
         self._update("concurrency", level, completed, total, record)
@@ -107,14 +137,50 @@ class ScanProgress:
     def _update(self, kind: str, value: float, completed: int, total: int, record) -> None:
         with self._lock:
             if record is None and completed == 0:  # a level starts
+                self._keep_latency()
                 self._done_before += self._completed
                 self._levels_started += 1
+                self._rates_started += kind == "rate"
                 self._kind, self._value = kind, value
                 self._figures = LevelFigures(self._clock)
             elif record is not None and self._figures is not None:
                 self._figures.add(record)
             self._completed, self._total = completed, total
             self.version += 1
+
+    def _keep_latency(self) -> None:
+        """One request's time at the closed-loop level so far (its pace times its
+        concurrency), kept for the levels to come."""
+        if self._figures is None or self._kind != "concurrency":
+            return
+        pace = self._figures.seconds_per_request(self._completed)
+        if pace is not None:
+            self._latency_s = pace * max(1, int(self._value))
+
+    def _scan_eta_s(self, stage: str, level_eta: float | None) -> float | None:
+        """Seconds the whole scan has left: the level running (its own estimate, eta_s), then
+        each level still to come at one request's time so far (a closed loop of c streams
+        sends n requests in about n/c request times; latency that grows with concurrency
+        makes it longer) and each open-loop level at its rate. Not the capacity search, whose
+        levels are not known ahead. None before a request time is known."""
+        self._keep_latency()
+        latency = self._latency_s
+        if latency is None:
+            return None
+        if level_eta is None:  # no request of this level has ended yet: the last level's time
+            if self._kind != "concurrency":
+                return None
+            level_eta = (self._total - self._completed) * latency / max(1, int(self._value))
+        left = level_eta
+        if stage == "level":
+            later = list(zip(self.planned_levels, self._planned_requests, strict=False))
+            for concurrency, total in later[self._levels_started:]:
+                warm = self._warmup / min(self._warmup, concurrency) if self._warmup else 0.0
+                left += latency * (warm + math.ceil(total / concurrency))
+        upcoming = self._rates if stage != "rate" else self._rates[self._rates_started:]
+        for rate, total in upcoming:
+            left += latency * self._warmup + total / rate  # its warm-up runs one at a time
+        return left
 
     def snapshot(self) -> dict:
         """Where the scan stands, JSON-ready. Before the first level: phase "preflight" (the
@@ -135,6 +201,10 @@ class ScanProgress:
             rate = figures.output_rate()
             eta = figures.eta_s(self._completed, self._total)
             ttft = figures.ttft_p50_ms
+            scan_eta = self._scan_eta_s(stage, eta)
+            # The capacity search's levels are not known ahead: the time left is without them.
+            excludes = ("the capacity search" if self._search and stage == "level" else
+                        "any further search levels" if stage == "search" else "")
             return {
                 "phase": stage,
                 "concurrency": int(self._value) if self._kind == "concurrency" else None,
@@ -148,6 +218,8 @@ class ScanProgress:
                 "output_per_s": None if rate is None else round(rate[0], 1),
                 "output_unit": None if rate is None else rate[1],
                 "eta_s": None if eta is None else round(eta, 1),
+                "scan_eta_s": None if scan_eta is None else round(scan_eta, 1),
+                "scan_eta_excludes": excludes,
                 "elapsed_s": round(elapsed, 1),
             }
 
@@ -176,6 +248,14 @@ def progress_text(snapshot: dict | None) -> str:
         parts.append(fmt.rate(snapshot["output_per_s"], snapshot["output_unit"]))
     eta = snapshot.get("eta_s")
     if eta is not None and snapshot["completed"] < snapshot["total"]:
-        left = fmt.seconds(eta) if eta >= 60 else f"{max(1, round(eta))} s"
-        parts.append(f"about {left} left in this level")
+        parts.append(f"about {_left(eta)} left in this level")
+    whole, excludes = snapshot.get("scan_eta_s"), snapshot.get("scan_eta_excludes")
+    # The whole scan's time left, when it says more than this level's
+    if whole is not None and (eta is None or whole - eta >= 1 or excludes):
+        more = f", plus {excludes}" if excludes else ""
+        parts.append(f"about {_left(whole)} left in the scan{more}")
     return " · ".join(parts)
+
+
+def _left(seconds: float) -> str:
+    return fmt.seconds(seconds) if seconds >= 60 else f"{max(1, round(seconds))} s"
