@@ -300,6 +300,8 @@ TEAM: dict[str, list[Case]] = {
                          listing=True)],
     "api-scan-detail": [Case("api", "GET", "read", kwargs=_scan_id)],
     "api-scan-report": [Case("api", "GET", "read", kwargs=_scan_id)],
+    "api-scan-cancel": [Case("api", "POST", "write", kwargs=_running_manual_scan_id,
+                             effect=_manual_scan_cancelled)],
     "job-submit": [
         Case(
             "api", "POST", "write",
