@@ -57,12 +57,14 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
                      address: str) -> tuple[int, dict, dict[str, str]]:
     """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
 
-    The most frequent call of the network: one cache round trip (the address's failed
-    authentications and the token's rate limit together) and, for a steady host, one UPDATE;
-    no DRF request, negotiation or serializer. The body is read only after the token's form
-    and the rate limit passed, and at most HEARTBEAT_MAX_BYTES of it
-    (`read_body(limit)` gives None for a longer one). Failed authentications are counted per
-    `address` (the client's), and an address over that limit is refused first.
+    The most frequent call of the network: for a steady host within its limit, one UPDATE and
+    nothing else; no DRF request, negotiation or serializer. Every other call takes one cache
+    round trip (the address's failed authentications and the token's rate limit together)
+    before any write. The body is read after the token's form passed, at most
+    HEARTBEAT_MAX_BYTES of it (`read_body(limit)` gives None for a longer one). Failed
+    authentications are counted per `address` (the client's), and an address over that limit
+    is refused before the full path's work (a valid token's steady heartbeat from it is
+    recorded: only the token's holder can send one).
     """
     if not authorization:
         return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
@@ -72,13 +74,22 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
             return _blocked(blocked_for)
         auth_failures.record(address)
         return 401, {"detail": "Malformed host token."}, _CHALLENGE
-    # Counted before any database work, per token digest: only the token's holder can spend
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
+    # A steady host: one UPDATE and no cache round trip. The rate limit is folded into its
+    # condition: it writes only when the host's last heartbeat is at least window / limit old
+    # (3 s by default; the agent sends one every 15 s), so a host that never calls faster
+    # than that can never be over its limit and needs no counter. Anything else (a bad token,
+    # a changed model list, a call sooner than that, a body that does not parse) writes
+    # nothing here and takes the full path below, which counts it as before.
+    steady = _steady(token, read_body, window / limit) if limit > 0 else None
+    if steady is not None:
+        return steady
+    # Counted before any database write, per token digest: only the token's holder can spend
     # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
     # prefix kept the real host offline). Garbage tokens fail and count against their address,
     # which is checked in the same round trip (a blocked address's call still counts for
     # its token: only the token's holder can send it).
-    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
-    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
     blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
         address, "heartbeat", credentials.digest(token), limit, window)
     if blocked_for is not None:
@@ -100,14 +111,32 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     if recorded is None:
         auth_failures.record(address)
         return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
-    return 200, {
+    return 200, _answer(recorded), {}
+
+
+def _steady(token: str, read_body: Callable[[int], bytes | None],
+            not_within_s: float) -> tuple[int, dict, dict[str, str]] | None:
+    raw_body = read_body(HEARTBEAT_MAX_BYTES)
+    if raw_body is None:
+        return None
+    try:
+        body = parse_body(raw_body)
+    except ValueError:
+        return None  # the full path answers it, after the token and the limits
+    recorded = services.steady_heartbeat(token, body["models"], body["hardware"], body["slots"],
+                                         not_within_s)
+    return None if recorded is None else (200, _answer(recorded), {})
+
+
+def _answer(recorded: hosts.Heartbeat) -> dict:
+    return {
         "online": recorded.online,
         "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
         "models": recorded.models,
         "slots": recorded.slots,
         "trust_level": recorded.trust_level,
         "suspended": recorded.suspended,
-    }, {}
+    }
 
 
 def _blocked(retry_after: int) -> tuple[int, dict, dict[str, str]]:

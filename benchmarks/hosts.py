@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -168,23 +168,9 @@ def heartbeat(token: str, models: list[str], hardware: dict, slots: int,
     to choose, and the prefix alone already picks the row.
     """
     now = now or timezone.now()
-    wanted = sorted(set(models))
-    hw = {name: hardware[name] for name in HARDWARE_FIELDS if name in hardware}
-    sets = ", ".join(["last_heartbeat_at = %s", "slots = %s", *(f"{name} = %s" for name in hw)])
-    with connection.cursor() as cursor:
-        # No team is known before the token is checked: the row is found by the token itself.
-        cursor.execute(
-            f"UPDATE {Host._meta.db_table} SET {sets} "  # noqa: S608 - column names are ours
-            "WHERE token_prefix = %s AND token_hmac = %s AND revoked_at IS NULL "
-            "AND advertised = %s::jsonb RETURNING suspended, trust_level",
-            [now, slots, *hw.values(), token[: credentials.PREFIX_CHARS],
-             credentials.digest(token), json.dumps(wanted)],
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        suspended, trust_level = row
-        return Heartbeat(online=not suspended, models=wanted, slots=slots,
-                         trust_level=trust_level, suspended=suspended)
+    steady = _record_if_steady(token, models, hardware, slots, now)
+    if steady is not None:
+        return steady
     host = authenticate(token)
     if host is None:
         return None
@@ -192,6 +178,48 @@ def heartbeat(token: str, models: list[str], hardware: dict, slots: int,
     return Heartbeat(online=online, models=host.advertised, slots=host.slots,
                      trust_level=host.trust_level, suspended=host.suspended)
 
+
+
+def steady_heartbeat(token: str, models: list[str], hardware: dict, slots: int,
+                     not_within_s: float, now: datetime | None = None) -> Heartbeat | None:
+    """Record a steady host's heartbeat in one statement, or None (nothing written) when this
+    is not one: an unknown, wrong or revoked token, a changed model list, or a heartbeat within
+    `not_within_s` of the last one recorded. That last condition is the rate limit folded
+    into the UPDATE (benchmarks/heartbeat.py): a host that heartbeats no more often than
+    that needs no counter at all; the callers that do take the full path, which counts them."""
+    now = now or timezone.now()
+    return _record_if_steady(token, models, hardware, slots, now,
+                             not_since=now - timedelta(seconds=not_within_s))
+
+
+def _record_if_steady(token: str, models: list[str], hardware: dict, slots: int, now: datetime,
+                      not_since: datetime | None = None) -> Heartbeat | None:
+    """The one-statement heartbeat: an UPDATE that finds the row by its token prefix and
+    digest, like `authenticate()`, with the model list unchanged (and, with `not_since`, no
+    heartbeat recorded after that), and returns what the answer needs."""
+    wanted = sorted(set(models))
+    hw = {name: hardware[name] for name in HARDWARE_FIELDS if name in hardware}
+    sets = ", ".join(["last_heartbeat_at = %s", "slots = %s", *(f"{name} = %s" for name in hw)])
+    params = [now, slots, *hw.values(), token[: credentials.PREFIX_CHARS],
+              credentials.digest(token), json.dumps(wanted)]
+    recent = ""
+    if not_since is not None:
+        recent = "AND (last_heartbeat_at IS NULL OR last_heartbeat_at <= %s) "
+        params.append(not_since)
+    with connection.cursor() as cursor:
+        # No team is known before the token is checked: the row is found by the token itself.
+        cursor.execute(
+            f"UPDATE {Host._meta.db_table} SET {sets} "  # noqa: S608 - column names are ours
+            "WHERE token_prefix = %s AND token_hmac = %s AND revoked_at IS NULL "
+            f"AND advertised = %s::jsonb {recent}RETURNING suspended, trust_level",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    suspended, trust_level = row
+    return Heartbeat(online=not suspended, models=wanted, slots=slots, trust_level=trust_level,
+                     suspended=suspended)
 
 
 def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,

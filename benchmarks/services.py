@@ -1,7 +1,8 @@
 """One service per call of the network's API: the views parse and shape, these do the work.
 
     submit     record the job and queue an assignment pass (run by a Celery worker)
-    heartbeat  record the host's state; nothing else (no assignment pass inside the request)
+    heartbeat  record the host's state; nothing else (no assignment pass inside the request);
+               steady_heartbeat is its one-statement form for a host that is not over its limit
     lease      the host's next assigned job, optionally started; with `wait_s`, waits up to
                that long for one (woken when a pass assigns it: benchmarks/wakeup.py)
     start      leased -> running
@@ -36,6 +37,12 @@ def submit(team, model_id: str, messages: list, max_tokens: int) -> Job:
 def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> hosts.Heartbeat | None:
     """None when the token is not a current host token (401)."""
     return hosts.heartbeat(token, models, hardware, slots)
+
+
+def steady_heartbeat(token: str, models: list[str], hardware: dict, slots: int,
+                     not_within_s: float) -> hosts.Heartbeat | None:
+    """A steady host's heartbeat in one statement, or None: take the full path."""
+    return hosts.steady_heartbeat(token, models, hardware, slots, not_within_s)
 
 
 def lease(host: Host, start: bool = False, wait_s: float = 0.0,

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import time_machine
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from accounts import teams
 from benchmarks.models import Host
@@ -120,6 +121,28 @@ def test_a_heartbeat_flood_is_rate_limited_without_touching_other_hosts(net, set
     limited = net.heartbeat(flooder, ["tiny-q4"])
     assert int(limited["Retry-After"]) >= 1
     assert net.heartbeat(quiet, ["tiny-q4"]).status_code == 200
+
+
+def test_heartbeats_no_faster_than_the_limit_allows_do_not_spend_the_allowance(net, settings):
+    """The limit is folded into the steady UPDATE: a heartbeat at least window / limit after
+    the last one (20 s here) is recorded without being counted, so the host keeps its whole
+    allowance for quick calls (a model change, a restart) in the same window."""
+    settings.NETWORK_HEARTBEAT_LIMIT = 3  # per 60 s: one every 20 s is never counted
+    start = T0.replace(second=0, microsecond=0) + timedelta(minutes=1)  # one fixed window
+    with time_machine.travel(start, tick=False) as clock:
+        host, token = net.host("h1")  # counted: its first heartbeat changed its model list
+        for seconds in (21, 42):
+            clock.move_to(start + timedelta(seconds=seconds))
+            with CaptureQueriesContext(connection) as steady:
+                assert net.heartbeat(token, ["tiny-q4"]).status_code == 200
+            assert len(steady.captured_queries) == 1  # the UPDATE, and nothing counted
+        quick = []
+        for seconds in (43, 44, 45):
+            clock.move_to(start + timedelta(seconds=seconds))
+            quick.append(net.heartbeat(token, ["tiny-q4"]).status_code)
+    assert quick == [200, 200, 429]
+    host.refresh_from_db()
+    assert host.last_heartbeat_at == start + timedelta(seconds=44)
 
 
 def test_a_refused_heartbeat_records_nothing(net, settings):

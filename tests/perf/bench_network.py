@@ -3,7 +3,7 @@
     .venv/bin/python tests/perf/bench_network.py [--workers 4] [--seconds 20] [--hosts 10000]
 
 Needs PostgreSQL at postgres://postgres@127.0.0.1:5432 (trust auth), its `pgbench`, and Redis at
-127.0.0.1:6379. It (re)creates the databases `tokvera_bench` and `tokvera_bench_pgbench`,
+127.0.0.1:6379. It (re)creates the databases `tokvera_bench` (or $BENCH_DB) and its `_pgbench`,
 migrates the first, seeds hosts and a buyer, starts gunicorn (sync workers, or gthread with
 --threads) and one Celery worker of two processes (folds and assignment passes) on Redis,
 then measures, with a raw asyncio HTTP client on 127.0.0.1:
@@ -13,8 +13,9 @@ then measures, with a raw asyncio HTTP client on 127.0.0.1:
 1. Heartbeats from `--hosts` simulated hosts (steady state: each host already advertised its
    models once): the most heartbeats/s the site sustains with 32 callers, then a fixed-rate
    (open-loop) run at 1,000/s for latency p50/p99, measured from each request's scheduled
-   time, so a backed-up client is counted, not hidden (and at 80 % of the maximum when that is
-   lower). Goal (issue 14): at least 0.25 x pgbench's rate, p99 < 50 ms at 1,000/s.
+   time, so a backed-up client is counted, not hidden (not run when 1,000/s is more than 1.25 x
+   the maximum), and at 80 % of the maximum when that is lower. Goal (issue 25): at least
+   0.25 x pgbench's rate, p99 < 50 ms at 80 % of the maximum.
 2. Jobs through submit -> complete: buyers submit (at most 400 unsettled at a time) while 100
    simulated hosts with 2 slots each lease with {"start": true, "wait_s": --lease-wait-s}
    (held by the coordinator until a pass assigns the host a job; one waiting call per host,
@@ -45,7 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PG = "postgres://postgres@127.0.0.1:5432"
-DB_NAME = "tokvera_bench"
+# A database name of its own (BENCH_DB) where several people share one PostgreSQL.
+DB_NAME = os.environ.get("BENCH_DB", "tokvera_bench")
 ENV = {
     **os.environ,
     "DATABASE_URL": f"{PG}/{DB_NAME}",
@@ -61,7 +63,7 @@ ENV = {
     # for the phases after it (issue 19's per-address limit did, which read as a tiny floor).
     "AUTH_FAILURE_LIMIT": "1000000000",
 }
-PGBENCH_DB = "tokvera_bench_pgbench"
+PGBENCH_DB = f"{DB_NAME}_pgbench"
 HB_MODEL, JOB_MODEL = "hb-q4", "bench-q4"
 JOB_HOSTS, JOB_SLOTS = 100, 2
 
@@ -519,8 +521,11 @@ def main() -> None:
                 args.port, seeded["hb_tokens"][: -args.waiting_hosts],
                 seeded["hb_tokens"][-args.waiting_hosts:], args.seconds, 32))
             result["rss_mb_while_hosts_waited"] = worker_rss_mb(gunicorn.pid)
-        result["heartbeats_at_1000_per_s"] = asyncio.run(
-            heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
+        # Far above capacity the queue only grows, and its p99 says how long the run was (and
+        # a 1,000/s run at 150/s served takes minutes): then only the 80 % run below.
+        if closed["per_s"] * 1.25 >= 1000:
+            result["heartbeats_at_1000_per_s"] = asyncio.run(
+                heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
         if 0 < 0.8 * closed["per_s"] < 1000:  # below capacity too, to tell queueing from cost
             result["heartbeats_at_80pct_of_max"] = asyncio.run(
                 heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
@@ -561,14 +566,20 @@ def main() -> None:
     if "heartbeats_to_pgbench_ratio" in result:
         end = (result.get("rss_mb_after_second_jobs_run") or result.get("rss_mb_after_jobs")
                or result["rss_mb_after_heartbeats"])
-        at_1000 = result["heartbeats_at_1000_per_s"]
+        at_1000 = result.get("heartbeats_at_1000_per_s")
+        at_80 = result.get("heartbeats_at_80pct_of_max")
         lines = [
             f"heartbeats: {result['heartbeats_max']['per_s']}/s max, pgbench single-row UPDATE "
             f"{result['pgbench_single_row_update']['updates_per_s']}/s, ratio "
             f"{result['heartbeats_to_pgbench_ratio']} (goal >= 0.25); a 401 without the database "
             f"{result['floor_401_per_s']}/s",
-            f"at 1,000/s open loop: {at_1000['per_s']}/s served, p50 {at_1000['p50_ms']} ms, "
-            f"p99 {at_1000['p99_ms']} ms (goal < 50 ms)",
+            (f"at 1,000/s open loop: {at_1000['per_s']}/s served, p50 {at_1000['p50_ms']} ms, "
+             f"p99 {at_1000['p99_ms']} ms" if at_1000 else
+             "at 1,000/s open loop: not run (far above the maximum)"),
+            (f"at 80 % of the maximum ({at_80['target_rate']:.0f}/s) open loop: {at_80['per_s']}/s "
+             f"served, p50 {at_80['p50_ms']} ms, p99 {at_80['p99_ms']} ms (goal < 50 ms)"
+             if at_80 else "at 80 % of the maximum: not run (at or above 1,250/s)"),
+            f"web CPU per heartbeat {result['heartbeats_max']['web_cpu_ms_per_request']} ms",
             f"median worker RSS: warm {statistics.median(result['rss_mb_warm'])} MB, "
             f"end {statistics.median(end)} MB",
         ]
