@@ -1,7 +1,8 @@
 """The endpoint page's charts at 1,400 and 390 px (issues 23 and 24), in a real browser
 (Playwright driving Debian's Chromium, offline, on loopback): a maintenance window is a shaded
-band with its key "maintenance" on every chart, a URL change is marked "new URL" on the grade
-and check charts, and no label of a chart sits on another.
+band with its key "maintenance" on every chart, a URL change is marked "new URL" on the grade,
+headline and check charts and on the dashboard's sparkline, and no label of a chart sits on
+another.
 
 Screenshots go to test-artifacts/ (marks-*.png).
 """
@@ -68,7 +69,8 @@ def site(settings):
     MaintenanceWindow.dangerously_unscoped.create(
         team=world.team, endpoint=endpoint, name="driver update",
         starts_at=now - timedelta(hours=3, minutes=10), ends_at=now - timedelta(hours=2, minutes=10))
-    return {"world": world, "endpoint": reverse("endpoint-detail", args=[endpoint.public_id])}
+    return {"world": world, "endpoint": reverse("endpoint-detail", args=[endpoint.public_id]),
+            "dashboard": reverse("team-dashboard", args=[world.team.slug])}
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
@@ -93,4 +95,12 @@ def test_maintenance_is_shaded_and_keyed_and_a_url_change_marked_with_no_label_o
     page.locator("#headline").screenshot(path=str(ARTIFACTS / f"marks-headline-{width}.png"))
     page.locator("figure[data-check=ttft_p95_at_concurrency_1]").screenshot(
         path=str(ARTIFACTS / f"marks-check-{width}.png"))
+    # The dashboard's sparkline marks the move too, with the grade chart's words on hover.
+    page.goto(f"{live_server.url}{site['dashboard']}")
+    mark = page.locator("svg.chart-sparkline g.version-break[data-kind=url]")
+    assert mark.count() == 1 and mark.locator("line").bounding_box()["height"] > 10
+    assert mark.locator("title").text_content().startswith("new URL: URL changed from ")
+    if width == DESKTOP:  # on a phone the table scrolls sideways in its card
+        mark.locator("xpath=ancestor::tr[1]").screenshot(
+            path=str(ARTIFACTS / "marks-sparkline-1400.png"))
     assert refused == []
