@@ -69,7 +69,7 @@ def _rows(db: str, sql: str, *params):
 
 
 def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
-    db = scratch_database("e2e")
+    db = scratch_database("e2e", migrated=True)  # as migrate and createcachetable make it
     env = {
         **os.environ,
         "DATABASE_URL": db,
@@ -78,8 +78,6 @@ def test_three_agents_serve_submitted_jobs_and_the_ewmas_add_up(tmp_path):
         "SECRET_KEY": "e2e-" + "k" * 40,
         "DEBUG": "0",
     }
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    _manage(env, "createcachetable")
     _manage(env, "createteam", "ops", "--owner", "ops@example.test")
     _manage(env, "createteam", "buyers", "--owner", "buyer@example.test")
     buyer_token = _manage(env, "createtoken", "--team", "buyers", "--scope", "read-write").strip()

@@ -41,17 +41,18 @@ def _site_env(database_url: str, broker_url: str, **extra) -> dict:
             "DEBUG": "0", "OUTBOUND_ALLOW": "loopback", **extra}
 
 
-def _prepare_site(env) -> None:
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    _manage(env, "createcachetable")
+def _prepare_site(env, migrated: bool = False) -> None:
+    if not migrated:
+        _manage(env, "migrate", "--noinput", "-v", "0")
+        _manage(env, "createcachetable")
     _manage(env, "createteam", "acme", "--owner", OWNER)
 
 
 def test_scan_now_with_the_broker_down_answers_503_and_saves_nothing(tmp_path):
-    database = scratch_database("broker_down")
+    database = scratch_database("broker_down", migrated=True)
     with EmbeddedRedis() as broker:
         env = _site_env(database, broker.url(0))
-        _prepare_site(env)
+        _prepare_site(env, migrated=True)
         token = _manage(env, "createtoken", "--team", "acme", "--scope", "read-write").strip()
         _manage(env, "shell", "-c", "from django.contrib.auth import get_user_model; "
                 f"u = get_user_model().objects.get(email='{OWNER}'); "
