@@ -44,7 +44,9 @@ from tests.helpers.workers import worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-EXAMPLES = {GenerationMode.POSITIVE: 16, GenerationMode.NEGATIVE: 10}
+# Cases per operation and mode. Derandomized, so every run sends the same cases; more finds
+# little more (16/10 took ~40 % longer for the same failures found) and the operations grow.
+EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 6}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance]
 
