@@ -10,16 +10,59 @@ import re
 
 import pytest
 from django.core import mail
+from django.core.cache import cache
+from django.db import connections
 
-from tests.helpers.browser import ARTIFACTS, offline
+from tests.conftest import REQUIRE_SERVICES, make_user
+from tests.helpers.browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path, offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PHONE, DESKTOP = 390, 1400
 PASSWORD = "a long enough passphrase"
+OLD_PASSWORD = "correct horse battery staple"  # tests.conftest.make_user's
 
 
-def _page(browser, live_server, width):
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the whole module (tests.helpers.browser's fixture starts one per test);
+    each test opens its own contexts, so no cookie is shared between tests. The other
+    accounts browser modules import this fixture."""
+    executable, reason = chromium_path()
+    if executable is None:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"CI requires the browser: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+    with pytest.MonkeyPatch.context() as patch:
+        # As tests.helpers.browser: ORM calls between page steps are synchronous and safe, and
+        # connections are closed on both sides of Playwright's greenlet switches.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        ARTIFACTS.mkdir(exist_ok=True)
+        connections.close_all()
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+                connections.close_all()
+        connections.close_all()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits(browser):
+    # allauth keeps its rate-limit counters (logins, codes, resets per address: every request
+    # here comes from 127.0.0.1) in the cache, which outlives each test's database.
+    cache.clear()
+    yield
+    # The test's pages are closed before its database goes, so none is still loading then.
+    for context in browser.contexts:
+        context.close()
+    cache.clear()
+
+
+def open_page(browser, live_server, width):
     context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
     return page, offline(page, live_server)
@@ -39,7 +82,7 @@ def _fits_and_is_styled(page) -> None:
 
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
 def test_sign_up_and_login_pages_are_styled_and_fit(browser, live_server, width):
-    page, refused = _page(browser, live_server, width)
+    page, refused = open_page(browser, live_server, width)
     for path, name in (("/signup/", "signup"), ("/login/", "login")):
         page.goto(f"{live_server.url}{path}")
         _fits_and_is_styled(page)
@@ -49,7 +92,7 @@ def test_sign_up_and_login_pages_are_styled_and_fit(browser, live_server, width)
 
 
 def test_a_person_signs_up_verifies_and_logs_in(browser, live_server, settings):
-    page, refused = _page(browser, live_server, PHONE)
+    page, refused = open_page(browser, live_server, PHONE)
     page.goto(f"{live_server.url}/login/")
     page.click("text=Create an account")
     page.fill("input[name=email]", "reader@example.test")
@@ -73,4 +116,49 @@ def test_a_person_signs_up_verifies_and_logs_in(browser, live_server, settings):
     page.fill("input[name=name]", "Readers")
     page.click("main button[type=submit]")
     page.wait_for_url(f"{live_server.url}/teams/readers/")
+    assert not refused
+
+
+def log_in(page, live_server, login: str, password: str) -> None:
+    """The login form, filled and sent; where it leads is the caller's to check."""
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=login]", login)
+    page.fill("input[name=password]", password)
+    page.click("main button[type=submit]")
+
+
+def log_out(page, live_server) -> None:
+    """The top bar's "Log out" (a POST), back at the login page."""
+    page.click("header.topbar button:has-text('Log out')")
+    page.wait_for_url(f"{live_server.url}/login/")
+
+
+def test_a_forgotten_password_is_reset_from_the_mail_and_only_the_new_one_logs_in(
+        browser, live_server):
+    user = make_user("forgetful")
+    page, refused = open_page(browser, live_server, PHONE)
+    page.goto(f"{live_server.url}/login/")
+    page.click("text=Forgot your password?")
+    _fits_and_is_styled(page)
+    page.fill("input[name=email]", user.email)
+    page.click("main button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/password/reset/done/")
+    assert [m.to for m in mail.outbox] == [[user.email]]
+
+    link = re.search(r"https?://[^/\s]+(/password/reset/key/\S+/)", mail.outbox[-1].body).group(1)
+    page.goto(f"{live_server.url}{link}")
+    _fits_and_is_styled(page)
+    page.fill("input[name=password1]", PASSWORD)
+    page.fill("input[name=password2]", PASSWORD)
+    page.click("main button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/password/reset/key/done/")
+    # The link is spent: opened again, it no longer offers a new password.
+    page.goto(f"{live_server.url}{link}")
+    assert page.locator("input[name=password1]").count() == 0
+
+    log_in(page, live_server, user.email, OLD_PASSWORD)
+    assert page.url == f"{live_server.url}/login/"
+    assert page.locator("main .error, main .flash.error, main .errorlist").count() >= 1
+    log_in(page, live_server, user.email, PASSWORD)
+    page.wait_for_url(f"{live_server.url}/")
     assert not refused
