@@ -74,7 +74,12 @@ def _activate_totp(page, live_server, password: str) -> tuple[pyotp.TOTP, list[s
     page.wait_for_url(f"{live_server.url}/2fa/totp/activate/")
     assert page.evaluate(FITS)
     assert page.locator("main img.qr").is_visible()
-    app = pyotp.TOTP(page.input_value("#authenticator_secret"))
+    # The secret, for an app that takes it typed or pasted: a double click selects all of it
+    # (a disabled field could be neither selected nor copied).
+    secret = page.locator("#authenticator_secret")
+    secret.dblclick(timeout=5000)
+    assert secret.evaluate("e => e.value.slice(e.selectionStart, e.selectionEnd)") == secret.input_value()
+    app = pyotp.TOTP(secret.input_value())
     page.fill("input[name=code]", app.now())
     page.click("main button[type=submit]")
     page.wait_for_url(f"{live_server.url}/2fa/recovery-codes/")
