@@ -136,35 +136,31 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
     """Hand the host the oldest job assigned to it that it has not received, or None.
 
     With `start`, the job is started in the same statement (leased -> running), which saves
-    the host a `start` call. SKIP LOCKED lets concurrent lease calls of one host (several
-    slots) take different jobs instead of waiting on each other; the conditional UPDATE makes
-    sure only one of them wins. The assignment pass that fills the host's queue runs before
-    this, in benchmarks/services.py.
+    the host a `start` call. One statement, the claim of PostgreSQL job queues: an UPDATE of
+    the row a `FOR UPDATE SKIP LOCKED` subquery picks, RETURNING it, so concurrent lease calls
+    of one host (several slots) take different jobs instead of waiting on each other, and the
+    conditions repeated in the UPDATE make sure only one of them wins a row. The assignment
+    pass that fills the host's queue runs before this (a worker task: benchmarks/routing.py).
     """
     now = now or timezone.now()
     if host.suspended:
         return None
     # A job whose lease ran out is left to the expiry sweep, which hands it to another host.
     # The jobs are buyers' (teams the host never learns): the host's own, found by host_id.
-    mine = ALL_JOBS.filter(host_id=host.pk, status=JobStatus.LEASED, delivered_at__isnull=True,
-                           lease_expires_at__gte=now)
-    with transaction.atomic():
-        job = (
-            mine.order_by("leased_at", "created_at", "id")
-            .select_for_update(skip_locked=True)
-            .first()
-        )
-        if job is None:
-            return None
-        fields: dict = {"delivered_at": now}
-        if start:
-            fields.update(status=JobStatus.RUNNING, started_at=now,
-                          lease_expires_at=now + timedelta(seconds=policy.value("NETWORK_RUN_TIMEOUT_S")))
-        if not mine.filter(pk=job.pk).update(**fields):
-            return None
-        for name, value in fields.items():
-            setattr(job, name, value)
-        return job
+    sets, params = ["delivered_at = %s"], [now]
+    if start:
+        sets += ["status = %s", "started_at = %s", "lease_expires_at = %s"]
+        params += [JobStatus.RUNNING, now,
+                   now + timedelta(seconds=policy.value("NETWORK_RUN_TIMEOUT_S"))]
+    table = Job._meta.db_table
+    claimed = list(ALL_JOBS.raw(
+        f"UPDATE {table} SET {', '.join(sets)} WHERE id = ("  # noqa: S608 - names are ours
+        f"SELECT id FROM {table} WHERE host_id = %s AND status = %s "
+        "AND delivered_at IS NULL AND lease_expires_at >= %s "
+        "ORDER BY leased_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+        ") AND status = %s AND delivered_at IS NULL RETURNING *",
+        [*params, host.pk, JobStatus.LEASED, now, JobStatus.LEASED]))
+    return claimed[0] if claimed else None
 
 
 def _locked(host: Host, job_id) -> Job:

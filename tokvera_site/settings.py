@@ -38,8 +38,9 @@ def _load():
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
         # When set, GET /metrics (process metrics only) asks for `Authorization: Bearer <it>`.
         "SITE_METRICS_TOKEN": config.env.str("SITE_METRICS_TOKEN", default=""),
-        # Per-team limits on POST /v1/jobs and the longest a lease call waits for work, when
-        # the environment sets them (defaults and meaning: benchmarks/policy.py, docs/routing.md).
+        # Per-team limits on POST /v1/jobs, the longest a lease call waits for work and how
+        # many wait at once per web process, when the environment sets them (defaults and
+        # meaning: benchmarks/policy.py, docs/routing.md).
         **{name: config.integer(name, 0) for name in NETWORK_LIMITS_FROM_ENV if name in os.environ},
         # Scans per worker process and streams in flight across them (see "Scans" below).
         "SCAN_CONCURRENCY_PER_WORKER": config.positive_integer("SCAN_CONCURRENCY_PER_WORKER", 32),
@@ -62,7 +63,8 @@ def _load():
 
 
 NETWORK_LIMITS_FROM_ENV = ("NETWORK_SUBMIT_LIMIT", "NETWORK_SUBMIT_WINDOW_S",
-                           "NETWORK_MAX_UNSETTLED_PER_TEAM", "NETWORK_LEASE_WAIT_MAX_S")
+                           "NETWORK_MAX_UNSETTLED_PER_TEAM", "NETWORK_LEASE_WAIT_MAX_S",
+                           "NETWORK_WAITING_LEASES_PER_PROCESS")
 
 
 globals().update(config.exit_on_config_error(_load))

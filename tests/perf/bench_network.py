@@ -480,6 +480,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10_000, help="simulated heartbeating hosts")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--skip-jobs", action="store_true")
+    parser.add_argument("--only-jobs", action="store_true",
+                        help="skip the heartbeat phases and pgbench (to compare job runs)")
     parser.add_argument("--waiting-hosts", type=int, default=0,
                         help="also measure heartbeats while this many idle hosts hold waiting "
                              "leases (needs more gthread threads than that)")
@@ -505,35 +507,37 @@ def main() -> None:
         asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][:200], 2, 8))
         result["rss_mb_warm"] = worker_rss_mb(gunicorn.pid)
         # The ceiling of this stack on this machine: a 401 for a malformed token, no database.
-        floor = asyncio.run(heartbeats_closed(http(), ["tkh_malformed"], min(args.seconds, 5), 32))
-        result["floor_401_per_s"] = round(floor["statuses"].get(401, 0) / floor["seconds"], 1)
+        if not args.only_jobs:  # the heartbeat phases and the yardstick
+            floor = asyncio.run(heartbeats_closed(http(), ["tkh_malformed"], min(args.seconds, 5), 32))
+            result["floor_401_per_s"] = round(floor["statuses"].get(401, 0) / floor["seconds"], 1)
+            web = children(gunicorn.pid)
+            cpu0 = cpu_seconds(web)
+            # Not the warm-up's tokens: those are at their 20-a-minute limit.
+            closed = asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][200:], args.seconds, 32))
+            closed["web_cpu_ms_per_request"] = round(
+                (cpu_seconds(web) - cpu0) * 1000 / max(1, sum(closed["statuses"].values())), 2)
+            result["heartbeats_max"] = closed
+            result["rss_mb_after_heartbeats_max"] = worker_rss_mb(gunicorn.pid)
+            if args.waiting_hosts:
+                result["database_connections_before_waiting"] = database_connections()
+                result["heartbeats_while_hosts_wait"] = asyncio.run(heartbeats_while_hosts_wait(
+                    args.port, seeded["hb_tokens"][: -args.waiting_hosts],
+                    seeded["hb_tokens"][-args.waiting_hosts:], args.seconds, 32))
+                result["rss_mb_while_hosts_waited"] = worker_rss_mb(gunicorn.pid)
+            # Far above capacity the queue only grows, and its p99 says how long the run was (and
+            # a 1,000/s run at 150/s served takes minutes): then only the 80 % run below.
+            if closed["per_s"] * 1.25 >= 1000:
+                result["heartbeats_at_1000_per_s"] = asyncio.run(
+                    heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
+            if 0 < 0.8 * closed["per_s"] < 1000:  # below capacity too, to tell queueing from cost
+                result["heartbeats_at_80pct_of_max"] = asyncio.run(
+                    heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
+            # The yardstick, right after the heartbeats, on the same server (the site is idle now).
+            result["pgbench_single_row_update"] = pgbench_single_row_update(args.seconds)
+            result["heartbeats_to_pgbench_ratio"] = round(
+                closed["per_s"] / result["pgbench_single_row_update"]["updates_per_s"], 3)
+            result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
         web = children(gunicorn.pid)
-        cpu0 = cpu_seconds(web)
-        # Not the warm-up's tokens: those are at their 20-a-minute limit.
-        closed = asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][200:], args.seconds, 32))
-        closed["web_cpu_ms_per_request"] = round(
-            (cpu_seconds(web) - cpu0) * 1000 / max(1, sum(closed["statuses"].values())), 2)
-        result["heartbeats_max"] = closed
-        result["rss_mb_after_heartbeats_max"] = worker_rss_mb(gunicorn.pid)
-        if args.waiting_hosts:
-            result["database_connections_before_waiting"] = database_connections()
-            result["heartbeats_while_hosts_wait"] = asyncio.run(heartbeats_while_hosts_wait(
-                args.port, seeded["hb_tokens"][: -args.waiting_hosts],
-                seeded["hb_tokens"][-args.waiting_hosts:], args.seconds, 32))
-            result["rss_mb_while_hosts_waited"] = worker_rss_mb(gunicorn.pid)
-        # Far above capacity the queue only grows, and its p99 says how long the run was (and
-        # a 1,000/s run at 150/s served takes minutes): then only the 80 % run below.
-        if closed["per_s"] * 1.25 >= 1000:
-            result["heartbeats_at_1000_per_s"] = asyncio.run(
-                heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
-        if 0 < 0.8 * closed["per_s"] < 1000:  # below capacity too, to tell queueing from cost
-            result["heartbeats_at_80pct_of_max"] = asyncio.run(
-                heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
-        # The yardstick, right after the heartbeats, on the same server (the site is idle now).
-        result["pgbench_single_row_update"] = pgbench_single_row_update(args.seconds)
-        result["heartbeats_to_pgbench_ratio"] = round(
-            closed["per_s"] / result["pgbench_single_row_update"]["updates_per_s"], 3)
-        result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
         if not args.skip_jobs:
             cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds([celery.pid, *children(celery.pid)])
             jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
@@ -563,12 +567,11 @@ def main() -> None:
                 proc.kill()
     result["load_average_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=2))
+    lines = []
     if "heartbeats_to_pgbench_ratio" in result:
-        end = (result.get("rss_mb_after_second_jobs_run") or result.get("rss_mb_after_jobs")
-               or result["rss_mb_after_heartbeats"])
         at_1000 = result.get("heartbeats_at_1000_per_s")
         at_80 = result.get("heartbeats_at_80pct_of_max")
-        lines = [
+        lines += [
             f"heartbeats: {result['heartbeats_max']['per_s']}/s max, pgbench single-row UPDATE "
             f"{result['pgbench_single_row_update']['updates_per_s']}/s, ratio "
             f"{result['heartbeats_to_pgbench_ratio']} (goal >= 0.25); a 401 without the database "
@@ -580,8 +583,6 @@ def main() -> None:
              f"served, p50 {at_80['p50_ms']} ms, p99 {at_80['p99_ms']} ms (goal < 50 ms)"
              if at_80 else "at 80 % of the maximum: not run (at or above 1,250/s)"),
             f"web CPU per heartbeat {result['heartbeats_max']['web_cpu_ms_per_request']} ms",
-            f"median worker RSS: warm {statistics.median(result['rss_mb_warm'])} MB, "
-            f"end {statistics.median(end)} MB",
         ]
         if "heartbeats_while_hosts_wait" in result:
             held = result["heartbeats_while_hosts_wait"]
@@ -590,15 +591,19 @@ def main() -> None:
                          f"{result['database_connections_before_waiting']} before, "
                          f"{held['database_connections_while_waiting']} while they wait; RSS "
                          f"{result['rss_mb_while_hosts_waited']} MB")
-        if "jobs" in result:
-            fold = result["fold_latency"]
-            lines.append(f"jobs: {result['jobs']['completed_per_s']}/s submit -> complete "
-                         f"({result['jobs']['http_calls_per_job']} calls, "
-                         f"{result['jobs']['web_cpu_ms_per_job']} ms web CPU per job; goal >= 200/s); "
-                         f"fold p99 {fold.get('p99_ms')} ms, {fold.get('within_5s_share')} within 5 s")
-        lines.append(f"load average {result['load_average_1_5_15']} on {os.cpu_count()} CPUs")
-        print("\n".join(lines), file=sys.stderr)
-
+    if "jobs" in result:
+        fold = result["fold_latency"]
+        lines.append(f"jobs: {result['jobs']['completed_per_s']}/s submit -> complete "
+                     f"({result['jobs']['http_calls_per_job']} calls, "
+                     f"{result['jobs']['web_cpu_ms_per_job']} ms web CPU per job; goal >= 200/s); "
+                     f"fold p99 {fold.get('p99_ms')} ms, {fold.get('within_5s_share')} within 5 s")
+    end = (result.get("rss_mb_after_second_jobs_run") or result.get("rss_mb_after_jobs")
+           or result.get("rss_mb_after_heartbeats"))
+    if end and result.get("rss_mb_warm"):
+        lines.append(f"median worker RSS: warm {statistics.median(result['rss_mb_warm'])} MB, "
+                     f"end {statistics.median(end)} MB")
+    lines.append(f"load average {result['load_average_1_5_15']} on {os.cpu_count()} CPUs")
+    print("\n".join(lines), file=sys.stderr)
 
 if __name__ == "__main__":
     main()
