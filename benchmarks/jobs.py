@@ -147,7 +147,8 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
         return None
     # A job whose lease ran out is left to the expiry sweep, which hands it to another host.
     # The jobs are buyers' (teams the host never learns): the host's own, found by host_id.
-    sets, params = ["delivered_at = %s"], [now]
+    sets: list[str] = ["delivered_at = %s"]
+    params: list[object] = [now]
     if start:
         sets += ["status = %s", "started_at = %s", "lease_expires_at = %s"]
         params += [JobStatus.RUNNING, now,
