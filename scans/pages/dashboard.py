@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import OuterRef, Subquery
 from django.shortcuts import render
+from django.utils import timezone
 
 from accounts.views import team_for_request
 from scans import history, slo, state
-from scans.models import Endpoint, Scan, ScanStatus
+from scans.alerts import SLO_ALERT_WINDOW_DAYS
+from scans.models import Endpoint, EndpointMode, Scan, ScanStatus
 from scans.pages import charts
 from scans.pages.common import can_write
 
@@ -25,7 +29,13 @@ DASHBOARD_REFRESH_S = 15
 @login_required
 def team_dashboard(request, slug):
     """Every endpoint with its state and cause, latest grade, provisional marker, the sparkline
-    of its last 30 grades, last and next scan, and its 7-day SLO status, a page at a time.
+    of its last 30 grades, last and next scan, and its SLO status, a page at a time. An
+    endpoint no scan has finished for has one empty state across those cells (its first scan
+    running, queued or when it is due) instead of "no scan yet" in each.
+
+    The SLO column is judged on the window the burn-rate alerts use (7 days) unless the viewer
+    picks another of the endpoint page's windows (`?slo=30`): the header names the window
+    shown, so a status is never read against a window it was not judged on.
 
     A summary line counts the states; problems come first (worst state first) unless
     `?sort=` asks for name, grade or last scan. A fixed number of queries whatever the number
@@ -34,6 +44,9 @@ def team_dashboard(request, slug):
     sort = request.GET.get("sort", "state")
     if sort not in DASHBOARD_SORTS:
         sort = "state"
+    slo_days = SLO_ALERT_WINDOW_DAYS
+    if request.GET.get("slo", "").isdigit() and int(request.GET["slo"]) in slo.WINDOW_DAYS:
+        slo_days = int(request.GET["slo"])
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
         finished_at=None).exclude(status=ScanStatus.CANCELLED).order_by("-queued_at")
     # A scan under way replaces "next scan" in its row (issue 23: it said "Next scan 18:37"
@@ -62,16 +75,22 @@ def team_dashboard(request, slug):
     page = Paginator(everything, DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
     endpoints = list(page.object_list)
     latest = history.latest_grades(endpoints, n=SPARKLINE_SCANS)
-    windows = slo.windows_for(endpoints, 7)
+    windows = slo.windows_for(endpoints, slo_days)
+    now = timezone.now()
     rows = []
     for endpoint in endpoints:
         grades = latest[endpoint.pk]
+        first_scan = "" if grades or endpoint.last_finished_at else _before_first_scan(endpoint)
         rows.append({
             "endpoint": endpoint,
             "state": states[endpoint.pk],
             "latest": grades[-1] if grades else None,
             "sparkline": charts.sparkline(grades) if grades else None,
             "window": windows[endpoint.pk],
+            "first_scan": first_scan,
+            # the time alone within the coming day, else its date too
+            "first_scan_format": "H:i T" if first_scan == "due" and
+            endpoint.next_scan_at - now < timedelta(hours=20) else "Y-m-d H:i T",
         })
     return render(request, "scans/endpoint_dashboard.html", {
         "team": team, "rows": rows, "page": page, "can_write": can_write(request, team.pk),
@@ -79,7 +98,23 @@ def team_dashboard(request, slug):
                     if summary[key]],
         "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
         "refresh_s": DASHBOARD_REFRESH_S,
+        "slo_days": slo_days, "slo_choices": slo.WINDOW_DAYS, "alert_days": SLO_ALERT_WINDOW_DAYS,
+        "slo_query": "" if slo_days == SLO_ALERT_WINDOW_DAYS else f"&slo={slo_days}",
     })
+
+
+def _before_first_scan(endpoint) -> str:
+    """What a row with no finished scan says instead of its grade, history and SLO: its first
+    scan running, queued, or due (at next_scan_at); pushed, paused, or nothing scheduled."""
+    if endpoint.running_scan:
+        return "running"
+    if endpoint.queued_scan:
+        return "queued"
+    if endpoint.mode == EndpointMode.PUSHED:
+        return "pushed"
+    if not endpoint.enabled:
+        return "paused"
+    return "due" if endpoint.next_scan_at else "none"
 
 
 # The dashboard's orders: query value → label.

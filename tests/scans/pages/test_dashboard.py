@@ -4,6 +4,7 @@ last and next scan and 7-day SLO status; empty states that say what is missing."
 from __future__ import annotations
 
 import re
+import zoneinfo
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from scans.models import Scan, ScanStatus, ScanTrigger
 from tests.helpers.factories import make_endpoint
 from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
 
@@ -44,15 +46,80 @@ def test_a_viewer_is_not_offered_the_form(world, viewer_client):
                                                                                 world)
 
 
-def test_an_endpoint_never_scanned_says_no_scan_yet_instead_of_a_grade(world, owner_client):
-    endpoint = make_endpoint(world.team, next_scan_at=timezone.now())
+def test_an_endpoint_never_scanned_has_one_empty_state_saying_when_its_first_scan_is(
+    world, owner_client
+):
+    due = timezone.now() + timedelta(minutes=20)
+    endpoint = make_endpoint(world.team, next_scan_at=due)
 
     cells = row(dashboard(owner_client, world), endpoint)
 
-    assert cells.count("no scan yet") == 3  # latest grade, sparkline, last scan
+    # One cell across grade, history, last and next scan and SLO, saying it once.
+    assert cells.count("<td") == 3 and 'colspan="5" data-first-scan="due"' in cells
+    assert f"First scan at <time datetime=\"{due.isoformat()}\">" in cells
+    assert f">{due:%H:%M} UTC</time>" in cells
+    assert cells.lower().count("no scan") == 1
     assert "data-grade" not in cells and "<svg" not in cells
-    assert 'data-slo="no_data"' in cells and ">no data<" in cells
-    assert "no scan covers the last 7 days" in cells
+    assert "data-slo" not in cells and "no scan covers" not in cells
+    # On a phone, where those cells are off screen, the same words ride under the name.
+    assert f'data-first-scan-inline>first scan at {due:%H:%M} UTC</div>' in cells
+
+
+@pytest.mark.parametrize(("status", "says"), [
+    (ScanStatus.RUNNING, "First scan running now…"),
+    (ScanStatus.QUEUED, "First scan queued, waiting for a worker"),
+])
+def test_a_first_scan_under_way_is_the_rows_empty_state_and_links_to_it(
+    world, owner_client, status, says
+):
+    endpoint = make_endpoint(world.team, next_scan_at=timezone.now() + timedelta(minutes=5))
+    scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.MANUAL,
+                                            status=status, started_at=timezone.now())
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    assert f'data-first-scan="{status}"' in cells and says in cells
+    assert reverse("scan-detail", args=[scan.public_id]) in cells
+    assert "first scan at" not in cells  # not the next slot's time while one is under way
+
+
+def test_a_far_off_first_scan_gives_its_date_and_the_viewers_timezone(world, owner_client):
+    from accounts.models import Profile
+
+    due = timezone.now() + timedelta(days=2)
+    endpoint = make_endpoint(world.team, next_scan_at=due)
+    Profile.objects.update_or_create(user=world.owner, defaults={"timezone": "Asia/Tokyo"})
+
+    cells = row(dashboard(owner_client, world), endpoint)
+
+    local = timezone.localtime(due, zoneinfo.ZoneInfo("Asia/Tokyo"))
+    assert f">{local:%Y-%m-%d %H:%M} JST</time>" in cells
+
+
+def test_the_slo_column_names_its_window_and_the_viewer_may_pick_30_days(world, owner_client):
+    endpoint = make_endpoint(world.team, slo_grade_floor="B", slo_objective=0.8)
+    now = timezone.now()
+    # Ten days ago a day of bad scans; this week only good ones: 7 days meet, 30 do not.
+    for hours in range(24):
+        scan_at(endpoint, now - timedelta(days=10, hours=hours), CAPPED_C)
+    for hours in range(1, 6):
+        scan_at(endpoint, now - timedelta(hours=hours), GRADE_A)
+
+    week = dashboard(owner_client, world)
+    month = owner_client.get(reverse("team-dashboard", args=[world.team.slug]),
+                             {"slo": "30", "sort": "name"}).content.decode()
+
+    assert 'SLO, <span aria-current="true" data-slo-days="7">7 days</span>' in week
+    assert 'href="?sort=state&amp;slo=30" data-slo-days="30"' in week
+    assert 'data-slo="meeting"' in row(week, endpoint)
+    assert 'SLO, <span aria-current="true" data-slo-days="30">30 days</span>' in month
+    assert 'href="?sort=name" data-slo-days="7">show 7 days</a>' in month
+    assert 'data-slo="breaching"' in row(month, endpoint)
+    assert "of the 30 days" in row(month, endpoint)
+    assert 'href="?sort=grade&amp;slo=30"' in month  # the sorts keep the window picked
+    # Anything else is the alerts' window.
+    odd = owner_client.get(reverse("team-dashboard", args=[world.team.slug]), {"slo": "9"})
+    assert '<span aria-current="true" data-slo-days="7">' in odd.content.decode()
 
 
 def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owner_client):
