@@ -5,9 +5,10 @@ on loopback): a person signs up, sets up an authenticator app from the secret th
 virtual authenticator: CTAP2, built in, with user verification); and a team that requires
 two-factor sending a member without it to set it up.
 
-allauth's TOTP refuses a code already used in its 30-second window; the steps that log in
-again move the clock past that window (time_machine, which the live server's thread shares)
-instead of waiting for it."""
+A TOTP code is good for its 30-second window only, and allauth refuses one already used in it.
+The steps that type a code hold the clock still (time_machine, which the live server's thread
+shares), so no window ends between computing the code and the server checking it on a slow
+machine; logging in again moves the clock past the window instead of waiting for it."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ _fresh_rate_limits = accounts_browser._fresh_rate_limits
 FITS = "document.documentElement.scrollWidth <= window.innerWidth"
 
 
-def _next_totp_window():
-    """The clock 31 s on (time_machine ticks on from there): a new TOTP code is due."""
-    return time_machine.travel(timezone.now() + timedelta(seconds=31))
+def _clock_held(ahead_s: int = 0):
+    """The clock stopped `ahead_s` seconds from now (31: the next TOTP window)."""
+    return time_machine.travel(timezone.now() + timedelta(seconds=ahead_s), tick=False)
 
 
 def _another_code(code: str, step: int = 0) -> str:
@@ -80,9 +81,10 @@ def _activate_totp(page, live_server, password: str) -> tuple[pyotp.TOTP, list[s
     secret.dblclick(timeout=5000)
     assert secret.evaluate("e => e.value.slice(e.selectionStart, e.selectionEnd)") == secret.input_value()
     app = pyotp.TOTP(secret.input_value())
-    page.fill("input[name=code]", app.now())
-    page.click("main button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/2fa/recovery-codes/")
+    with _clock_held():
+        page.fill("input[name=code]", app.now())
+        page.click("main button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/2fa/recovery-codes/")
     codes = page.input_value("textarea#recovery_codes").split()
     assert len(codes) == 10
     return app, codes
@@ -105,7 +107,7 @@ def test_a_person_signs_up_sets_up_an_app_and_logs_in_with_its_code_and_a_recove
     assert page.locator("text=Authentication using an authenticator app is active.").is_visible()
     log_out(page, live_server)
 
-    with _next_totp_window():
+    with _clock_held(ahead_s=31):
         log_in(page, live_server, "careful@example.test", PASSWORD)
         page.wait_for_url(f"{live_server.url}/2fa/authenticate/")
         # The password alone is not a login: another page leads back to the code step.
@@ -189,8 +191,9 @@ def test_a_team_that_requires_two_factor_sends_a_member_without_it_to_set_it_up(
 
     owner, refused_owner = open_page(browser, live_server, PHONE)
     log_in(owner, live_server, world.owner.email, OLD_PASSWORD)
-    _code_step(owner, live_server, owner_app.now())
-    owner.wait_for_url(f"{live_server.url}/**")
+    with _clock_held():
+        _code_step(owner, live_server, owner_app.now())
+        owner.wait_for_url(f"{live_server.url}/teams/{world.team.slug}/")
     owner.goto(f"{live_server.url}/teams/{world.team.slug}/settings/")
     owner.check("input[name=require_two_factor]")
     owner.click("main button:has-text('Save')")
