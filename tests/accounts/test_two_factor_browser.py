@@ -235,9 +235,9 @@ def test_wrong_passwords_when_asked_again_count_like_wrong_logins(browser, live_
     page, refused = open_page(browser, live_server, PHONE)
     log_in(page, live_server, user.email, OLD_PASSWORD)
     page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/reauthenticate/")
     statuses = []
-    for i in range(10):
-        page.goto(f"{live_server.url}/reauthenticate/")
+    for i in range(10):  # a wrong password answers the same form again
         page.fill("input[name=password]", f"not it {i}")
         with page.expect_response(f"{live_server.url}/reauthenticate/") as answer:
             page.click("main button[type=submit]")
