@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.utils import timezone
 
 from accounts.models import ApiToken, Invitation, Membership, Team
+from tokvera_site.admin_display import time_column
 
 
 class MembershipInline(admin.TabularInline):
@@ -12,14 +13,14 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", time_column("created_at", "created")]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
 
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
-    list_display = ["user", "team", "role", "created_at"]
+    list_display = ["user", "team", "role", time_column("created_at", "created")]
     list_filter = ["role"]
     search_fields = ["user__username", "user__email", "team__slug"]
     raw_id_fields = ["user", "team"]
@@ -27,7 +28,8 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(Invitation)
 class InvitationAdmin(admin.ModelAdmin):
-    list_display = ["email", "team", "role", "created_at", "expires_at", "accepted_at"]
+    list_display = ["email", "team", "role", time_column("created_at", "created"),
+                    time_column("expires_at", "expires"), time_column("accepted_at", "accepted")]
     exclude = ["secret_hash"]
     readonly_fields = ["accepted_at", "accepted_by"]
 
@@ -36,7 +38,8 @@ class InvitationAdmin(admin.ModelAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created by the team page or `createtoken`; here they can only be revoked."""
 
-    list_display = ["prefix", "team", "name", "scope", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["prefix", "team", "name", "scope", time_column("created_at", "created"),
+                    time_column("last_used_at", "last used"), time_column("revoked_at", "revoked")]
     list_filter = ["scope"]
     exclude = ["secret_hmac"]
     readonly_fields = ["prefix", "team", "scope", "created_by", "last_used_at", "revoked_at"]

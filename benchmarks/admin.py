@@ -20,6 +20,7 @@ from accounts.validators import validate_one_line
 from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
+from tokvera_site.admin_display import figure, time_column, when
 
 RECENT_DAYS = 7
 RECENT_JOBS_SHOWN = 20
@@ -57,15 +58,16 @@ class HostAdmin(admin.ModelAdmin):
     form = HostForm
     list_display = [
         "name", "team", "online", "trust_level", "reputation_shown", "ttft_shown", "tps_shown",
-        "jobs_recent", "failure_share", "connect_ready", "suspended", "last_heartbeat_at",
+        "jobs_recent", "failure_share", "connect_ready", "suspended",
+        time_column("last_heartbeat_at", "last heartbeat"),
     ]
     list_filter = ["trust_level", "suspended", "connect_ready"]
     search_fields = ["name", "team__slug", "token_prefix"]
     raw_id_fields = ["team"]
     readonly_fields = [
-        "public_id", "token_prefix", "token_issued_at", "revoked_at", "last_heartbeat_at", "slots",
-        "advertised", "gpu_model", "vram_mb", "cpu_model", "ram_mb", "reputation", "ttft_ewma_ms",
-        "tps_ewma", "last_assigned_at", "created_at", "recent_jobs",
+        "public_id", "token_prefix", "token_issued", "revoked", "last_heartbeat", "slots",
+        "advertised", "gpu_model", "vram_shown", "cpu_model", "ram_shown", "reputation_shown",
+        "ttft_shown", "tps_shown", "last_assigned", "created", "recent_jobs",
     ]
     actions = [
         "set_trust_none", "set_trust_software", "set_trust_edr", "suspend", "unsuspend",
@@ -88,11 +90,11 @@ class HostAdmin(admin.ModelAdmin):
             return [(None, {"fields": ["name", "team", "trust_level"]})]
         return [
             (None, {"fields": ["name", "team", "public_id", "trust_level", "suspended", "connect_ready"]}),
-            ("Token", {"fields": ["token_prefix", "token_issued_at", "revoked_at"]}),
-            ("Last heartbeat", {"fields": ["last_heartbeat_at", "slots", "advertised", "gpu_model",
-                                           "vram_mb", "cpu_model", "ram_mb"]}),
-            ("Performance", {"fields": ["reputation", "ttft_ewma_ms", "tps_ewma", "last_assigned_at",
-                                        "created_at"]}),
+            ("Token", {"fields": ["token_prefix", "token_issued", "revoked"]}),
+            ("Last heartbeat", {"fields": ["last_heartbeat", "slots", "advertised", "gpu_model",
+                                           "vram_shown", "cpu_model", "ram_shown"]}),
+            ("Performance", {"fields": ["reputation_shown", "ttft_shown", "tps_shown",
+                                        "last_assigned", "created"]}),
             ("Recent jobs", {"fields": ["recent_jobs"]}),
         ]
 
@@ -106,13 +108,28 @@ class HostAdmin(admin.ModelAdmin):
     def reputation_shown(self, host):
         return f"{host.reputation:.3f}"
 
-    @admin.display(description="TTFT EWMA (ms)", ordering="ttft_ewma_ms")
+    @admin.display(description="TTFT EWMA", ordering="ttft_ewma_ms")
     def ttft_shown(self, host):
-        return "—" if host.ttft_ewma_ms is None else f"{host.ttft_ewma_ms:.0f}"
+        return figure(host.ttft_ewma_ms, "ms")
 
     @admin.display(description="TPS EWMA", ordering="tps_ewma")
     def tps_shown(self, host):
-        return "—" if host.tps_ewma is None else f"{host.tps_ewma:.1f}"
+        return figure(host.tps_ewma, "tokens/s", 1)
+
+    # The change page's times, in the list's format (one format across the admin).
+    token_issued = time_column("token_issued_at", "token issued")
+    revoked = time_column("revoked_at", "revoked")
+    last_heartbeat = time_column("last_heartbeat_at", "last heartbeat")
+    last_assigned = time_column("last_assigned_at", "last assigned")
+    created = time_column("created_at", "created")
+
+    @admin.display(description="GPU memory")
+    def vram_shown(self, host):
+        return figure(host.vram_mb, "MB")
+
+    @admin.display(description="memory")
+    def ram_shown(self, host):
+        return figure(host.ram_mb, "MB")
 
     @admin.display(description=f"settled jobs ({RECENT_DAYS} d)", ordering="settled_recent")
     def jobs_recent(self, host):
@@ -137,16 +154,14 @@ class HostAdmin(admin.ModelAdmin):
         body = format_html_join(
             "", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
-                (str(j.id)[:8], j.model_id, j.status, f"{j.created_at:%Y-%m-%d %H:%M:%S}",
-                 "—" if j.ttft_ms is None else f"{j.ttft_ms:.0f}",
-                 "—" if ewma.tps_sample(j) is None else f"{ewma.tps_sample(j):.1f}",
-                 j.failure_reason or "")
+                (str(j.id)[:8], j.model_id, j.status, when(j.created_at), figure(j.ttft_ms, "ms"),
+                 figure(ewma.tps_sample(j), "tokens/s", 1), j.failure_reason or "")
                 for j in rows
             ),
         )
         return format_html(
             "<table><tr><th>job</th><th>model</th><th>status</th><th>created</th>"
-            "<th>TTFT ms</th><th>TPS</th><th>failure</th></tr>{}</table>", body
+            "<th>TTFT</th><th>TPS</th><th>failure</th></tr>{}</table>", body
         )
 
     # --- saving: through the services, so every change is audited ---
@@ -232,12 +247,16 @@ class HostAdmin(admin.ModelAdmin):
 
 @admin.register(CatalogModel)
 class CatalogModelAdmin(admin.ModelAdmin):
-    list_display = ["id", "display_name", "quant", "context_len", "active", "online_hosts"]
+    list_display = ["id", "display_name", "quant", "context_shown", "active", "online_hosts"]
     list_filter = ["active"]
     search_fields = ["id", "display_name"]
 
     def get_readonly_fields(self, request, obj=None):
         return ["id"] if obj is not None else []
+
+    @admin.display(description="context", ordering="context_len")
+    def context_shown(self, model):
+        return figure(model.context_len, "tokens")
 
     @admin.display(description="online hosts")
     def online_hosts(self, model):
@@ -279,7 +298,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class JobAdmin(ReadOnlyAdmin):
     """Read-only. Request and result bodies are private to the team and the host: not shown."""
 
-    list_display = ["id", "team", "model", "status", "host", "attempts", "created_at", "settled_at",
+    list_display = ["id", "team", "model", "status", "host", "attempts",
+                    time_column("created_at", "created"), time_column("settled_at", "settled"),
                     "failure_reason"]
     list_filter = ["status", "model"]
     search_fields = ["id", "team__slug", "host__name"]
@@ -290,7 +310,8 @@ class JobAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ["at", "actor_label", "action", "target_type", "target_label", "changes"]
+    list_display = [time_column("at", "at"), "actor_label", "action", "target_type", "target_label",
+                    "changes"]
     list_filter = ["action", "target_type"]
     search_fields = ["actor_label", "target_label", "target_id"]
 
