@@ -50,3 +50,18 @@ def test_the_site_routes_unhandled_exceptions_to_this_handler():
     from tokvera_site import urls
 
     assert urls.handler500 is errors.server_error
+
+
+@pytest.mark.django_db
+def test_a_page_that_does_not_exist_answers_the_sites_own_404_page(client):
+    """Not Django's bare "Not Found": the site's layout, what happened, and a way back."""
+    from tests.conftest import build_world
+
+    missing = client.get("/no-such-page/")
+    assert missing.status_code == 404
+    body = missing.content.decode()
+    assert "Page not found" in body and "/no-such-page/" in body
+    assert 'href="/login/"' in body and 'href="/benchmarks"' in body
+
+    client.force_login(build_world().owner)
+    assert "Back to your dashboard" in client.get("/no-such-page/").content.decode()
