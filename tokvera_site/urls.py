@@ -1,9 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from tokvera_site import errors
-from tokvera_site.api_docs import OfflineRedocView
+from tokvera_site.api_docs import OfflineRedocView, SwaggerView
 from tokvera_site.health import healthz
 from tokvera_site.metrics import site_metrics
 
@@ -19,7 +19,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", site_metrics, name="site-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     # Redoc from the sidecar, loading nothing from elsewhere: it works offline.
     path("api/redoc/", OfflineRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/v1/", include("tokvera_site.api_urls")),
