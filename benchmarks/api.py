@@ -6,6 +6,8 @@ Host calls (`Authorization: Bearer tkh_…`, benchmarks.authentication):
         waits up to 25 s for a job to be assigned to this host before answering 204)
     POST /v1/jobs/{id}/start, /complete, /fail   (only the host the job is leased to: else 404;
         complete with {"lease_next": true} also answers the host's next job, started, as "next")
+    POST /v1/jobs/complete   (several of the host's jobs in one call: {"jobs": [{id, figures}…],
+        "lease_next": true}; each report answered in its place, and as many next jobs)
 Buyer calls (a team API token or a session, through the foundation's scoping layer):
     POST /v1/jobs   (202 with the job id; 429 over the team's limits)
     GET /v1/jobs/{id}   (own team only: else 404)
@@ -59,11 +61,19 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
-class CompleteSerializer(serializers.Serializer):
+class FiguresSerializer(serializers.Serializer):
     ttft_ms = StrictFloatField(min_value=0, allow_null=True)
     completion_tokens = StrictIntegerField(min_value=0)
     elapsed_ms = StrictFloatField(min_value=0)
     result = serializers.JSONField(required=False, allow_null=True)
+
+    def validate_result(self, value):
+        if len(json.dumps(value)) > MAX_RESULT_BYTES:
+            raise serializers.ValidationError(f"at most {MAX_RESULT_BYTES} bytes")
+        return value
+
+
+class CompleteSerializer(FiguresSerializer):
     lease_next = serializers.BooleanField(required=False, default=False,
                                           help_text="Also lease the next job, already started.")
     wait_s = StrictFloatField(required=False, default=0.0, min_value=0,
@@ -71,10 +81,17 @@ class CompleteSerializer(serializers.Serializer):
                               help_text="With lease_next: wait for the next job as a lease "
                                         "does (0: do not wait).")
 
-    def validate_result(self, value):
-        if len(json.dumps(value)) > MAX_RESULT_BYTES:
-            raise serializers.ValidationError(f"at most {MAX_RESULT_BYTES} bytes")
-        return value
+
+class CompletionSerializer(FiguresSerializer):
+    id = serializers.UUIDField(help_text="The job this report completes.")
+
+
+class CompleteManySerializer(serializers.Serializer):
+    # DRF hands max_length to the ListSerializer (many=True); djangorestframework-stubs lack it.
+    jobs = CompletionSerializer(many=True, allow_empty=False,  # type: ignore[call-arg]
+                                max_length=policy.DEFAULTS["NETWORK_MAX_SLOTS"])
+    lease_next = serializers.BooleanField(required=False, default=False, help_text=(
+        "Also lease up to one next job, already started, per job completed in this call."))
 
 
 class FailSerializer(serializers.Serializer):
@@ -310,6 +327,34 @@ class JobCompleteView(HostView):
         if data["lease_next"]:
             answer["next"] = None if following is None else _job_for_host(following)
         return Response(answer)
+
+
+class JobCompleteManyView(HostView):
+    @extend_schema(request=CompleteManySerializer, responses={200: OpenApiResponse(description=(
+        "`jobs`: for each report, in order, the job's state as /complete answers it, or "
+        "{id, error: {status, detail}} with the status /complete would have answered "
+        "(404, 409, 400); `next` (with lease_next): the next jobs, started."))})
+    def post(self, request):
+        """Complete several jobs of this host in one call (a host with several slots)."""
+        body = CompleteManySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reports = [(item["id"], jobs.Figures(ttft_ms=item["ttft_ms"],
+                                             completion_tokens=item["completion_tokens"],
+                                             elapsed_ms=item["elapsed_ms"]), item.get("result"))
+                   for item in body.validated_data["jobs"]]
+        settled, following = services.complete_many(
+            self.host, reports, lease_next=body.validated_data["lease_next"])
+        answer: dict = {"jobs": [
+            _job_state(item) if isinstance(item, Job) else _item_error(str(job_id), item)
+            for (job_id, _, _), item in zip(reports, settled, strict=True)]}
+        if body.validated_data["lease_next"]:
+            answer["next"] = [_job_for_host(job) for job in following]
+        return Response(answer)
+
+
+def _item_error(job_id: str, exc: jobs.JobError) -> dict:
+    error = _job_error(exc)
+    return {"id": job_id, "error": {"status": error.status_code, "detail": error.data["detail"]}}
 
 
 class JobFailView(HostView):

@@ -7,6 +7,7 @@
                that long for one (woken when a pass assigns it: benchmarks/wakeup.py)
     start      leased -> running
     complete   record the figures, queue the EWMA fold and a pass; optionally lease the next job
+    complete_many  several completions of one host in one call, and as many next jobs
     fail       record the failure, queue the fold (reputation) and a pass
 
 No request runs an assignment pass: a pass is a Celery task (`tasks.assign_queued_jobs`), at
@@ -89,6 +90,31 @@ def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool
     if jobs.any_queued():
         tasks.request_pass()  # a slot came free
     return job, None
+
+
+def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]],
+                  lease_next: bool = False) -> tuple[list[Job | jobs.JobError], list[Job]]:
+    """Several completions of one host in one call (a host with several slots): each is
+    recorded in its own transaction exactly as `complete` records it, so one refused report
+    never undoes another. Returns, in the order given, each completed job or the error that
+    refused it, and with `lease_next` up to one next job (started) per job completed here,
+    without waiting. One fold and at most one pass are queued for the whole call."""
+    settled: list[Job | jobs.JobError] = []
+    for job_id, figures, result in reports:
+        try:
+            settled.append(jobs.complete(host, job_id, figures, result))
+        except jobs.JobError as exc:
+            settled.append(exc)
+    freed = sum(isinstance(item, Job) for item in settled)
+    if freed:
+        tasks.queue_fold(host.pk)
+    following: list[Job] = []
+    if lease_next:
+        while len(following) < freed and (job := lease(host, start=True)) is not None:
+            following.append(job)
+    elif freed and jobs.any_queued():
+        tasks.request_pass()  # slots came free
+    return settled, following
 
 
 def fail(host: Host, job_id, reason: str) -> Job:

@@ -6,6 +6,7 @@ urlpatterns = [
     # Host calls (host token).
     path("v1/hosts/heartbeat", api.heartbeat, name="host-heartbeat"),
     path("v1/hosts/lease", api.LeaseView.as_view(), name="host-lease"),
+    path("v1/jobs/complete", api.JobCompleteManyView.as_view(), name="job-complete-many"),
     path("v1/jobs/<uuid:job_id>/start", api.JobStartView.as_view(), name="job-start"),
     path("v1/jobs/<uuid:job_id>/complete", api.JobCompleteView.as_view(), name="job-complete"),
     path("v1/jobs/<uuid:job_id>/fail", api.JobFailView.as_view(), name="job-fail"),

@@ -217,3 +217,43 @@ def test_a_complete_without_lease_next_answers_as_before(net):
     job_id = net.submit_id()
     net.lease(token)
     assert "next" not in net.complete(token, job_id).json()
+
+
+def test_a_host_completes_several_jobs_in_one_call_and_gets_as_many_next_ones(
+        net, django_capture_on_commit_callbacks):
+    """POST /v1/jobs/complete: a host with several slots reports them together; each report
+    is recorded or refused on its own (another host's job is 404 in its place), and with
+    lease_next one started job comes back per job completed."""
+    _, token = net.host("h1", slots=3)
+    mine = [net.submit_id(), net.submit_id()]
+    assert [net.lease(token).json()["id"] for _ in mine] == mine
+    _, other = net.host("h2")
+    theirs = net.submit_id()
+    assert net.lease(other).json()["id"] == theirs
+    queued = [net.submit_id() for _ in range(3)]
+    figures = {"ttft_ms": 50.0, "completion_tokens": 8, "elapsed_ms": 400.0}
+    answer = net.client.post("/v1/jobs/complete", {"jobs": [
+        {"id": mine[0], **figures, "result": {"content": "a"}},
+        {"id": theirs, **figures},
+        {"id": mine[1], **figures, "ttft_ms": -1.0},
+    ], "lease_next": True}, format="json", **bearer(token))
+    assert answer.status_code == 400  # the batch is checked as a whole first: nothing recorded
+    assert net.job(mine[0]).status == JobStatus.LEASED
+    with django_capture_on_commit_callbacks(execute=True):  # the fold, as a worker would run it
+        answer = net.client.post("/v1/jobs/complete", {"jobs": [
+            {"id": mine[0], **figures, "result": {"content": "a"}},
+            {"id": theirs, **figures},
+            {"id": mine[1], **figures},
+        ], "lease_next": True}, format="json", **bearer(token))
+    assert answer.status_code == 200, answer.content
+    reports = answer.json()["jobs"]
+    assert [r["id"] for r in reports] == [mine[0], theirs, mine[1]]
+    assert reports[0]["status"] == reports[2]["status"] == "completed"
+    assert reports[1]["error"]["status"] == 404
+    assert net.job(theirs).status == JobStatus.LEASED  # still the other host's
+    assert net.job(mine[0]).result_json == {"content": "a"}
+    following = answer.json()["next"]
+    assert [j["id"] for j in following] == queued[:2]  # two completed: two next, first in first out
+    assert {j["status"] for j in following} == {"running"}
+    job = net.job(mine[1])
+    assert (job.ttft_ms, job.completion_tokens, job.folded_at is not None) == (50.0, 8, True)
