@@ -137,6 +137,29 @@ def test_the_profile_timezone_is_the_one_every_page_uses():
     assert "JST" not in other.get(tokens).content.decode()
 
 
+def test_the_endpoint_and_scan_pages_name_the_zone_their_times_are_in():
+    """A time shown in the viewer's zone says which zone, never "UTC" after a Tokyo time."""
+    from datetime import UTC, datetime
+
+    from accounts.models import Profile
+    from tests.helpers.factories import make_endpoint, make_scan
+
+    world = build_world()
+    Profile.objects.update_or_create(user=world.owner, defaults={"timezone": "Asia/Tokyo"})
+    endpoint = make_endpoint(world.team, next_scan_at=datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+    scan = make_scan(endpoint)
+    client = Client()
+    client.force_login(world.owner)
+    for page in (client.get(reverse("endpoint-detail", args=[endpoint.public_id])),
+                 client.get(reverse("scan-detail", args=[scan.public_id]))):
+        assert page.status_code == 200
+        # The page's own times; the embedded report.html is a file of its own, in UTC.
+        body = page.content.decode().split('<iframe class="report"')[0]
+        assert "JST" in body and " UTC" not in body
+    assert "next at 2026-12-01 12:00 JST" in client.get(
+        reverse("endpoint-detail", args=[endpoint.public_id])).content.decode()
+
+
 def test_an_unknown_timezone_is_a_field_error():
     client = Client()
     client.force_login(make_user("traveller"))
