@@ -93,7 +93,7 @@ def cutoff(now: datetime | None = None, days: int | None = None) -> datetime:
 def pruned_sentence(days: int | None = None) -> str:
     """What a pruned scan's page and downloads say."""
     days = days or settings.REPORT_RETENTION_DAYS
-    return (f"The full report of this scan was removed {days} days after the scan, as this "
+    return (f"The full report of this scan was removed after {days} days, as this "
             f"site keeps full reports for {days} days. Its summary remains: the grade, the "
             f"points, every check's value and each level's figures; the per-request samples "
             f"(timelines, TTFT histograms) are gone.")

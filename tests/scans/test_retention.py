@@ -189,7 +189,7 @@ def test_every_page_and_api_of_a_pruned_scan_still_answers(world, owner_client, 
     body = page.content.decode()
     assert page.status_code == 200
     assert html.escape(retention.pruned_sentence(90)) in body
-    assert "removed 90 days after the scan" in body
+    assert "removed after 90 days" in body
     assert "capped from B" in body and "87.0 points" in body  # the grade stays
     assert 'data-check="ttft_p95_at_concurrency_1"' in body  # every check, with its value
     assert '<tr data-level="1">' in body  # each level's figures
