@@ -47,6 +47,7 @@ from django.utils import timezone
 
 from accounts.tenancy import scoped_to_teams
 from scans import profile as load_profile
+from scans import rollups
 from scans.grader import scoring
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
@@ -258,13 +259,24 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 caps=F("report__score__caps_applied"))
         ]
     names = [*_PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
-    width = _bucket_width_s(since, until, max_points // _versions(rows, names))
+    # An hour or wider: whole hours (days), read from the rollups as far as they are complete.
+    span = rollups.long_range(since, until, _bucket_width_s(since, until, max_points))
+    rolled: list[dict] = []
+    if span is None:
+        width = _bucket_width_s(since, until, max_points // _versions(rows, names))
+    else:
+        since = span.since
+        rows = _widened(rows, scans, queued_at__gte=max(since, span.rolled_until),
+                        queued_at__lte=until)
+        rolled_rows = span.scan_rollups(endpoint, location)
+        width = span.width(max_points // _series(rows, rolled_rows, names))
+        rolled = _rolled_grades(rolled_rows, since, width)
     bucketed = (
         rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width))
         .values("bucket", "scoring_version", *names)
         .annotate(
             at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
-            mean=Avg("points", output_field=FloatField()), low=Min("points"), high=Max("points"),
+            psum=Sum("points"), pn=Count("points"), low=Min("points"), high=Max("points"),
             # Letters sort A < B < … < F < "insufficient_evidence": Max is the worst grade.
             worst=Max("grade"),
             capped=Sum(Case(When(~Q(uncapped_grade="") & _capped_q(), then=Value(1)),
@@ -277,15 +289,18 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
         )
         .order_by("bucket", "at")
     )
+    merged = rollups.merge([*bucketed, *rolled], sums=_GRADE_SUMS, mins=("low",),
+                           maxes=("high", "worst", "provisional_any"))
     return [
         GradePoint(
-            at=r["at"], last_at=r["last_at"], scans=r["scans"], points=_float(r["mean"], 1),
+            at=r["at"], last_at=r["last_at"], scans=r["scans"],
+            points=_float(r["psum"] / r["pn"] if r["pn"] else None, 1),
             points_min=_float(r["low"]), points_max=_float(r["high"]), grade=r["worst"],
             uncapped_grade="", capped=r["capped"] or 0, caps=(), no_letter=r["no_letter"] or 0,
             scoring_version=r["scoring_version"], provisional=bool(r["provisional_any"]),
             down=r["down"] or 0, url=r["target_url"] or "", **_profile_fields(r),
         )
-        for r in bucketed
+        for r in merged
     ]
 
 
@@ -411,7 +426,19 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
                 "target_url", *_PROFILE_NAMES)
         ]
     names = [*_PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
-    width = _bucket_width_s(since, until, max_points // _versions(rows, names))
+    span = rollups.long_range(since, until, _bucket_width_s(since, until, max_points))
+    rolled: list[dict] = []
+    if span is None:
+        width = _bucket_width_s(since, until, max_points // _versions(rows, names))
+    else:
+        since = span.since
+        rows = results.filter(measured_at__gte=max(since, span.rolled_until),
+                              measured_at__lte=until).annotate(
+            **load_profile.plan_annotations("scan__report"),
+            target_url=KeyTextTransform("base_url", KeyTransform("target", "scan__report")))
+        rolled_rows = span.check_rollups(endpoint, check_id, location)
+        width = span.width(max_points // _series(rows, rolled_rows, names))
+        rolled = _rolled_checks(rolled_rows, since, width)
 
     def count(status_q: Q):
         return Sum(Case(When(status_q, then=Value(1)), default=Value(0),
@@ -422,7 +449,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         .values("bucket", "scoring_version", *names)
         .annotate(
             at=Min("measured_at"), last_at=Max("measured_at"), scans=Count("pk"),
-            mean=Avg("value"), low=Min("value"), high=Max("value"),
+            vsum=Sum("value"), vn=Count("value"), low=Min("value"), high=Max("value"),
             passed=count(Q(status="pass")), warned=count(Q(status="warn")),
             failed=count(Q(status="fail")),
             unmeasured=count(~Q(status__in=["pass", "warn", "fail"])),
@@ -431,13 +458,14 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         .order_by("bucket", "at")
     )
     points = []
-    for r in bucketed:
+    for r in rollups.merge([*bucketed, *rolled], sums=_CHECK_SUMS, mins=("low",), maxes=("high",)):
         counts = {"fail": r["failed"], "warn": r["warned"], "pass": r["passed"],
                   scoring.INSUFFICIENT_EVIDENCE: r["insufficient"],
                   "preview": r["unmeasured"] - r["insufficient"]}
         status = next(s for s in _STATUS_ORDER if counts[s]) if r["scans"] else "preview"
         points.append(CheckPoint(
-            at=r["at"], last_at=r["last_at"], scans=r["scans"], value=_float(r["mean"]),
+            at=r["at"], last_at=r["last_at"], scans=r["scans"],
+            value=_float(r["vsum"] / r["vn"] if r["vn"] else None),
             value_min=_float(r["low"]), value_max=_float(r["high"]), status=status,
             passed=r["passed"], warned=r["warned"], failed=r["failed"],
             unmeasured=r["unmeasured"], scoring_version=r["scoring_version"],
@@ -490,16 +518,28 @@ def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
             for r in rows.order_by("queued_at").values("queued_at", "public_id", **figures)
         ]
     width = _bucket_width_s(since, until, max_points)
+    span = rollups.long_range(since, until, width)
+    rolled: list[dict] = []
+    if span is not None:
+        since, width = span.since, span.width(max_points)
+        rows = _graded_scans(endpoint, location).filter(
+            queued_at__gte=max(since, span.rolled_until), queued_at__lte=until)
+        rolled = _rolled_headlines(span.scan_rollups(endpoint, location), since, width)
     bucketed = (
         rows.annotate(bucket=_TimeBucket("queued_at", since.timestamp(), width), **figures)
         .values("bucket")
         .annotate(at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
-                  **{f"mean_{key}": Avg(key) for key in figures})
+                  **{f"sum_{key}": Sum(key) for key in figures},
+                  **{f"n_{key}": Count(key) for key in figures})
         .order_by("bucket")
     )
+    sums = ["scans", *(f"{part}_{key}" for key in figures for part in ("sum", "n"))]
+    merged = rollups.merge([*bucketed, *rolled], sums=sums, key=lambda r: r["bucket"])
     return [HeadlinePoint(at=r["at"], last_at=r["last_at"], scans=r["scans"],
-                          figures={key: _float(r[f"mean_{key}"], 1) for key in figures})
-            for r in bucketed]
+                          figures={key: _float(r[f"sum_{key}"] / r[f"n_{key}"]
+                                               if r[f"n_{key}"] else None, 1)
+                                   for key in figures})
+            for r in merged]
 
 
 def unmeasured_reasons(endpoint: Endpoint, check_id: str,
@@ -640,3 +680,56 @@ def capacity_history(endpoint: Endpoint, since: datetime | None = None,
         )
         for r in bucketed
     ]
+
+
+# --- rollups (scans/rollups.py): long ranges read hours and days, not scans ------------------
+
+_GRADE_SUMS = ("scans", "psum", "pn", "capped", "no_letter", "down")
+_CHECK_SUMS = ("scans", "vsum", "vn", "passed", "warned", "failed", "unmeasured", "insufficient")
+
+
+def _widened(rows, base, **lookups):
+    """`base` narrowed by `lookups`, carrying the annotations `rows` carries (the same SQL):
+    the raw rows of a range laid on whole hours, from the hour the rollups end."""
+    return base.filter(**lookups).annotate(**dict(rows.query.annotations))
+
+
+def _series(rows, rolled, names: list[str]) -> int:
+    """How many series (version × load × URL) the raw rows and the rollup rows hold together."""
+    keys = {rollups.group_key(r, bucket=False)
+            for r in rows.values("scoring_version", *names).distinct()}
+    keys |= {rollups.group_key({**r, **rollups.rolled_plan(r)}, bucket=False)
+             for r in rolled.values("scoring_version", "plan", "target_url").distinct()}
+    return max(1, len(keys))
+
+
+def _rolled_buckets(rolled, since: datetime, width: int, **aggregates) -> list[dict]:
+    rows = (rolled.annotate(bucket=_TimeBucket("bucket_start", since.timestamp(), width))
+            .values("bucket", "scoring_version", "plan", "target_url")
+            .annotate(at=Min("first_at"), last_at=Max("last_at"), scans=Sum("scans"),
+                      **aggregates))
+    return [{**r, **rollups.rolled_plan(r)} for r in rows]
+
+
+def _rolled_grades(rolled, since: datetime, width: int) -> list[dict]:
+    return _rolled_buckets(
+        rolled, since, width, psum=Sum("points_sum"), pn=Sum("points_n"),
+        low=Min("points_min"), high=Max("points_max"), worst=Max("worst_grade"),
+        capped=Sum("capped"), no_letter=Sum("no_letter"),
+        provisional_any=Max("provisional"), down=Sum("down"))
+
+
+def _rolled_checks(rolled, since: datetime, width: int) -> list[dict]:
+    return _rolled_buckets(
+        rolled, since, width, vsum=Sum("value_sum"), vn=Sum("value_n"), low=Min("value_min"),
+        high=Max("value_max"), passed=Sum("passed"), warned=Sum("warned"),
+        failed=Sum("failed"), unmeasured=Sum("unmeasured"), insufficient=Sum("insufficient"))
+
+
+def _rolled_headlines(rolled, since: datetime, width: int) -> list[dict]:
+    rows = (rolled.annotate(bucket=_TimeBucket("bucket_start", since.timestamp(), width))
+            .values("bucket")
+            .annotate(at=Min("first_at"), last_at=Max("last_at"), scans=Sum("scans"),
+                      **{f"sum_{key}": Sum(f"{key}_sum") for key in HEADLINE_FIGURES},
+                      **{f"n_{key}": Sum(f"{key}_n") for key in HEADLINE_FIGURES}))
+    return list(rows)
