@@ -330,7 +330,9 @@ class JobCompleteView(HostView):
 
 
 class JobCompleteManyView(HostView):
-    @extend_schema(request=CompleteManySerializer, responses={200: OpenApiResponse(description=(
+    # Its own id: drf-spectacular names both complete calls "jobs_complete_create".
+    @extend_schema(operation_id="jobs_complete_many", request=CompleteManySerializer,
+                   responses={200: OpenApiResponse(description=(
         "`jobs`: for each report, in order, the job's state as /complete answers it, or "
         "{id, error: {status, detail}} with the status /complete would have answered "
         "(404, 409, 400); `next` (with lease_next): the next jobs, started."))})

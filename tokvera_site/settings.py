@@ -259,6 +259,9 @@ SPECTACULAR_SETTINGS = {
     # Request bodies get components of their own (EndpointRequest, …): what a client may send
     # is stated apart from what it gets back.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Operations are grouped (tagged) and named by the path after the API's prefix: "endpoints",
+    # "scans", "jobs", … rather than "api" and "v1" for everything.
+    "SCHEMA_PATH_PREFIX": r"/(api/)?v1/",
     # OpenAPI 3.1: schemas are full JSON Schema, so a limit such as "no NUL in any key of this
     # object" (propertyNames) can be stated, not just described.
     "OAS_VERSION": "3.1.0",
