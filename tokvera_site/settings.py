@@ -198,6 +198,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+# One way to show a date or time where no format is given (the admin's read-only fields too).
+FORMAT_MODULE_PATH = ["tokvera_site.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

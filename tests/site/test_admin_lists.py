@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts import teams
+from accounts.models import ApiToken
 from benchmarks.models import AuditEntry, CatalogModel, Job
 from tests.conftest import make_user
 from tests.helpers.network import make_host, make_job
@@ -45,7 +46,7 @@ def _page(staff, name, *args) -> str:
 def test_admin_lists_and_the_host_page_show_one_time_format_and_figures_with_units(staff):
     owner = make_user("owner")
     team = teams.create_team("acme-admin", "Acme", owner=owner)
-    teams.issue_token(team, "read-only")
+    token, _secret = teams.issue_token(team, "read-only")
     model = CatalogModel.objects.create(id="tiny-q4", display_name="Tiny", quant="q4",
                                         context_len=32768)
     host = make_host(team, "gpu-box", models=[model.pk], ttft=321.0449, tps=45.5512,
@@ -58,11 +59,15 @@ def test_admin_lists_and_the_host_page_show_one_time_format_and_figures_with_uni
     AuditEntry.objects.create(actor_label="site-admin", action="edit", target_type="host",
                               target_id=str(host.pk), target_label="gpu-box", changes={})
 
+    token_pk = token.pk
+    ApiToken.objects.for_team(team).filter(pk=token_pk).update(last_used_at=timezone.now())
     pages = {
         name: _page(staff, name, *args) for name, args in [
             ("admin:accounts_team_changelist", ()),
             ("admin:accounts_membership_changelist", ()),
             ("admin:accounts_apitoken_changelist", ()),
+            # a change page's read-only times (FORMAT_MODULE_PATH), not only the lists'
+            ("admin:accounts_apitoken_change", (token_pk,)),
             ("admin:benchmarks_host_changelist", ()),
             ("admin:benchmarks_host_change", (host.pk,)),
             ("admin:benchmarks_job_changelist", ()),
