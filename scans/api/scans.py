@@ -116,7 +116,7 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
     def narrow_queryset(self, queryset):
         return queryset.select_related("endpoint")
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 410: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], url_path="report.json")
     def report(self, request, public_id=None):
         scan = self.get_object()
