@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rest_framework import exceptions, permissions, viewsets
 
+from accounts import teams
 from accounts.tenancy import Access, TeamOwned, team_id_of
 
 
@@ -46,3 +47,16 @@ class TeamScopedViewSet(viewsets.GenericViewSet):
 
     def narrow_queryset(self, queryset):
         return queryset
+
+    def team_to_create_in(self, serializer):
+        """The team a create puts its object in: the body's `team` slug, or the caller's only
+        writable team (accounts.teams.team_for_new_object), each refusal as its API answer."""
+        slug = serializer.validated_data.pop("team", {}).get("slug")
+        try:
+            return teams.team_for_new_object(Access.for_request(self.request), slug)
+        except teams.TeamNotChosen as exc:
+            raise exceptions.ValidationError({"team": [str(exc)]}) from None
+        except teams.NoSuchTeam as exc:
+            raise exceptions.NotFound(str(exc)) from None
+        except teams.ReadOnlyInTeam as exc:
+            raise exceptions.PermissionDenied(str(exc)) from None

@@ -17,7 +17,6 @@ from rest_framework import exceptions, mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from accounts import teams
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
@@ -171,15 +170,7 @@ class ChannelViewSet(
         return queryset.select_related("team")
 
     def perform_create(self, serializer):
-        slug = serializer.validated_data.pop("team", {}).get("slug")
-        try:
-            team = teams.team_for_new_object(Access.for_request(self.request), slug)
-        except teams.TeamNotChosen as exc:
-            raise exceptions.ValidationError({"team": [str(exc)]}) from None
-        except teams.NoSuchTeam as exc:
-            raise exceptions.NotFound(str(exc)) from None
-        except teams.ReadOnlyInTeam as exc:
-            raise exceptions.PermissionDenied(str(exc)) from None
+        team = self.team_to_create_in(serializer)
         serializer.save(team=team)
 
     def perform_update(self, serializer):
