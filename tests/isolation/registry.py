@@ -39,7 +39,8 @@ ACCOUNT |= {"profile", "team-create", "account_email", "account_change_password"
             "mfa_generate_recovery_codes", "mfa_download_recovery_codes", "mfa_list_webauthn",
             "mfa_add_webauthn", "mfa_reauthenticate_webauthn", "mfa_remove_webauthn",
             "mfa_edit_webauthn"}
-HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete", "job-fail"}
+HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete",
+                        "job-complete-many", "job-fail"}
 
 
 @dataclass(frozen=True)
