@@ -32,6 +32,10 @@ IDEMPOTENT_TASKS = {
     "scans.tasks.prove_pushed_report": "claims the pushed scan by UPDATE … WHERE "
                                        "status='queued'; a rerun no-ops (a proof cut short by "
                                        "a dead worker is reaped when its heartbeat stops)",
+    "scans.tasks.prune_reports": "prunes only scans whose report_pruned_at is unset, each batch "
+                                 "one transaction; a rerun prunes what is left",
+    "scans.tasks.roll_up_scans": "recomputes each touched bucket from its scans (INSERT … ON "
+                                 "CONFLICT DO UPDATE); a rerun writes the same rows",
 }
 
 

@@ -106,7 +106,9 @@ def test_a_real_scans_time_left_goes_down_to_nothing():
         progress(level, completed, total, record)
         seen.append(progress.snapshot())
 
-    with running_target(TargetConfig(ttft_ms=20, itl_ms=1, tokens=4)) as (_, port):
+    # Slow enough that the second level's part (3 request times) is seconds, not hidden by
+    # the snapshot's rounding to 0.1 s.
+    with running_target(TargetConfig(ttft_ms=200, itl_ms=1, tokens=4)) as (_, port):
         plan = ScanPlan(base_url=f"http://127.0.0.1:{port}/v1", model=MODEL_ID, levels=(1, 2),
                         requests=6, max_tokens=4, timeout_s=30.0, use_nvidia_smi=False).validate()
         progress.expect(plan)

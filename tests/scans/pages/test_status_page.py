@@ -199,13 +199,15 @@ def test_a_page_that_is_off_or_unknown_is_404(world):
     endpoint = make_endpoint(world.team)
     scan_at(endpoint, timezone.now() - timedelta(minutes=5), GRADE_A)
     page = status_page.page_of(world.team)
-    StatusPageEndpoint.dangerously_unscoped.create(status_page=page, endpoint=endpoint, display_name="API")
+    StatusPageEndpoint.dangerously_unscoped.create(status_page=page, endpoint=endpoint,
+                                                   display_name="Chat gateway")
     assert _public(page.slug)[0] == 404  # off until the team publishes it
-    _publish(world.team, (endpoint, "API"))
+    _publish(world.team, (endpoint, "Chat gateway"))
     assert _public(page.slug)[0] == 200
-    status_page.save_settings(page, enabled=False, slug=page.slug, title="t", shown=[(endpoint, "API")])
+    status_page.save_settings(page, enabled=False, slug=page.slug, title="t",
+                              shown=[(endpoint, "Chat gateway")])
     code, html = _public(page.slug)
-    assert code == 404 and "API" not in html
+    assert code == 404 and "Chat gateway" not in html
     assert _public("no-such-page")[0] == 404
 
 
