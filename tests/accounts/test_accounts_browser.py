@@ -11,10 +11,9 @@ import re
 import pytest
 from django.core import mail
 from django.core.cache import cache
-from django.db import connections
 
-from tests.conftest import REQUIRE_SERVICES, make_user
-from tests.helpers.browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path, offline
+from tests.conftest import make_user
+from tests.helpers.browser import ARTIFACTS, launched_chromium, offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -28,26 +27,8 @@ def browser():
     """One Chromium for the whole module (tests.helpers.browser's fixture starts one per test);
     each test opens its own contexts, so no cookie is shared between tests. The other
     accounts browser modules import this fixture."""
-    executable, reason = chromium_path()
-    if executable is None:
-        if REQUIRE_SERVICES:
-            pytest.fail(f"CI requires the browser: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-    with pytest.MonkeyPatch.context() as patch:
-        # As tests.helpers.browser: ORM calls between page steps are synchronous and safe, and
-        # connections are closed on both sides of Playwright's greenlet switches.
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        ARTIFACTS.mkdir(exist_ok=True)
-        connections.close_all()
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-            try:
-                yield chromium
-            finally:
-                chromium.close()
-                connections.close_all()
-        connections.close_all()
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture(autouse=True)

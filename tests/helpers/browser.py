@@ -13,6 +13,7 @@ import functools
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,30 +66,39 @@ def chromium_path() -> tuple[str | None, str]:
                   " (which could not download one here)")
 
 
-@pytest.fixture
-def browser(monkeypatch):
+@contextmanager
+def launched_chromium():
+    """A Chromium for Playwright's sync API, with Django set up to live beside it; fails in CI
+    (skips elsewhere) without one."""
     executable, reason = chromium_path()
     if executable is None:
         if REQUIRE_SERVICES:
             pytest.fail(f"CI requires the browser: {reason}")
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # between page steps are still synchronous and safe.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
-    # Playwright switches greenlets, and Django keeps its connections per context: close them
-    # on both sides of the switch, or a connection is left open and the test database cannot
-    # be dropped at the end of the session.
-    connections.close_all()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-            connections.close_all()
-    connections.close_all()
+    with pytest.MonkeyPatch.context() as patch:
+        # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
+        # between page steps are still synchronous and safe.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        ARTIFACTS.mkdir(exist_ok=True)
+        # Playwright switches greenlets, and Django keeps its connections per context: close
+        # them on both sides of the switch, or a connection is left open and the test
+        # database cannot be dropped at the end of the session.
+        connections.close_all()
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+                connections.close_all()
+        connections.close_all()
+
+
+@pytest.fixture
+def browser():
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 def offline(page, live_server) -> list[str]:
