@@ -66,13 +66,24 @@ def lease(host: Host, start: bool = False, wait_s: float = 0.0,
         tasks.request_pass()
         job = jobs.lease(host, start=start)  # under eager Celery the pass has run
     if job is None and wait_s > 0:
-        if not connection.in_atomic_block:
-            # A waiting call holds no database connection: under thread workers each waiting
-            # host holds a thread, and PostgreSQL's connections are far fewer than threads.
-            connection.close()
-        job = wakeup.wait(host.pk, wait_s, lambda: jobs.lease(host, start=start),
+        def look() -> Job | None:
+            found = jobs.lease(host, start=start)
+            if found is None:
+                _release_connection()
+            return found
+
+        _release_connection()
+        job = wakeup.wait(host.pk, wait_s, look,
                           most=policy.value("NETWORK_WAITING_LEASES_PER_PROCESS"))
     return job
+
+
+def _release_connection() -> None:
+    """A waiting call holds no database connection between looks: under thread workers each
+    waiting host holds a thread, and PostgreSQL's connections (or the pool's, DB_POOL_MAX_SIZE)
+    are far fewer than threads."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 def start(host: Host, job_id) -> Job:

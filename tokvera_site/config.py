@@ -85,6 +85,21 @@ def database() -> dict:
     config["HOST"] = unquote(config.get("HOST") or "")
     config["CONN_MAX_AGE"] = _parse("DB_CONN_MAX_AGE", env.int, "a whole number of seconds", default=60)
     config["CONN_HEALTH_CHECKS"] = True
+    pool_size = _parse("DB_POOL_MAX_SIZE", env.int, "a whole number of connections (0: no pool)", default=0)
+    if pool_size < 0:
+        raise ConfigError(f"DB_POOL_MAX_SIZE={pool_size} is not valid: expected 0 or more connections")
+    if pool_size:
+        # A process's threads share at most this many connections (psycopg_pool through
+        # Django), so a web worker can run far more threads than PostgreSQL has connections
+        # (waiting leases hold a thread each: docs/operations.md). Django hands a pooled
+        # connection back at the end of each request, which persistent connections would stop.
+        if env.str("DB_CONN_MAX_AGE", default=""):
+            raise ConfigError("DB_CONN_MAX_AGE and DB_POOL_MAX_SIZE are not valid together: "
+                              "a pooled connection goes back to the pool after each request")
+        timeout = _parse("DB_POOL_TIMEOUT_S", env.float, "a number of seconds", default=5.0)
+        config["CONN_MAX_AGE"] = 0
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": pool_size, "timeout": timeout}
     return config
 
 

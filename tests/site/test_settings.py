@@ -38,6 +38,8 @@ def _start(**env_overrides) -> subprocess.CompletedProcess:
         ("INVITE_MAX_AGE_HOURS", "three days", "a whole number"),
         ("SCAN_STREAMS_PER_WORKER", "0", "a whole number of at least 1"),
         ("SCAN_CONCURRENCY_PER_WORKER", "lots", "a whole number"),
+        ("DB_POOL_MAX_SIZE", "lots", "a whole number of connections"),
+        ("DB_POOL_MAX_SIZE", "-2", "0 or more connections"),
     ],
 )
 def test_malformed_setting_stops_startup_with_one_line_naming_it(variable, value, expects):
@@ -47,6 +49,23 @@ def test_malformed_setting_stops_startup_with_one_line_naming_it(variable, value
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("tokvera: configuration error:")
     assert variable in lines[0] and expects in lines[0]
+
+
+def test_a_pool_and_persistent_connections_together_stop_startup():
+    result = _start(DB_POOL_MAX_SIZE="8", DB_CONN_MAX_AGE="60")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "DB_CONN_MAX_AGE and DB_POOL_MAX_SIZE" in line
+
+
+def test_a_pool_size_gives_django_a_pool_of_that_many_connections():
+    code = ("from tokvera_site import config; c = config.database(); "
+            "print(c['CONN_MAX_AGE'], c['OPTIONS']['pool'])")
+    env = {**os.environ, "DB_POOL_MAX_SIZE": "8"}
+    env.pop("DB_CONN_MAX_AGE", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "0 {'min_size': 1, 'max_size': 8, 'timeout': 5.0}", out.stderr
 
 
 def test_debug_is_off_unless_turned_on():
