@@ -21,6 +21,7 @@ strings the steps of each HTTP call together.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -53,7 +54,14 @@ class JobError(Exception):
 
 
 class UnknownCatalogModel(JobError):
-    pass
+    """A catalog id that is unknown or inactive, or max_tokens over its context length (400).
+
+    `problems` names each refused item of a submission by its index: {index: {field: why}};
+    the message is the first one's."""
+
+    def __init__(self, problems: dict[int, dict[str, str]]):
+        self.problems = problems
+        super().__init__(next(iter(next(iter(problems.values())).values())))
 
 
 class NotYourJob(JobError):
@@ -79,14 +87,31 @@ class NoHostOnline(JobError):
 
 
 class TooManyUnsettledJobs(JobError):
-    """The team already has the most unsettled jobs it may have (429); no job is created."""
+    """The team's unsettled jobs and these would be more than it may have (429); no job is
+    created."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, unsettled: int | None = None, asked: int = 1):
         self.limit = limit
-        super().__init__(
-            f"This team already has {limit} unsettled jobs (queued, leased or running), the most "
-            "it may have: submit more once some have completed or failed."
-        )
+        if asked == 1:
+            super().__init__(
+                f"This team already has {limit} unsettled jobs (queued, leased or running), the "
+                "most it may have: submit more once some have completed or failed."
+            )
+        else:
+            super().__init__(
+                f"This team has {unsettled} unsettled jobs (queued, leased or running); {asked} "
+                f"more would be over the most it may have ({limit}): submit fewer, or more once "
+                "some have completed or failed."
+            )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One job a buyer asks for."""
+
+    model_id: str
+    messages: list
+    max_tokens: int
 
 
 @dataclass(frozen=True)
@@ -101,32 +126,51 @@ class Figures:
 
 def submit(team, model_id: str, messages: list, max_tokens: int, now: datetime | None = None) -> Job:
     """Record a queued job (the caller then queues an assignment pass: benchmarks/services.py)."""
-    catalog = CatalogModel.objects.filter(pk=model_id, active=True).first()
-    if catalog is None:
-        raise UnknownCatalogModel(f"unknown or inactive catalog id: {model_id}")
-    if max_tokens > catalog.context_len:
-        raise UnknownCatalogModel(
-            f"max_tokens {max_tokens} exceeds the context length of {model_id} ({catalog.context_len})"
-        )
+    return submit_many(team, [Submission(model_id, messages, max_tokens)], now)[0]
+
+
+def submit_many(team, items: Sequence[Submission], now: datetime | None = None) -> list[Job]:
+    """Record queued jobs, all or none, in the order given (the caller queues one pass).
+
+    Every item is checked against the catalog first (UnknownCatalogModel names each refused
+    one), then each distinct model against the online hosts (NoHostOnline), then the team's
+    unsettled jobs plus these against its cap (TooManyUnsettledJobs), under the team's row
+    lock; the rows go in with one INSERT. Each job is stamped a microsecond after the one
+    before it, so the queue (first in, first out by created_at) keeps the batch's order."""
+    if not items:
+        return []
+    catalog = {model.pk: model for model in CatalogModel.objects.filter(
+        pk__in={item.model_id for item in items}, active=True)}
+    problems: dict[int, dict[str, str]] = {}
+    for index, item in enumerate(items):
+        model = catalog.get(item.model_id)
+        if model is None:
+            problems[index] = {"model": f"unknown or inactive catalog id: {item.model_id}"}
+        elif item.max_tokens > model.context_len:
+            problems[index] = {"model": f"max_tokens {item.max_tokens} exceeds the context length "
+                                        f"of {item.model_id} ({model.context_len})"}
+    if problems:
+        raise UnknownCatalogModel(problems)
     now = now or timezone.now()
-    # Any team's host will do: routing matches jobs to hosts across teams.
-    if (policy.value("NETWORK_REQUIRE_ONLINE_HOST")
-            and not ALL_HOSTS.online_for(model_id, now).exists()):
-        raise NoHostOnline(model_id)
+    if policy.value("NETWORK_REQUIRE_ONLINE_HOST"):
+        # Any team's host will do: routing matches jobs to hosts across teams.
+        for model_id in dict.fromkeys(item.model_id for item in items):
+            if not ALL_HOSTS.online_for(model_id, now).exists():
+                raise NoHostOnline(model_id)
     limit = policy.value("NETWORK_MAX_UNSETTLED_PER_TEAM")
     with transaction.atomic():
         # One submission per team at a time, so concurrent calls cannot both pass the count.
         # FOR NO KEY UPDATE: rows that merely reference the team are not blocked.
         Team.objects.for_team(team.pk).select_for_update(no_key=True).values_list("pk").get()
         unsettled = Job.objects.for_team(team).filter(settled_at__isnull=True).count()
-        if unsettled >= limit:
-            raise TooManyUnsettledJobs(limit)
-        job = Job.objects.for_team(team).create(
-            team=team, model=catalog, max_tokens=max_tokens,
-            request_json={"messages": messages, "max_tokens": max_tokens},
-            created_at=now, queued_at=now,
-        )
-    return job
+        if unsettled + len(items) > limit:
+            raise TooManyUnsettledJobs(limit, unsettled, len(items))
+        return Job.objects.for_team(team).bulk_create([
+            Job(team=team, model=catalog[item.model_id], max_tokens=item.max_tokens,
+                request_json={"messages": item.messages, "max_tokens": item.max_tokens},
+                created_at=now + timedelta(microseconds=index), queued_at=now)
+            for index, item in enumerate(items)
+        ])
 
 
 # --- hosts -----------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ DEFAULTS = {
     "NETWORK_SUBMIT_LIMIT": 120,
     "NETWORK_SUBMIT_WINDOW_S": 60,
     "NETWORK_MAX_UNSETTLED_PER_TEAM": 100,
+    # The most jobs one POST /v1/jobs/batch may submit; each counts one against the rate.
+    "NETWORK_SUBMIT_BATCH_MAX": 100,
     # Retry-After of a submission refused by the unsettled cap (jobs usually settle in seconds).
     "NETWORK_UNSETTLED_RETRY_AFTER_S": 10,
     # A submission for a model that no online host advertises is refused (503) rather than

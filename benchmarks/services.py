@@ -1,6 +1,7 @@
 """One service per call of the network's API: the views parse and shape, these do the work.
 
     submit     record the job and queue an assignment pass (run by a Celery worker)
+    submit_many  several jobs of one team, all or none, and one pass for them
     heartbeat  record the host's state; nothing else (no assignment pass inside the request);
                steady_heartbeat is its one-statement form for a host that is not over its limit
     lease      the host's next assigned job, optionally started; with `wait_s`, waits up to
@@ -30,9 +31,14 @@ from benchmarks.models import Host, Job
 
 
 def submit(team, model_id: str, messages: list, max_tokens: int) -> Job:
-    job = jobs.submit(team, model_id, messages, max_tokens)  # committed on return
+    return submit_many(team, [jobs.Submission(model_id, messages, max_tokens)])[0]
+
+
+def submit_many(team, items: list[jobs.Submission]) -> list[Job]:
+    """All the jobs or none (jobs.submit_many), then one pass for them all."""
+    created = jobs.submit_many(team, items)  # committed on return
     tasks.request_pass()
-    return job
+    return created
 
 
 def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> hosts.Heartbeat | None:

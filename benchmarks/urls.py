@@ -12,6 +12,7 @@ urlpatterns = [
     path("v1/jobs/<uuid:job_id>/fail", api.JobFailView.as_view(), name="job-fail"),
     # Buyer calls (team token or session).
     path("v1/jobs", api.JobViewSet.as_view({"post": "create"}), name="job-submit"),
+    path("v1/jobs/batch", api.JobViewSet.as_view({"post": "submit_batch"}), name="job-submit-batch"),
     path("v1/jobs/<uuid:job_id>", api.JobViewSet.as_view({"get": "retrieve"}), name="job-detail"),
     # Public benchmarks (no auth, shared-cache friendly; benchmarks/public_views.py).
     path("v1/slo", public_views.slo, name="public-slo"),

@@ -64,7 +64,7 @@ def _load():
 
 NETWORK_LIMITS_FROM_ENV = ("NETWORK_SUBMIT_LIMIT", "NETWORK_SUBMIT_WINDOW_S",
                            "NETWORK_MAX_UNSETTLED_PER_TEAM", "NETWORK_LEASE_WAIT_MAX_S",
-                           "NETWORK_WAITING_LEASES_PER_PROCESS")
+                           "NETWORK_WAITING_LEASES_PER_PROCESS", "NETWORK_SUBMIT_BATCH_MAX")
 
 
 globals().update(config.exit_on_config_error(_load))

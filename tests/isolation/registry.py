@@ -134,6 +134,12 @@ def _network_submission(w) -> dict:
             "messages": [{"role": "user", "content": "hello"}]}
 
 
+def _network_batch_submission(w) -> dict:
+    one = _network_submission(w)
+    team = one.pop("team")
+    return {"team": team, "jobs": [one, one]}
+
+
 def _network_job_submitted(w) -> bool:
     from benchmarks.models import Job
 
@@ -308,6 +314,16 @@ TEAM: dict[str, list[Case]] = {
             "api", "POST", "write",
             kwargs=lambda w: {},
             data=_network_submission,
+            ok=frozenset({202}),
+            effect=_network_job_submitted,
+        )
+    ],
+    # The body's team slug, as /v1/jobs: another team's caller gets 404, a read-only one 403.
+    "job-submit-batch": [
+        Case(
+            "api", "POST", "write",
+            kwargs=lambda w: {},
+            data=_network_batch_submission,
             ok=frozenset({202}),
             effect=_network_job_submitted,
         )
