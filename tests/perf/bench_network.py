@@ -24,6 +24,12 @@ then measures, with a raw asyncio HTTP client on 127.0.0.1:
    second after a 204). Waiting calls hold a thread each under gthread: give the workers
    more threads than hosts (e.g. --workers 2 --threads 64). Reports completed jobs/s and,
    from the database, the EWMA fold latency (folded_at - completed_at). Goal: >= 200 jobs/s, folds within 5 s.
+   Options for the shape that scales: --pool N (DB_POOL_MAX_SIZE: the threads share N
+   connections per process, so every host can wait) with --waiting-per-process;
+   --submit-batch N (POST /v1/jobs/batch); --complete-wait-s (a completion waits for the
+   slot's next job instead of a new lease doing so); --complete-batch (a host's slots report
+   together while a report call is in flight, POST /v1/jobs/complete); --server granian (its
+   HTTP in Rust; not a dependency: pip install granian).
 3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
 
 Percentiles are the project's nearest-rank `scans.grader.stats.percentile`. Prints one JSON
@@ -207,13 +213,21 @@ def seed(hosts: int) -> dict:
             "buyer_token": buyer_token}
 
 
-def start_services(port: int, workers: int, threads: int):
+def start_services(port: int, workers: int, threads: int, pool: int = 0,
+                   waiting_per_process: int | None = None, server: str = "gunicorn"):
     worker_class = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []
-    gunicorn = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), *worker_class, "--backlog", "4096", "--keep-alive", "30",
-         "--log-level", "warning"],
-        cwd=ROOT, env=ENV)
+    web_env = {**ENV, "DB_POOL_MAX_SIZE": str(pool)}
+    if waiting_per_process is not None:
+        web_env["NETWORK_WAITING_LEASES_PER_PROCESS"] = str(waiting_per_process)
+    command = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
+               "--workers", str(workers), *worker_class, "--backlog", "4096", "--keep-alive", "30",
+               "--log-level", "warning"]
+    if server == "granian":  # HTTP in Rust, the WSGI app on `threads` blocking threads
+        command = [str(Path(sys.executable).parent / "granian"), "--interface", "wsgi",
+                   "tokvera_site.wsgi:application", "--host", "127.0.0.1", "--port", str(port),
+                   "--workers", str(workers), "--blocking-threads", str(threads),
+                   "--backlog", "4096", "--log-level", "warning"]
+    gunicorn = subprocess.Popen(command, cwd=ROOT, env=web_env)
     worker = subprocess.Popen(
         # Two processes: folds and assignment passes (issue 25) share the default queue.
         [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "2",
@@ -354,7 +368,8 @@ def _summary(statuses, latencies, elapsed) -> dict:
 
 async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: float,
                     submitters: int = 8, max_unsettled: int = 400, poll_s: float = 1.0,
-                    lease_wait_s: float = 0.0) -> dict:
+                    lease_wait_s: float = 0.0, submit_batch: int = 1,
+                    complete_batch: bool = False, complete_wait_s: float = 0.0) -> dict:
     hb = json.dumps({"models": [JOB_MODEL], "slots": JOB_SLOTS}).encode()
     for token in host_tokens:
         await http.call("POST", "/v1/hosts/heartbeat", token, hb)
@@ -371,20 +386,27 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
 
     async def submitter():
         nonlocal submitted
-        body = json.dumps({"model": JOB_MODEL, "max_tokens": 16,
-                           "messages": [{"role": "user", "content": "bench"}]}).encode()
+        one = {"model": JOB_MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "bench"}]}
+        # --submit-batch above 1: POST /v1/jobs/batch with that many jobs per call
+        path, body = (("/v1/jobs", json.dumps(one).encode()) if submit_batch <= 1 else
+                      ("/v1/jobs/batch", json.dumps({"jobs": [one] * submit_batch}).encode()))
         while time.perf_counter() < stop:
-            if submitted - completed >= max_unsettled:
+            if submitted - completed + submit_batch > max_unsettled:
                 await asyncio.sleep(0.01)
                 continue
             t0 = time.perf_counter()
-            status, _ = await http.call("POST", "/v1/jobs", buyer, body)
+            status, _ = await http.call("POST", path, buyer, body)
             count("submit", status, t0)
             if status == 202:
-                submitted += 1
+                submitted += submit_batch
 
-    done = json.dumps({"ttft_ms": 20.0, "completion_tokens": 16, "elapsed_ms": 80.0,
-                       "result": {"content": "x" * 64}, "lease_next": True}).encode()
+    figures = {"ttft_ms": 20.0, "completion_tokens": 16, "elapsed_ms": 80.0,
+               "result": {"content": "x" * 64}}
+    done = json.dumps({**figures, "lease_next": True}).encode()
+
+    def done_waiting() -> bytes:  # wait for the next job in the completion (never past the run)
+        left = round(min(complete_wait_s, max(0.0, stop - time.perf_counter())), 2)
+        return json.dumps({**figures, "lease_next": True, "wait_s": left}).encode() if left else done
 
     async def chain(token, job):
         """Complete the job asking for the next, which comes back already running, and so on
@@ -392,7 +414,8 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
         nonlocal completed
         while job is not None:
             t0 = time.perf_counter()
-            status, raw = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token, done)
+            status, raw = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token,
+                                          done_waiting())
             count("complete", status, t0)
             if status != 200:
                 return
@@ -423,6 +446,53 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
         if running:
             await asyncio.wait(running)
 
+    async def host_reporting_together(token):
+        """Like the agent (issue 25): slots lease as `host` does, but a finished job's report
+        goes at once only when no report call of this host is in flight; otherwise it waits
+        for that call and goes with the others then, in one POST /v1/jobs/complete with
+        lease_next (each next job comes back running, in the slot that reported)."""
+        free = asyncio.Semaphore(JOB_SLOTS)
+        pending: list[dict] = []
+        reporting: asyncio.Task | None = None
+
+        async def report():
+            nonlocal completed
+            while pending:
+                batch = pending[:]
+                pending.clear()
+                t0 = time.perf_counter()
+                body = {"jobs": [{"id": job["id"], **figures} for job in batch],
+                        "lease_next": time.perf_counter() < stop}
+                status, raw = await http.call("POST", "/v1/jobs/complete", token,
+                                              json.dumps(body).encode())
+                count("complete", status, t0)
+                following = []
+                if status == 200:
+                    answer = json.loads(raw)
+                    completed += sum("error" not in item for item in answer["jobs"])
+                    following = answer.get("next") or []
+                pending.extend(following)  # their slots stay taken
+                for _ in range(len(batch) - len(following)):
+                    free.release()
+
+        while time.perf_counter() < stop:
+            await free.acquire()
+            t0 = time.perf_counter()
+            wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)
+            status, raw = await http.call("POST", "/v1/hosts/lease", token,
+                                          json.dumps({"start": True, "wait_s": wait_s}).encode())
+            count("lease", status, t0)
+            if status != 200:
+                free.release()
+                if not lease_wait_s or time.perf_counter() - t0 < min(1.0, lease_wait_s / 2):
+                    await asyncio.sleep(poll_s)
+                continue
+            pending.append(json.loads(raw))
+            if reporting is None or reporting.done():
+                reporting = asyncio.create_task(report())
+        if reporting is not None:
+            await reporting
+
     async def keep_alive():
         while time.perf_counter() < stop:
             await asyncio.sleep(10)
@@ -430,7 +500,8 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
                 await http.call("POST", "/v1/hosts/heartbeat", token, hb)
 
     await asyncio.gather(*(submitter() for _ in range(submitters)),
-                         *(host(t) for t in host_tokens), keep_alive())
+                         *((host_reporting_together if complete_batch else host)(t)
+                           for t in host_tokens), keep_alive())
     elapsed = time.perf_counter() - began
     from scans.grader.stats import percentile
 
@@ -488,16 +559,34 @@ def main() -> None:
     parser.add_argument("--lease-wait-s", type=float, default=25.0,
                         help="how long a simulated host's lease waits for a job (0: poll every "
                              "second after a 204, as before issue 25)")
+    parser.add_argument("--pool", type=int, default=0,
+                        help="DB_POOL_MAX_SIZE of the web processes (0: no pool, a connection "
+                             "per thread)")
+    parser.add_argument("--waiting-per-process", type=int, default=None,
+                        help="NETWORK_WAITING_LEASES_PER_PROCESS of the web processes")
+    parser.add_argument("--submit-batch", type=int, default=1,
+                        help="jobs per submission (above 1: POST /v1/jobs/batch)")
+    parser.add_argument("--complete-batch", action="store_true",
+                        help="hosts report their slots' jobs together (POST /v1/jobs/complete) "
+                             "when a report call is already in flight, as the agent does")
+    parser.add_argument("--complete-wait-s", type=float, default=0.0,
+                        help="a completion with lease_next waits this long for the next job "
+                             "(instead of the slot's next lease waiting)")
+    parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn",
+                        help="the WSGI server (granian: not a dependency; pip install granian)")
     args = parser.parse_args()
 
     recreate_database()
     seeded = seed(args.hosts)
-    gunicorn, celery = start_services(args.port, args.workers, args.threads)
+    gunicorn, celery = start_services(args.port, args.workers, args.threads, args.pool,
+                                      args.waiting_per_process, args.server)
 
     def http() -> Http:  # one pool per event loop (each phase runs its own)
         return Http(args.port, keep_alive=args.threads > 1)
 
     result: dict = {"workers": args.workers, "threads": args.threads, "hosts": args.hosts,
+                    "pool": args.pool, "waiting_per_process": args.waiting_per_process,
+                    "submit_batch": args.submit_batch, "complete_batch": args.complete_batch,
                     "cpus": os.cpu_count()}
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
@@ -541,7 +630,10 @@ def main() -> None:
         if not args.skip_jobs:
             cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds([celery.pid, *children(celery.pid)])
             jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
-                                         args.seconds, lease_wait_s=args.lease_wait_s))
+                                         args.seconds, lease_wait_s=args.lease_wait_s,
+                                         submit_batch=args.submit_batch,
+                                         complete_batch=args.complete_batch,
+                                         complete_wait_s=args.complete_wait_s))
             jobs["web_cpu_ms_per_job"] = round(
                 (cpu_seconds(web) - cpu0) * 1000 / max(1, jobs["completed"]), 2)
             jobs["celery_cpu_ms_per_job"] = round(
@@ -552,7 +644,9 @@ def main() -> None:
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
             # a second, identical jobs run: flat memory means no growth from the first to here
             asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
-                                  lease_wait_s=args.lease_wait_s))
+                                  lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
+                                  complete_batch=args.complete_batch,
+                                  complete_wait_s=args.complete_wait_s))
             result["rss_mb_after_second_jobs_run"] = worker_rss_mb(gunicorn.pid)
     finally:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
