@@ -68,9 +68,8 @@ def lease(host: Host, start: bool = False, wait_s: float = 0.0,
         return job
     if jobs.housekeeping_due(now):
         jobs.housekeeping(now)
-    if jobs.any_queued():
-        tasks.request_pass()
-        job = jobs.lease(host, start=start)  # under eager Celery the pass has run
+    if jobs.any_queued() and tasks.request_pass():
+        job = jobs.lease(host, start=start)  # the pass ran in this call (eager Celery)
     if job is None and wait_s > 0:
         def look() -> Job | None:
             found = jobs.lease(host, start=start)

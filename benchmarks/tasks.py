@@ -44,24 +44,27 @@ def queue_fold(host_id: int) -> None:
 PASS_PENDING_KEY = "benchmarks:pass-pending"  # noqa: S105 - a cache key, not a secret
 
 
-def request_pass() -> None:
+def request_pass() -> bool:
     """Queue an assignment pass unless one is queued and has not started yet (it will see
     these jobs too: the task clears the mark before it reads the queue). Call it after the
     commit that queued a job or freed a slot. Robust: with the broker or the cache down the
-    jobs wait for the tick (5 s)."""
+    jobs wait for the tick (5 s). True when the pass ran inside this call (eager Celery: the
+    tests), so only then is it worth looking again at once."""
     try:
         first = cache.add(PASS_PENDING_KEY, 1, timeout=30)
     except CACHE_ERRORS as exc:
         warn("pass queued without the pending mark", exc)
         first = True
     if not first:
-        return
+        return False
     try:
         assign_queued_jobs.delay()
     except Exception as exc:  # noqa: BLE001 - kombu's errors vary by transport
         warn("assignment pass left to the tick", exc)
         with contextlib.suppress(*CACHE_ERRORS):
             cache.delete(PASS_PENDING_KEY)
+        return False
+    return bool(assign_queued_jobs.app.conf.task_always_eager)
 
 
 @shared_task(ignore_result=True)
