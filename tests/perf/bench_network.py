@@ -422,25 +422,32 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
             completed += 1
             job = json.loads(raw).get("next") if time.perf_counter() < stop else None
 
+    async def lease_for_a_free_slot(token, free: asyncio.Semaphore) -> dict | None:
+        """Take a free slot and lease (started, waiting up to lease_wait_s for a job); without
+        a job the slot is free again, after a poll interval when the 204 did not wait."""
+        await free.acquire()
+        t0 = time.perf_counter()
+        wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)  # never past the run
+        status, raw = await http.call("POST", "/v1/hosts/lease", token,
+                                      json.dumps({"start": True, "wait_s": wait_s}).encode())
+        count("lease", status, t0)
+        if status == 200:
+            return json.loads(raw)
+        free.release()
+        if not lease_wait_s or time.perf_counter() - t0 < min(1.0, lease_wait_s / 2):
+            await asyncio.sleep(poll_s)
+        return None
+
     async def host(token):
-        """Like the agent: while a slot is free, lease (started, waiting up to lease_wait_s
-        for a job); a leased job runs as a chain in its slot; after a 204 that did not wait,
-        wait a poll interval."""
+        """Like the agent: while a slot is free, lease; a leased job runs as a chain in its
+        slot."""
         free = asyncio.Semaphore(JOB_SLOTS)
         running = set()
         while time.perf_counter() < stop:
-            await free.acquire()
-            t0 = time.perf_counter()
-            wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)  # never past the run
-            status, raw = await http.call("POST", "/v1/hosts/lease", token,
-                                          json.dumps({"start": True, "wait_s": wait_s}).encode())
-            count("lease", status, t0)
-            if status != 200:
-                free.release()
-                if not lease_wait_s or time.perf_counter() - t0 < min(1.0, lease_wait_s / 2):
-                    await asyncio.sleep(poll_s)
+            job = await lease_for_a_free_slot(token, free)
+            if job is None:
                 continue
-            task = asyncio.create_task(chain(token, json.loads(raw)))
+            task = asyncio.create_task(chain(token, job))
             running.add(task)
             task.add_done_callback(lambda t: (running.discard(t), free.release()))
         if running:
@@ -476,18 +483,10 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
                     free.release()
 
         while time.perf_counter() < stop:
-            await free.acquire()
-            t0 = time.perf_counter()
-            wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)
-            status, raw = await http.call("POST", "/v1/hosts/lease", token,
-                                          json.dumps({"start": True, "wait_s": wait_s}).encode())
-            count("lease", status, t0)
-            if status != 200:
-                free.release()
-                if not lease_wait_s or time.perf_counter() - t0 < min(1.0, lease_wait_s / 2):
-                    await asyncio.sleep(poll_s)
+            job = await lease_for_a_free_slot(token, free)
+            if job is None:
                 continue
-            pending.append(json.loads(raw))
+            pending.append(job)
             if reporting is None or reporting.done():
                 reporting = asyncio.create_task(report())
         if reporting is not None:
