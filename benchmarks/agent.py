@@ -11,6 +11,12 @@ elapsed time; read by the scanner's stream parser, scans/grader/stream.py) or `f
 Coordinator restarts and upstream errors are met with backoff, never a crash; reports are
 retried until the coordinator answers (completion is idempotent there, so a retry is safe).
 
+Completions are group-committed: while no completion call of this agent is in flight a
+finished job is reported at once, alone (`/v1/jobs/{id}/complete`); the reports of slots that
+finish while one is in flight wait for it and then go together in one `/v1/jobs/complete`
+call, whose next jobs go back to the slots that reported, one each. So a lone report is
+never held back, and a busy host with several slots spends fewer calls than jobs.
+
 This module does not import Django: it runs on host machines with httpx only.
 """
 
@@ -85,6 +91,31 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the coordinator answered for one completion: /complete's status (None: no answer
+    before the agent gave up or stopped), its detail when refused, and the next job (started)
+    the completion brought."""
+
+    status: int | None
+    detail: str = ""
+    following: dict | None = None
+
+
+@dataclass
+class PendingReport:
+    """One slot's completion, waiting for the call that carries it."""
+
+    job_id: str
+    body: dict  # the figures and result, as /complete takes them
+    lease_next: bool
+    answered: asyncio.Future[Answer]
+
+    def settle(self, answer: Answer) -> None:
+        if not self.answered.done():  # a slot cancelled while it waited has gone
+            self.answered.set_result(answer)
 
 
 class Backoff:
@@ -185,6 +216,11 @@ class Agent:
         self._upstream_backoff = Backoff(1.0, config.max_backoff_s)
         self._upstream_wait_until = 0.0
         self._heartbeat_s = config.heartbeat_s
+        # Group commit: the reports waiting for the next completion call, and the task that
+        # sends them (None while no completion call is in flight).
+        self._pending: list[PendingReport] = []
+        self._reporter: asyncio.Task | None = None
+        self._batch_call = True  # False after the coordinator answered it has no batch call
 
     # HTTP to the coordinator
 
@@ -227,6 +263,7 @@ class Agent:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, AgentStopped):
                     await task
+            await self._finish_reports()
         if self._fatal:
             self.log(self._fatal)
             return 1
@@ -355,7 +392,7 @@ class Agent:
         if outcome.ok:
             self._upstream_backoff.reset()
             self._upstream_wait_until = 0.0
-            answer = await self._report(coordinator, f"/v1/jobs/{job_id}/complete", {
+            answer = await self._complete(coordinator, job_id, {
                 "ttft_ms": outcome.ttft_ms,
                 "completion_tokens": outcome.completion_tokens,
                 "elapsed_ms": outcome.elapsed_ms,
@@ -364,18 +401,18 @@ class Agent:
                            "first_answer_ms": outcome.first_answer_ms,
                            "thinking_chunks": outcome.thinking_chunks,
                            "reasoning_tokens": outcome.reasoning_tokens},
-                # Not waited for here: the lease loop holds this host's one waiting call.
-                "lease_next": self._wants_next(),
-            })
-            if answer is not None and answer.status_code == 400:
+            }, lease_next=self._wants_next())
+            if answer.status == 400:
                 # The coordinator found the figures implausible; say so rather than drop the job.
                 await self._report(coordinator, f"/v1/jobs/{job_id}/fail",
-                                   {"reason": f"figures refused: {answer.text[:120]}"})
-            elif answer is not None and answer.status_code == 200:
+                                   {"reason": f"figures refused: {answer.detail}"})
+            elif answer.status == 200:
                 ttft = "—" if outcome.ttft_ms is None else f"{outcome.ttft_ms:.0f} ms"
                 self.log(f"job {job_id}: completed, TTFT {ttft}, {outcome.completion_tokens} tokens "
                          f"in {outcome.elapsed_ms:.0f} ms")
-                following = answer.json().get("next")
+                following = answer.following
+            elif answer.status is not None:  # 404 or 409: not this host's job, or settled
+                self.log(f"job {job_id}: completion refused ({answer.status}): {answer.detail}")
         else:
             self._upstream_wait_until = time.monotonic() + self._upstream_backoff.next()
             self.log(f"job {job_id}: failed: {outcome.reason}")
@@ -384,6 +421,108 @@ class Agent:
         if self.config.max_jobs is not None and self.served >= self.config.max_jobs:
             self._stop.set()
         return following
+
+    # Completions, group-committed
+
+    async def _complete(self, coordinator: httpx.AsyncClient, job_id: str, body: dict,
+                        lease_next: bool) -> Answer:
+        """Report a completion and return what the coordinator answered for it. Sent at once
+        when no completion call is in flight; otherwise it waits for that call and goes with
+        every report that finished meanwhile, in the one call that follows."""
+        report = PendingReport(job_id, body, lease_next, asyncio.get_running_loop().create_future())
+        self._pending.append(report)
+        if self._reporter is None:
+            self._reporter = asyncio.create_task(self._send_reports(coordinator))
+            # Its slots learn a refused token from their answers; the task's own is dropped.
+            self._reporter.add_done_callback(lambda task: task.cancelled() or task.exception())
+        return await report.answered
+
+    async def _send_reports(self, coordinator: httpx.AsyncClient) -> None:
+        """One completion call after another, each with every report waiting when it starts,
+        until none waits."""
+        reports: list[PendingReport] = []
+        try:
+            while self._pending:
+                reports, self._pending = self._pending, []
+                if len(reports) == 1 or not self._batch_call:
+                    await self._complete_each(coordinator, reports)
+                else:
+                    await self._complete_together(coordinator, reports)
+        except BaseException as exc:  # a refused token, the agent stopping, an unreadable answer
+            for report in [*reports, *self._pending]:
+                if isinstance(exc, AgentStopped):
+                    if not report.answered.done():
+                        report.answered.set_exception(AgentStopped(str(exc)))
+                else:
+                    report.settle(Answer(None, f"not reported: {type(exc).__name__}"))
+            self._pending = []
+            raise
+        finally:
+            self._reporter = None
+
+    async def _complete_each(self, coordinator: httpx.AsyncClient,
+                             reports: list[PendingReport]) -> None:
+        """Each report by its own `/v1/jobs/{id}/complete`, as a lone report goes."""
+        await asyncio.gather(*(self._complete_alone(coordinator, report) for report in reports))
+
+    async def _complete_alone(self, coordinator: httpx.AsyncClient, report: PendingReport) -> None:
+        # lease_next not waited for here: the lease loop holds this host's one waiting call.
+        response = await self._report(coordinator, f"/v1/jobs/{report.job_id}/complete",
+                                      {**report.body, "lease_next": report.lease_next})
+        if response is None:
+            report.settle(Answer(None))
+        elif response.status_code == 200:
+            report.settle(Answer(200, following=response.json().get("next")))
+        else:
+            report.settle(Answer(response.status_code, response.text[:120]))
+
+    async def _complete_together(self, coordinator: httpx.AsyncClient,
+                                 reports: list[PendingReport]) -> None:
+        """Several reports in one `/v1/jobs/complete`; each gets its item of the answer, and the
+        next jobs go to the reports completed, one each (those that asked for one first)."""
+        response = await self._report(coordinator, "/v1/jobs/complete", {
+            "jobs": [{"id": report.job_id, **report.body} for report in reports],
+            "lease_next": any(report.lease_next for report in reports),
+        })
+        if response is None:
+            for report in reports:
+                report.settle(Answer(None))
+            return
+        if response.status_code != 200:
+            # A coordinator without the batch call (404, 405), or one that refused the call as
+            # a whole (400: a report it could not read): each report alone, answered as today.
+            if response.status_code in (404, 405):
+                self._batch_call = False
+                self.log("the coordinator has no batch completion call; reporting each job alone")
+            await self._complete_each(coordinator, reports)
+            return
+        answer = response.json()
+        items = {str(item.get("id")): item for item in answer.get("jobs") or ()}
+        following = list(answer.get("next") or ())
+        completed = []
+        for report in reports:
+            item = items.get(report.job_id)
+            if item is None:
+                report.settle(Answer(None, "not in the coordinator's answer"))
+            elif "error" in item:
+                error = item["error"] or {}
+                report.settle(Answer(int(error.get("status") or 0) or None,
+                                     str(error.get("detail", ""))[:120]))
+            else:
+                completed.append(report)
+        completed.sort(key=lambda report: not report.lease_next)  # stable: the askers first
+        for report in completed:
+            report.settle(Answer(200, following=following.pop(0) if following else None))
+
+    async def _finish_reports(self) -> None:
+        """Stopping: let the completion calls under way end briefly, then give them up."""
+        reporter = self._reporter
+        if reporter is None:
+            return
+        await asyncio.wait({reporter}, timeout=10)
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError, AgentStopped):
+            await reporter
 
     def _waiting_timeout(self) -> httpx.Timeout:
         """For a call the coordinator may hold for lease_wait_s: that, plus the usual 10 s."""
