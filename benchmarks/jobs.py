@@ -260,13 +260,15 @@ def check_figures(job: Job, figures: Figures, now: datetime) -> None:
         raise BadFigures("completion_tokens / elapsed_ms is not a plausible speed")
 
 
-def complete(host: Host, job_id, figures: Figures, result, now: datetime | None = None) -> Job:
-    """Record the completion (settles the job). A repeated call returns the stored job."""
+def complete(host: Host, job_id, figures: Figures, result,
+             now: datetime | None = None) -> tuple[Job, bool]:
+    """Record the completion (settles the job): (the job, True), or for a repeated call (the
+    stored job, False)."""
     now = now or timezone.now()
     with transaction.atomic():
         job = _locked(host, job_id)
         if job.status == JobStatus.COMPLETED:
-            return job
+            return job, False
         if job.status not in ACTIVE:
             raise JobConflict(f"job is {job.status}")
         check_figures(job, figures, now)
@@ -282,7 +284,21 @@ def complete(host: Host, job_id, figures: Figures, result, now: datetime | None 
             "status", "started_at", "completed_at", "settled_at", "lease_expires_at", "ttft_ms",
             "completion_tokens", "elapsed_ms", "result_json",
         ])
-        return job
+        return job, True
+
+
+def record_next(completed: Job, following: Job) -> None:
+    """Remember the job handed out with this completion (lease_next)."""
+    ALL_JOBS.filter(pk=completed.pk).update(next_job_id=following.pk)
+
+
+def handed_next(host: Host, completed: Job) -> Job | None:
+    """The job this completion handed out, while this host still runs it: the answer to a
+    repeated completion, whose first answer the host may never have received."""
+    if completed.next_job_id is None:
+        return None
+    return ALL_JOBS.filter(pk=completed.next_job_id, host_id=host.pk,
+                           status=JobStatus.RUNNING).first()
 
 
 def fail(host: Host, job_id, reason: str, now: datetime | None = None) -> Job:

@@ -212,6 +212,10 @@ class Job(TeamOwned):
     attempts = models.PositiveSmallIntegerField(default=0)
     tried_hosts = models.JSONField(default=list, blank=True)  # host ids that held it before
     failure_reason = models.CharField(max_length=200, blank=True)
+    # The job its completion handed the host with lease_next: a repeated completion (its
+    # answer lost) gets that job again instead of another. An id, not a key: it is usually
+    # another team's job, and nothing joins on it.
+    next_job_id = models.UUIDField(null=True, blank=True)
 
     class Meta(TeamOwned.Meta):
         ordering = ["-created_at"]

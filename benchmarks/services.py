@@ -98,14 +98,25 @@ def start(host: Host, job_id) -> Job:
 def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool = False,
              wait_s: float = 0.0) -> tuple[Job, Job | None]:
     """The completed job and, with `lease_next`, the host's next job already started (or None,
-    after waiting up to `wait_s` for one): a busy host then needs one call per job."""
-    job = jobs.complete(host, job_id, figures, result)
+    after waiting up to `wait_s` for one): a busy host then needs one call per job. A
+    repeated completion (its answer lost on the way) answers the next job the first one
+    handed out, if the host still runs it, and never takes another."""
+    job, first_time = jobs.complete(host, job_id, figures, result)
     tasks.queue_fold(host.pk)
-    if lease_next:  # a lease that finds nothing assigned queues a pass itself
-        return job, lease(host, start=True, wait_s=wait_s)
+    if lease_next:
+        return job, _next_for(host, job, first_time, wait_s)
     if jobs.any_queued():
         tasks.request_pass()  # a slot came free
     return job, None
+
+
+def _next_for(host: Host, completed: Job, first_time: bool, wait_s: float = 0.0) -> Job | None:
+    if not first_time:
+        return jobs.handed_next(host, completed)
+    following = lease(host, start=True, wait_s=wait_s)  # finding nothing queues a pass itself
+    if following is not None:
+        jobs.record_next(completed, following)
+    return following
 
 
 def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]],
@@ -114,21 +125,33 @@ def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]]
     recorded in its own transaction exactly as `complete` records it, so one refused report
     never undoes another. Returns, in the order given, each completed job or the error that
     refused it, and with `lease_next` up to one next job (started) per job completed here,
-    without waiting. One fold and at most one pass are queued for the whole call."""
+    without waiting (for a repeated report, the one its first call handed out, as `complete`
+    answers). One fold and at most one pass are queued for the whole call."""
     settled: list[Job | jobs.JobError] = []
+    first_times: list[bool] = []
     for job_id, figures, result in reports:
         try:
-            settled.append(jobs.complete(host, job_id, figures, result))
+            job, first_time = jobs.complete(host, job_id, figures, result)
         except jobs.JobError as exc:
             settled.append(exc)
-    freed = sum(isinstance(item, Job) for item in settled)
-    if freed:
+            continue
+        settled.append(job)
+        first_times.append(first_time)
+    completed = [item for item in settled if isinstance(item, Job)]
+    if completed:
         tasks.queue_fold(host.pk)
     following: list[Job] = []
     if lease_next:
-        while len(following) < freed and (job := lease(host, start=True)) is not None:
-            following.append(job)
-    elif freed and jobs.any_queued():
+        # Repeated reports first (they take nothing new), then one lease per new completion
+        # until the host's queue is empty.
+        ordered = sorted(zip(completed, first_times, strict=True), key=lambda pair: pair[1])
+        for job, first_time in ordered:
+            found = _next_for(host, job, first_time)
+            if found is not None:
+                following.append(found)
+            elif first_time:
+                break
+    elif completed and jobs.any_queued():
         tasks.request_pass()  # slots came free
     return settled, following
 

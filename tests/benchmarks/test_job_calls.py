@@ -212,6 +212,28 @@ def test_complete_with_lease_next_answers_the_next_job_already_running(
     assert host.ttft_ewma_ms == 100.0 and host.tps_ewma == 20.0
 
 
+def test_a_repeated_completion_gets_the_same_next_job_and_starts_no_other(net):
+    """The agent repeats a completion whose answer it lost (a dropped connection): the repeat
+    answers the next job the first call started, which the host never saw, instead of
+    starting a third one that would also be lost until its run clock ran out."""
+    host, token = net.host("h1", slots=2)
+    first = net.submit_id()
+    assert net.lease(token).json()["id"] == first
+    queued = [net.submit_id(), net.submit_id()]
+    body = {"ttft_ms": 100.0, "completion_tokens": 10, "elapsed_ms": 500.0, "lease_next": True}
+    answers = [net.client.post(f"/v1/jobs/{first}/complete", body, format="json", **bearer(token))
+               for _ in range(2)]
+    assert [a.json()["next"]["id"] for a in answers] == [queued[0], queued[0]]
+    assert net.job(queued[1]).status != JobStatus.RUNNING  # not handed out behind the host's back
+    # In a batch too: the repeated report answers its own next job, the new one takes the next.
+    figures = {"ttft_ms": 100.0, "completion_tokens": 10, "elapsed_ms": 500.0}
+    batch = net.client.post("/v1/jobs/complete", {"jobs": [
+        {"id": first, **figures}, {"id": queued[0], **figures}], "lease_next": True},
+        format="json", **bearer(token))
+    # (queued[0] is completed in this call, so only the new report gets a next job)
+    assert [j["id"] for j in batch.json()["next"]] == [queued[1]]
+
+
 def test_a_complete_without_lease_next_answers_as_before(net):
     _, token = net.host("h1")
     job_id = net.submit_id()
