@@ -176,7 +176,8 @@ def submit_many(team, items: Sequence[Submission], now: datetime | None = None) 
 # --- hosts -----------------------------------------------------------------------------------
 
 
-def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job | None:
+def lease(host: Host, now: datetime | None = None, start: bool = False,
+          after: Job | None = None) -> Job | None:
     """Hand the host the oldest job assigned to it that it has not received, or None.
 
     With `start`, the job is started in the same statement (leased -> running), which saves
@@ -185,6 +186,8 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
     of one host (several slots) take different jobs instead of waiting on each other, and the
     conditions repeated in the UPDATE make sure only one of them wins a row. The assignment
     pass that fills the host's queue runs before this (a worker task: benchmarks/routing.py).
+    `after`: the completed job this one follows (lease_next); the same statement records the
+    job handed out on it (`next_job_id`), for a repeated completion to get it again.
     """
     now = now or timezone.now()
     if host.suspended:
@@ -198,13 +201,21 @@ def lease(host: Host, now: datetime | None = None, start: bool = False) -> Job |
         params += [JobStatus.RUNNING, now,
                    now + timedelta(seconds=policy.value("NETWORK_RUN_TIMEOUT_S"))]
     table = Job._meta.db_table
-    claimed = list(ALL_JOBS.raw(
+    claim = (
         f"UPDATE {table} SET {', '.join(sets)} WHERE id = ("  # noqa: S608 - names are ours
         f"SELECT id FROM {table} WHERE host_id = %s AND status = %s "
         "AND delivered_at IS NULL AND lease_expires_at >= %s "
         "ORDER BY leased_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-        ") AND status = %s AND delivered_at IS NULL RETURNING *",
-        [*params, host.pk, JobStatus.LEASED, now, JobStatus.LEASED]))
+        ") AND status = %s AND delivered_at IS NULL RETURNING *")
+    params += [host.pk, JobStatus.LEASED, now, JobStatus.LEASED]
+    if after is not None:
+        # Still one statement: PostgreSQL runs a data-modifying WITH part whether or not the
+        # outer query reads it.
+        claim = (f"WITH claimed AS ({claim}), noted AS (UPDATE {table} "  # noqa: S608
+                 "SET next_job_id = (SELECT id FROM claimed) WHERE id = %s "
+                 "AND EXISTS (SELECT 1 FROM claimed)) SELECT * FROM claimed")
+        params.append(after.pk)
+    claimed = list(ALL_JOBS.raw(claim, params))
     return claimed[0] if claimed else None
 
 
@@ -285,11 +296,6 @@ def complete(host: Host, job_id, figures: Figures, result,
             "completion_tokens", "elapsed_ms", "result_json",
         ])
         return job, True
-
-
-def record_next(completed: Job, following: Job) -> None:
-    """Remember the job handed out with this completion (lease_next)."""
-    ALL_JOBS.filter(pk=completed.pk).update(next_job_id=following.pk)
 
 
 def handed_next(host: Host, completed: Job) -> Job | None:

@@ -53,26 +53,27 @@ def steady_heartbeat(token: str, models: list[str], hardware: dict, slots: int,
 
 
 def lease(host: Host, start: bool = False, wait_s: float = 0.0,
-          now: datetime | None = None) -> Job | None:
+          now: datetime | None = None, after: Job | None = None) -> Job | None:
     """The oldest job a pass already gave this host (optionally started), or None.
 
     Without one: the clocks are enforced (at most once a second across the site), a pass is
     queued when jobs are waiting, and with `wait_s` the call waits up to that long for a pass
     to give this host a job; it holds no lock and runs no query while it waits, only when a
-    pass announces work for this host (or every wakeup.POLL_S while Redis cannot announce)."""
+    pass announces work for this host (or every wakeup.POLL_S while Redis cannot announce).
+    `after`: the completed job this lease follows (lease_next), recorded on it."""
     now = now or timezone.now()
     if host.suspended:
         return None
-    job = jobs.lease(host, now, start=start)
+    job = jobs.lease(host, now, start=start, after=after)
     if job is not None:
         return job
     if jobs.housekeeping_due(now):
         jobs.housekeeping(now)
     if jobs.any_queued() and tasks.request_pass():
-        job = jobs.lease(host, start=start)  # the pass ran in this call (eager Celery)
+        job = jobs.lease(host, start=start, after=after)  # the pass ran here (eager Celery)
     if job is None and wait_s > 0:
         def look() -> Job | None:
-            found = jobs.lease(host, start=start)
+            found = jobs.lease(host, start=start, after=after)
             if found is None:
                 _release_connection()
             return found
@@ -113,10 +114,7 @@ def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool
 def _next_for(host: Host, completed: Job, first_time: bool, wait_s: float = 0.0) -> Job | None:
     if not first_time:
         return jobs.handed_next(host, completed)
-    following = lease(host, start=True, wait_s=wait_s)  # finding nothing queues a pass itself
-    if following is not None:
-        jobs.record_next(completed, following)
-    return following
+    return lease(host, start=True, wait_s=wait_s, after=completed)  # finding none queues a pass
 
 
 def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]],
