@@ -83,6 +83,11 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
             60,
             "beat to log the tick at INFO",
         )
+    # The worker's half: one tick on an otherwise empty queue. What the beat queued on start
+    # (every periodic task is due at once) could keep a one-thread worker on a loaded box
+    # busy past the wait before it reached a tick.
+    broker.delete("celery")
+    app.send_task(TICK)
     loud_worker = tmp_path / "worker-info.log"
     worker = start_worker("--concurrency", "1", env=loud_env, log=loud_worker)
     try:
