@@ -126,7 +126,7 @@ def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]]
     without waiting (for a repeated report, the one its first call handed out, as `complete`
     answers). One fold and at most one pass are queued for the whole call."""
     settled: list[Job | jobs.JobError] = []
-    first_times: list[bool] = []
+    completed: list[tuple[Job, bool]] = []  # each completed job, and whether this call did it
     for job_id, figures, result in reports:
         try:
             job, first_time = jobs.complete(host, job_id, figures, result)
@@ -134,16 +134,14 @@ def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]]
             settled.append(exc)
             continue
         settled.append(job)
-        first_times.append(first_time)
-    completed = [item for item in settled if isinstance(item, Job)]
+        completed.append((job, first_time))
     if completed:
         tasks.queue_fold(host.pk)
     following: list[Job] = []
     if lease_next:
         # Repeated reports first (they take nothing new), then one lease per new completion
         # until the host's queue is empty.
-        ordered = sorted(zip(completed, first_times, strict=True), key=lambda pair: pair[1])
-        for job, first_time in ordered:
+        for job, first_time in sorted(completed, key=lambda pair: pair[1]):
             found = _next_for(host, job, first_time)
             if found is not None:
                 following.append(found)
