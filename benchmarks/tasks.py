@@ -18,25 +18,33 @@ from django.db import transaction
 from benchmarks import ewma, jobs, public_cache, routing
 from tokvera_site.cache_outage import CACHE_ERRORS, warn
 
+FOLD_PENDING_KEY = "benchmarks:fold-pending"
+# Assignment passes run on a queue of their own, served by a worker of their own in production
+# (docs/operations.md), so folds never wait behind them.
+PASS_QUEUE = "passes"  # noqa: S105 - a queue name, not a secret
 
-def fold_pending_key(host_id: int) -> str:
-    return f"benchmarks:fold-pending:{host_id}"
 
-
-def queue_fold(host_id: int) -> None:
-    """After the current transaction commits, queue a fold of this host, unless one is queued
-    and has not started yet: that one will read this job too (the task clears the mark before
-    it reads). Robust: if the broker or the cache is down, the job stays recorded and the
-    periodic sweep folds it."""
+def queue_fold(host_id: int | None = None) -> None:
+    """After the current transaction commits, queue a fold, unless one is queued and has not
+    started yet: that one will read this job too (the task clears the mark before it reads).
+    One fold folds every host with settled, unfolded jobs, so the host (`host_id`, the one
+    whose job settled) needs no mark of its own. Robust: if the broker or the cache is down,
+    the job stays recorded and the periodic sweep folds it."""
 
     def enqueue() -> None:
         try:
-            first = cache.add(fold_pending_key(host_id), 1, timeout=60)
+            first = cache.add(FOLD_PENDING_KEY, 1, timeout=60)
         except CACHE_ERRORS as exc:
             warn("fold queued without the pending mark", exc)
             first = True
-        if first:
-            fold_host_ewmas.delay(host_id)
+        if not first:
+            return
+        try:
+            fold_host_ewmas.delay()
+        except Exception as exc:  # noqa: BLE001 - kombu's errors vary by transport
+            warn("fold left to the sweep", exc)
+            with contextlib.suppress(*CACHE_ERRORS):
+                cache.delete(FOLD_PENDING_KEY)  # so the next completion tries again
 
     transaction.on_commit(enqueue, robust=True)
 
@@ -67,7 +75,7 @@ def request_pass() -> bool:
     return bool(assign_queued_jobs.app.conf.task_always_eager)
 
 
-@shared_task(ignore_result=True)
+@shared_task(ignore_result=True, queue=PASS_QUEUE)
 def assign_queued_jobs() -> int:
     """Assign queued jobs to free hosts: one pass over many jobs and hosts (after the one in
     flight, if any); the hosts given work are woken (benchmarks/wakeup.py)."""
@@ -77,13 +85,16 @@ def assign_queued_jobs() -> int:
 
 
 @shared_task(autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
-def fold_host_ewmas(host_id: int) -> int:
-    """Fold a host's settled, unfolded jobs into its EWMAs (queued by completions)."""
-    cache.delete(fold_pending_key(host_id))  # before reading: later completions queue anew
-    total = 0
-    while folded := ewma.fold_host(host_id):
-        total += folded
-    return total
+def fold_host_ewmas(host_id: int | None = None) -> int:
+    """Fold every host's settled, unfolded jobs into its EWMAs (queued by completions; at most
+    one waits in the queue). `host_id`, which messages queued before folds went in batches
+    carry, is not needed: that host is folded with the others."""
+    with contextlib.suppress(*CACHE_ERRORS):
+        cache.delete(FOLD_PENDING_KEY)  # before reading: later completions queue anew
+    folded, finished = ewma.fold_pending()
+    if not finished:  # a backlog bigger than one task's batches: the rest in the next task
+        queue_fold()
+    return folded
 
 
 @shared_task

@@ -338,12 +338,14 @@ SCAN_DEFAULT_LOCATION = config.env.str("SCAN_DEFAULT_LOCATION", default="site")
 SCAN_LOCATIONS = config.string_list("SCAN_LOCATIONS", [SCAN_DEFAULT_LOCATION])  # noqa: F821
 if SCAN_DEFAULT_LOCATION not in SCAN_LOCATIONS:
     SCAN_LOCATIONS = [SCAN_DEFAULT_LOCATION, *SCAN_LOCATIONS]
-# A worker started without -Q serves the site's tasks and the site's own location; one started
-# with -Q scans.<location> serves only that location.
+# A worker started without -Q serves the site's tasks, the network's assignment passes (queue
+# `passes`, benchmarks.tasks.PASS_QUEUE) and the site's own location; one started with
+# -Q scans.<location> serves only that location. In production passes get a worker of their
+# own (-Q passes), so folds never wait behind them (docs/operations.md).
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_QUEUES = [
     Queue(name, Exchange(name), routing_key=name)
-    for name in ("celery", f"scans.{SCAN_DEFAULT_LOCATION}")
+    for name in ("celery", "passes", f"scans.{SCAN_DEFAULT_LOCATION}")
 ]
 
 LOGGING = {

@@ -9,13 +9,16 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.core.cache import cache
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
-from benchmarks import ewma, routing
+from benchmarks import ewma, routing, tasks
 from benchmarks.models import Host, Job, JobStatus
 from tests.conftest import bearer
 from tests.helpers.network import build_net, make_catalog
+from tests.helpers.processes import wait_for
+from tokvera_site.celery import app
 
 # Jobs queue before the hosts that race for them exist.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("queue_without_hosts")]
@@ -175,3 +178,112 @@ def test_concurrent_folds_and_duplicate_completions_fold_each_job_once():
     assert host.ttft_ewma_ms == pytest.approx(0.3 * 400 + 0.7 * (0.3 * 200 + 0.7 * 100))
     assert host.tps_ewma == pytest.approx(0.3 * 10 + 0.7 * (0.3 * 50 + 0.7 * 20))
     assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()
+
+
+@pytest.fixture
+def folds_left_to_us():
+    """Completions queue their folds on the broker, where no worker takes them: the test runs
+    the folds itself, at the moments it chooses."""
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    app.control.purge()
+    yield
+    app.control.purge()
+    app.conf.task_always_eager = before
+
+
+def _waiting_on_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
+RUNS = [(100.0, 20, 1000.0), (200.0, 100, 2000.0)]  # TTFT 100 → 130, TPS 20 → 29
+
+
+@pytest.mark.redis
+def test_a_completion_during_a_fold_waits_for_it_and_is_folded_by_the_next(folds_left_to_us):
+    make_catalog()
+    net = build_net()
+    host, token = net.host("h1", slots=2)
+    first, second = net.submit_id(max_tokens=128), net.submit_id(max_tokens=128)
+    routing.assignment_pass()
+    for _ in range(2):
+        assert net.lease(token).status_code == 200
+    for job_id in (first, second):
+        assert net.start(token, job_id).status_code == 200
+    (ttft, tokens, elapsed), later = RUNS
+    assert net.complete(token, first, ttft_ms=ttft, completion_tokens=tokens,
+                        elapsed_ms=elapsed).status_code == 200
+    folding, release = threading.Event(), threading.Event()
+
+    @_in_thread
+    def fold():  # a fold task that has read and blended, and not yet committed
+        with transaction.atomic():
+            folded = tasks.fold_host_ewmas()
+            folding.set()
+            assert release.wait(timeout=30)
+        return folded
+
+    @_in_thread
+    def complete_second():
+        return APIClient().post(f"/v1/jobs/{second}/complete", {
+            "ttft_ms": later[0], "completion_tokens": later[1], "elapsed_ms": later[2]},
+            format="json", **bearer(token)).status_code
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        folded = pool.submit(fold)
+        assert folding.wait(timeout=30)
+        completed = pool.submit(complete_second)
+        wait_for(lambda: _waiting_on_a_lock() == 1, 30, "the completion to wait for the host")
+        release.set()
+        assert folded.result() == 1 and completed.result() == 200
+    # The completion settled after the fold's commit, so the fold did not see it; the fold had
+    # cleared the pending mark, so the completion queued the next fold.
+    assert net.job(second).folded_at is None
+    assert cache.get(tasks.FOLD_PENDING_KEY)
+    assert tasks.fold_host_ewmas() == 1
+    host.refresh_from_db()
+    assert host.ttft_ewma_ms == pytest.approx(0.3 * 200 + 0.7 * 100)
+    assert host.tps_ewma == pytest.approx(0.3 * 50 + 0.7 * 20)
+    assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()
+
+
+@pytest.mark.redis
+def test_a_fold_folds_the_other_hosts_first_and_then_waits_for_a_held_one(folds_left_to_us):
+    fleet = []
+    make_catalog()
+    net = build_net()
+    for name in ("held", "free"):
+        model = f"{name}-q4"
+        make_catalog(model)
+        host, token = net.host(name, models=(model,))
+        net.submit_id(model=model, max_tokens=128)
+        routing.assignment_pass()
+        net.run(token, ttft_ms=100.0, completion_tokens=20, elapsed_ms=1000.0)
+        fleet.append(host)
+    held, free = fleet
+    holding, release = threading.Event(), threading.Event()
+
+    @_in_thread
+    def hold():  # a transaction holding the host row, as a completion in flight does
+        with transaction.atomic():
+            Host.dangerously_unscoped.select_for_update().filter(pk=held.pk).values_list("pk").get()
+            holding.set()
+            assert release.wait(timeout=30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holder = pool.submit(hold)
+        assert holding.wait(timeout=30)
+        folded = pool.submit(_in_thread(ewma.fold_pending))
+        # The free host is folded (and committed) while the held one is still held.
+        wait_for(lambda: not Job.dangerously_unscoped.filter(
+            host=free, folded_at__isnull=True).exists(), 30, "the free host's fold")
+        assert Job.dangerously_unscoped.filter(host=held, folded_at__isnull=True).exists()
+        release.set()
+        holder.result()
+        assert folded.result() == (2, True)
+    for host in fleet:
+        host.refresh_from_db()
+        assert (host.ttft_ewma_ms, host.tps_ewma) == (100.0, 20.0)

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from benchmarks import ewma, tasks
 from benchmarks.models import Job
-from tests.helpers.network import T0
+from tests.helpers.network import T0, make_catalog
 
 # (ttft_ms, completion_tokens, elapsed_ms) → TPS 20, 50, 10
 RUNS = [(100.0, 20, 1000.0), (200.0, 100, 2000.0), (400.0, 10, 1000.0)]
@@ -146,3 +146,88 @@ def test_the_fold_stamps_folded_at(net):
         assert net.job(job_id).folded_at is None
         ewma.fold_host(host.pk)
         assert net.job(job_id).folded_at == T0
+
+
+# By hand after the first 1, 2 or 3 of RUNS (α = 0.3; reputation from 0.5 with α = 0.1).
+BY_HAND = {
+    1: (100.0, 20.0, 1 - 0.9 * 0.5),
+    2: (0.3 * 200 + 0.7 * 100, 0.3 * 50 + 0.7 * 20, 1 - 0.9 ** 2 * 0.5),
+    3: (TTFT_BY_HAND, TPS_BY_HAND, REPUTATION_BY_HAND),
+}
+
+
+def _fleet(net, runs_per_host=(1, 2, 3, 1, 2)):
+    """Hosts with settled, unfolded jobs: the n-th host ran the first runs_per_host[n] of RUNS.
+    Each host serves a model of its own, so each job goes to the host meant to run it."""
+    fleet = []
+    for n, count in enumerate(runs_per_host):
+        model = f"fleet-{n}-q4"
+        make_catalog(model)
+        host, token = net.host(f"h{n}", models=(model,))
+        for ttft, tokens, elapsed in RUNS[:count]:
+            net.submit_id(model=model, max_tokens=128)
+            net.run(token, ttft_ms=ttft, completion_tokens=tokens, elapsed_ms=elapsed)
+        fleet.append((host, count))
+    return fleet
+
+
+def _assert_folded_by_hand(fleet):
+    for host, count in fleet:
+        host.refresh_from_db()
+        ttft, tps, reputation = BY_HAND[count]
+        assert host.ttft_ewma_ms == pytest.approx(ttft), host.name
+        assert host.tps_ewma == pytest.approx(tps), host.name
+        assert host.reputation == pytest.approx(reputation), host.name
+
+
+def test_one_fold_task_folds_every_host_with_settled_jobs(net):
+    fleet = _fleet(net)  # on_commit never runs here: no fold has run yet
+    assert Job.dangerously_unscoped.filter(folded_at__isnull=True).count() == 9
+    assert tasks.fold_host_ewmas() == 9
+    _assert_folded_by_hand(fleet)
+    assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()
+    assert tasks.fold_host_ewmas() == 0  # a duplicate finds nothing
+
+
+def test_small_batches_cut_hosts_short_and_keep_each_hosts_order(net):
+    fleet = _fleet(net)
+    # Two hosts and two jobs per transaction: a host's jobs are split across transactions.
+    assert ewma.fold_pending(hosts_per_batch=2, jobs_per_batch=2) == (9, True)
+    _assert_folded_by_hand(fleet)
+    assert ewma.sweep() == 0
+
+
+def test_a_fold_cut_off_after_its_first_batch_leaves_the_rest_to_the_next(net):
+    fleet = _fleet(net)
+    assert ewma.fold_pending(hosts_per_batch=2, max_batches=1) == (3, False)  # h0 and h1 only
+    for host, _ in fleet[2:]:
+        host.refresh_from_db()
+        assert host.ttft_ewma_ms is None
+    assert ewma.fold_pending(hosts_per_batch=2) == (6, True)
+    _assert_folded_by_hand(fleet)
+
+
+def test_a_batched_fold_that_dies_before_commit_changes_nothing(net):
+    fleet = _fleet(net)
+
+    class WorkerDied(Exception):
+        pass
+
+    with pytest.raises(WorkerDied), transaction.atomic():
+        assert ewma.fold_pending(hosts_per_batch=2, jobs_per_batch=2) == (9, True)
+        raise WorkerDied
+    for host, _ in fleet:
+        host.refresh_from_db()
+        assert (host.ttft_ewma_ms, host.tps_ewma, host.reputation) == (None, None, 0.5)
+    assert Job.dangerously_unscoped.filter(folded_at__isnull=True).count() == 9
+    assert tasks.fold_host_ewmas() == 9  # redone once
+    assert tasks.fold_host_ewmas() == 0
+    _assert_folded_by_hand(fleet)
+
+
+def test_completions_on_many_hosts_queue_folds_that_fold_each_once(
+        net, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        fleet = _fleet(net)
+    _assert_folded_by_hand(fleet)
+    assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()

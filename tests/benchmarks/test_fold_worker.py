@@ -1,5 +1,6 @@
 """The fold task in a real Celery worker, over Redis, against the real PostgreSQL database:
-completions queue it, duplicates of it are delivered too, and each job is folded once."""
+completions queue it, duplicates of it are delivered too, and each job is folded once. And the
+assignment passes' own queue: served by a worker of its own, covered by the tick without one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import time
 import pytest
 
 from benchmarks import routing
-from benchmarks.models import Job
+from benchmarks.models import Job, JobStatus
+from benchmarks.tasks import PASS_QUEUE
 from tests.helpers.network import build_net, make_catalog
 from tests.helpers.workers import start_worker, worker_env
 from tokvera_site.celery import app
@@ -30,10 +32,28 @@ def real_broker():
     app.conf.task_always_eager = before
 
 
-def _start_worker() -> subprocess.Popen:
+def _start_worker(*args: str) -> subprocess.Popen:
     # The project's own settings (not the fast scan settings), as a deployed worker has.
-    return start_worker("--pool", "prefork", "--concurrency", "2",
+    return start_worker("--pool", "prefork", "--concurrency", "2", *args,
                         env=worker_env(DJANGO_SETTINGS_MODULE="tokvera_site.settings"))
+
+
+def _stop(worker: subprocess.Popen) -> None:
+    os.killpg(worker.pid, signal.SIGTERM)
+    worker.wait(timeout=60)
+
+
+def _waiting_messages(queue: str) -> int:
+    with app.connection_for_write() as conn:
+        return conn.default_channel.queue_declare(queue).message_count
+
+
+def _wait_until_leased(job_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Job.dangerously_unscoped.get(
+            pk=job_id).status == JobStatus.QUEUED:
+        time.sleep(0.2)
+    assert Job.dangerously_unscoped.get(pk=job_id).status == JobStatus.LEASED
 
 
 def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_broker):
@@ -62,3 +82,28 @@ def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_b
     assert host.ttft_ewma_ms == pytest.approx(0.3 * 400 + 0.7 * (0.3 * 200 + 0.7 * 100))
     assert host.tps_ewma == pytest.approx(0.3 * 10 + 0.7 * (0.3 * 50 + 0.7 * 20))
     assert host.reputation == pytest.approx(1 - 0.5 * 0.9 ** 3)
+
+
+def test_passes_wait_on_their_own_queue_and_the_tick_assigns_without_their_worker(real_broker):
+    make_catalog()
+    net = build_net()
+    net.host("h1", slots=2)
+    first = net.submit_id()  # queues a pass, on its own queue
+    assert _waiting_messages(PASS_QUEUE) == 1
+    # A worker that does not serve `passes` (an operator who missed it): the tick, on the
+    # default queue every 5 s, still runs a pass, so the job is late, not lost.
+    worker = _start_worker("-Q", "celery")
+    try:
+        app.send_task("benchmarks.tasks.network_tick")
+        _wait_until_leased(first)
+    finally:
+        _stop(worker)
+    assert _waiting_messages(PASS_QUEUE) == 1  # never taken by that worker
+    second = net.submit_id()  # one pass is queued already: it will see this job too
+    assert _waiting_messages(PASS_QUEUE) == 1
+    worker = _start_worker("-Q", PASS_QUEUE)  # the passes' own worker
+    try:
+        _wait_until_leased(second)
+    finally:
+        _stop(worker)
+    assert _waiting_messages(PASS_QUEUE) == 0

@@ -5,7 +5,8 @@
 Needs PostgreSQL at postgres://postgres@127.0.0.1:5432 (trust auth), its `pgbench`, and Redis at
 127.0.0.1:6379. It (re)creates the databases `tokvera_bench` (or $BENCH_DB) and its `_pgbench`,
 migrates the first, seeds hosts and a buyer, starts gunicorn (sync workers, or gthread with
---threads) and one Celery worker of two processes (folds and assignment passes) on Redis,
+--threads) and Celery workers of one thread each for folds and for assignment passes
+(--celery shared: one worker of two threads for both) on Redis,
 then measures, with a raw asyncio HTTP client on 127.0.0.1:
 
 0. pgbench's single-row UPDATE (`UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE
@@ -214,7 +215,8 @@ def seed(hosts: int) -> dict:
 
 
 def start_services(port: int, workers: int, threads: int, pool: int = 0,
-                   waiting_per_process: int | None = None, server: str = "gunicorn"):
+                   waiting_per_process: int | None = None, server: str = "gunicorn",
+                   celery_layout: str = "split"):
     worker_class = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []
     web_env = {**ENV, "DB_POOL_MAX_SIZE": str(pool)}
     if waiting_per_process is not None:
@@ -228,11 +230,19 @@ def start_services(port: int, workers: int, threads: int, pool: int = 0,
                    "--workers", str(workers), "--blocking-threads", str(threads),
                    "--backlog", "4096", "--log-level", "warning"]
     gunicorn = subprocess.Popen(command, cwd=ROOT, env=web_env)
-    worker = subprocess.Popen(
-        # Two processes: folds and assignment passes (issue 25) share the default queue.
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--concurrency", "2",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
-        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Two threads of Celery in all, so layouts compare fairly. split (production's shape,
+    # docs/operations.md): folds (queue `celery`) and assignment passes (queue `passes`) in
+    # worker processes of their own, one thread each; shared: one worker process, two threads,
+    # serving both queues (Procfile.dev's shape, and the only one before passes had a queue).
+    queues = {"split": [("celery", "1"), ("passes", "1")], "shared": [("celery,passes", "2")]}
+    celery_workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "-Q", queue,
+             "--concurrency", concurrency, "-n", f"bench{n}@%h", "--without-gossip",
+             "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
+            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for n, (queue, concurrency) in enumerate(queues[celery_layout])
+    ]
     import httpx
 
     deadline = time.monotonic() + 60
@@ -244,7 +254,7 @@ def start_services(port: int, workers: int, threads: int, pool: int = 0,
             time.sleep(0.3)
     else:
         raise SystemExit("the site did not start")
-    return gunicorn, worker
+    return gunicorn, celery_workers
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -262,6 +272,16 @@ def cpu_seconds(pids: list[int]) -> float:
 def children(master: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True)
     return [int(x) for x in out.stdout.split()]
+
+
+def celery_pids(workers: list[subprocess.Popen]) -> list[int]:
+    return [pid for worker in workers for pid in (worker.pid, *children(worker.pid))]
+
+
+def rss_mb(pids: list[int]) -> list[float]:
+    out = subprocess.run(["ps", "-o", "rss=", "-p", ",".join(map(str, pids))],
+                         capture_output=True, text=True)
+    return sorted(round(int(x) / 1024, 1) for x in out.stdout.split())
 
 
 def worker_rss_mb(master: int) -> list[float]:
@@ -571,6 +591,9 @@ def main() -> None:
     parser.add_argument("--complete-wait-s", type=float, default=0.0,
                         help="a completion with lease_next waits this long for the next job "
                              "(instead of the slot's next lease waiting)")
+    parser.add_argument("--celery", choices=["split", "shared"], default="split",
+                        help="split: a folds worker and a passes worker, one thread each; "
+                             "shared: one worker of two threads serving both queues")
     parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn",
                         help="the WSGI server (granian: not a dependency; pip install granian)")
     args = parser.parse_args()
@@ -578,7 +601,7 @@ def main() -> None:
     recreate_database()
     seeded = seed(args.hosts)
     gunicorn, celery = start_services(args.port, args.workers, args.threads, args.pool,
-                                      args.waiting_per_process, args.server)
+                                      args.waiting_per_process, args.server, args.celery)
 
     def http() -> Http:  # one pool per event loop (each phase runs its own)
         return Http(args.port, keep_alive=args.threads > 1)
@@ -586,7 +609,7 @@ def main() -> None:
     result: dict = {"workers": args.workers, "threads": args.threads, "hosts": args.hosts,
                     "pool": args.pool, "waiting_per_process": args.waiting_per_process,
                     "submit_batch": args.submit_batch, "complete_batch": args.complete_batch,
-                    "cpus": os.cpu_count()}
+                    "celery": args.celery, "cpus": os.cpu_count()}
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         time.sleep(1)
@@ -627,7 +650,8 @@ def main() -> None:
             result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
         web = children(gunicorn.pid)
         if not args.skip_jobs:
-            cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds([celery.pid, *children(celery.pid)])
+            result["celery_rss_mb_before_jobs"] = rss_mb(celery_pids(celery))
+            cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds(celery_pids(celery))
             jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
                                          args.seconds, lease_wait_s=args.lease_wait_s,
                                          submit_batch=args.submit_batch,
@@ -636,24 +660,26 @@ def main() -> None:
             jobs["web_cpu_ms_per_job"] = round(
                 (cpu_seconds(web) - cpu0) * 1000 / max(1, jobs["completed"]), 2)
             jobs["celery_cpu_ms_per_job"] = round(
-                (cpu_seconds([celery.pid, *children(celery.pid)]) - fold_cpu0) * 1000
+                (cpu_seconds(celery_pids(celery)) - fold_cpu0) * 1000
                 / max(1, jobs["completed"]), 2)
             result["jobs"] = jobs
             result["fold_latency"] = fold_latency()
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
+            result["celery_rss_mb_after_jobs"] = rss_mb(celery_pids(celery))
             # a second, identical jobs run: flat memory means no growth from the first to here
             asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
                                   lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
                                   complete_batch=args.complete_batch,
                                   complete_wait_s=args.complete_wait_s))
             result["rss_mb_after_second_jobs_run"] = worker_rss_mb(gunicorn.pid)
+            result["celery_rss_mb_after_second_jobs_run"] = rss_mb(celery_pids(celery))
     finally:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         result["load_generator_cpu_s"] = round(
             (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime), 1)
-        for proc in (gunicorn, celery):
+        for proc in (gunicorn, *celery):
             proc.terminate()
-        for proc in (gunicorn, celery):
+        for proc in (gunicorn, *celery):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -689,7 +715,10 @@ def main() -> None:
         lines.append(f"jobs: {result['jobs']['completed_per_s']}/s submit -> complete "
                      f"({result['jobs']['http_calls_per_job']} calls, "
                      f"{result['jobs']['web_cpu_ms_per_job']} ms web CPU per job; goal >= 200/s); "
-                     f"fold p99 {fold.get('p99_ms')} ms, {fold.get('within_5s_share')} within 5 s")
+                     f"fold p99 {fold.get('p99_ms')} ms, {fold.get('within_5s_share')} within 5 s; "
+                     f"{result['jobs']['celery_cpu_ms_per_job']} ms Celery CPU per job "
+                     f"({args.celery}), Celery RSS {result.get('celery_rss_mb_before_jobs')} -> "
+                     f"{result.get('celery_rss_mb_after_second_jobs_run')} MB")
     end = (result.get("rss_mb_after_second_jobs_run") or result.get("rss_mb_after_jobs")
            or result.get("rss_mb_after_heartbeats"))
     if end and result.get("rss_mb_warm"):

@@ -275,7 +275,8 @@ def test_two_webs_and_two_workers_fold_every_settled_job_exactly_once(world, tmp
         stack.callback(_purge, *FOLD_WORKERS.values())
         logs = {name: tmp_path / f"{name}.log" for name in FOLD_WORKERS}
         for name, own in FOLD_WORKERS.items():
-            stack.callback(stop, start_worker("-Q", f"celery,{own}", "-n", f"folds@{name}",
+            # Both queues of the network's tasks (folds on `celery`, passes on `passes`).
+            stack.callback(stop, start_worker("-Q", f"celery,passes,{own}", "-n", f"folds@{name}",
                                               "-c", "4", env=env, log=logs[name]))
         net = _Network([stack.enter_context(_web(env)), stack.enter_context(_web(env))])
         for log in logs.values():
