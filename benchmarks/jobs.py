@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Team
-from benchmarks import ewma, policy
+from benchmarks import ewma, policy, rows
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from tokvera_site.cache_outage import CACHE_ERRORS, warn
@@ -206,26 +206,47 @@ def lease(host: Host, now: datetime | None = None, start: bool = False,
         f"SELECT id FROM {table} WHERE host_id = %s AND status = %s "
         "AND delivered_at IS NULL AND lease_expires_at >= %s "
         "ORDER BY leased_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
-        ") AND status = %s AND delivered_at IS NULL RETURNING *")
+        f") AND status = %s AND delivered_at IS NULL RETURNING {rows.columns(Job, table)}")
     params += [host.pk, JobStatus.LEASED, now, JobStatus.LEASED]
     if after is not None:
         # Still one statement: PostgreSQL runs a data-modifying WITH part whether or not the
         # outer query reads it.
         claim = (f"WITH claimed AS ({claim}), noted AS (UPDATE {table} "  # noqa: S608
                  "SET next_job_id = (SELECT id FROM claimed) WHERE id = %s "
-                 "AND EXISTS (SELECT 1 FROM claimed)) SELECT * FROM claimed")
+                 f"AND EXISTS (SELECT 1 FROM claimed)) SELECT {rows.columns(Job, 'claimed')} "
+                 "FROM claimed")
         params.append(after.pk)
-    claimed = list(ALL_JOBS.raw(claim, params))
+    claimed = rows.fetch(Job, claim, params)  # plain SQL: benchmarks/rows.py
     return claimed[0] if claimed else None
 
 
 def _locked(host: Host, job_id) -> Job:
-    """Lock the host row, then the job row; the job must be this host's (else 404)."""
-    Host.objects.for_team(host.team_id).select_for_update().filter(pk=host.pk).values_list("pk").first()
-    job = ALL_JOBS.select_for_update().filter(pk=job_id, host_id=host.pk).first()
-    if job is None:
+    """Lock the host row, then the job row, in one statement; the job must be this host's
+    (else 404). The host is locked in the materialized WITH part, which the outer query must
+    read before it can produce (and so lock) the job row: the order stays host, then job. A
+    job changed while this waited comes back as it is now (FOR UPDATE reads the latest row).
+    Plain SQL, as `lease` (benchmarks/rows.py)."""
+    found = rows.fetch(Job, (
+        f"WITH locked_host AS MATERIALIZED (SELECT id FROM {Host._meta.db_table} "  # noqa: S608
+        f"WHERE id = %s FOR UPDATE) SELECT {rows.columns(Job, 'job')} FROM {Job._meta.db_table} "
+        "job JOIN locked_host ON job.host_id = locked_host.id WHERE job.id = %s "
+        "FOR UPDATE OF job"), [host.pk, job_id])
+    if not found:
         raise NotYourJob("no such job leased to this host")
-    return job
+    return found[0]
+
+
+def _save(job: Job, names: list[str]) -> None:
+    """`job.save(update_fields=names)` as one plain UPDATE, for the hot path (a completion):
+    the same values, prepared by each field as the ORM prepares them. Job has no save signals."""
+    by_name = {field.name: field for field in Job._meta.concrete_fields}
+    fields = [by_name[name] for name in names]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} SET "  # noqa: S608 - column names are ours
+            f"{', '.join(f'{field.column} = %s' for field in fields)} WHERE id = %s",
+            [*(field.get_db_prep_save(getattr(job, field.attname), connection)
+               for field in fields), job.pk])
 
 
 def start(host: Host, job_id, now: datetime | None = None) -> Job:
@@ -291,7 +312,7 @@ def complete(host: Host, job_id, figures: Figures, result,
         job.completion_tokens = figures.completion_tokens
         job.elapsed_ms = figures.elapsed_ms
         job.result_json = result
-        job.save(update_fields=[
+        _save(job, [
             "status", "started_at", "completed_at", "settled_at", "lease_expires_at", "ttft_ms",
             "completion_tokens", "elapsed_ms", "result_json",
         ])

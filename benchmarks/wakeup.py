@@ -1,11 +1,12 @@
 """Wake-ups for hosts waiting for work (the waiting lease, benchmarks/services.py).
 
-An assignment pass that gave jobs to hosts publishes their ids on one Redis channel, once per
-pass and after its transaction commits; nothing is published for a heartbeat or for a pass
-that assigned nothing. Each web process holds one subscription (a daemon thread, started by
-the first wait) and wakes its waiting calls for those hosts. A woken call looks in the
-database, which alone says whether it has a job, so a wake-up meant for another site sharing
-the Redis database, or a repeated one, costs one query and is never wrong.
+An assignment pass that gave jobs to hosts publishes their ids on the site's Redis channel
+(`channel`), once per pass and after its transaction commits; nothing is published for a
+heartbeat or for a pass that assigned nothing. Each web process holds one subscription (a
+daemon thread, started by the first wait) and wakes its waiting calls for those hosts. A
+woken call looks in the database, which alone says whether it has a job, so a wake-up meant
+for another site sharing the Redis server, or a repeated one, costs one query and is never
+wrong.
 
 While the cache is not Redis or Redis is unreachable, waiting calls look every POLL_S instead:
 slower, never wrong. When the subscription (re)connects, every waiting call looks once, so a
@@ -23,7 +24,7 @@ from typing import TypeVar
 import redis
 from django.conf import settings
 
-CHANNEL = "tokvera:benchmarks:host-work"
+CHANNEL_PREFIX = "tokvera:benchmarks:host-work"
 POLL_S = 1.0  # how often a waiting call looks in the database while no wake-up can come
 _RECONNECT_S = 1.0
 
@@ -39,6 +40,13 @@ def _redis_url() -> str | None:
     return location[0] if isinstance(location, list | tuple) else location
 
 
+def channel(url: str) -> str:
+    """The wake-up channel of the site whose cache is at `url`. Redis's channels belong to the
+    whole server, not to a database: named by the cache's database number, sites (or test runs)
+    sharing a server on different databases never hear each other's wake-ups."""
+    return f"{CHANNEL_PREFIX}:{redis.connection.parse_url(url).get('db', 0)}"
+
+
 def announce(host_ids: Iterable[int]) -> None:
     """Tell every web process that these hosts were given work (call after the commit)."""
     ids = sorted(set(host_ids))
@@ -46,7 +54,7 @@ def announce(host_ids: Iterable[int]) -> None:
     if not ids or url is None:
         return
     try:
-        _publisher(url).publish(CHANNEL, ",".join(map(str, ids)))
+        _publisher(url).publish(channel(url), ",".join(map(str, ids)))
     except redis.RedisError as exc:  # the waiting calls still find the jobs within POLL_S
         log.warning("host wake-up not published (%s: %s)", type(exc).__name__, exc)
 
@@ -97,7 +105,7 @@ class _Listener:
             try:
                 client = redis.Redis.from_url(self.url, socket_connect_timeout=1, health_check_interval=30)
                 pubsub = client.pubsub()
-                pubsub.subscribe(CHANNEL)
+                pubsub.subscribe(channel(self.url))
                 while True:
                     message = pubsub.get_message(timeout=30)
                     if message is None:

@@ -114,6 +114,7 @@ def cache() -> dict:
     except Exception as exc:
         raise ConfigError(f"CACHE_URL is not valid: {exc}") from exc
     if config["BACKEND"].endswith("RedisCache"):
+        config["BACKEND"] = "tokvera_site.redis_cache.RedisCache"  # Django's, keeping its client
         # A hung Redis must fail a cache call quickly (callers fall back), not hang the request.
         config.setdefault("OPTIONS", {}).update({"socket_connect_timeout": 1, "socket_timeout": 1})
     return config

@@ -105,10 +105,11 @@ def test_without_redis_a_waiting_host_still_gets_its_job_by_polling(net, setting
 
 
 def test_only_a_pass_that_assigned_work_announces_it_never_a_heartbeat(net):
-    client = redis.Redis.from_url(django_settings.CACHES["default"]["LOCATION"])
+    url = django_settings.CACHES["default"]["LOCATION"]
+    client = redis.Redis.from_url(url)
     subscription = client.pubsub(ignore_subscribe_messages=True)
-    subscription.subscribe(wakeup.CHANNEL)
-    wait_for(lambda: client.pubsub_numsub(wakeup.CHANNEL)[0][1] >= 1, 10, "the subscription")
+    subscription.subscribe(wakeup.channel(url))
+    wait_for(lambda: client.pubsub_numsub(wakeup.channel(url))[0][1] >= 1, 10, "the subscription")
     try:
         host, token = net.host("h1", slots=2)
         for _ in range(3):

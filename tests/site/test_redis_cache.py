@@ -1,0 +1,60 @@
+"""The site's Redis cache keeps one redis-py client (tokvera_site/redis_cache.py): it must still
+behave as Django's does when Redis restarts under it and in a forked worker process."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from tokvera_site import config
+from tokvera_site.devservices import EmbeddedRedis
+from tokvera_site.redis_cache import RedisCache
+
+
+def backend_for(url: str) -> RedisCache:
+    return RedisCache(url, {"OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}})
+
+
+def test_a_redis_cache_url_gives_the_site_s_backend(monkeypatch):
+    monkeypatch.setenv("CACHE_URL", "redis://127.0.0.1:6399/3")
+    assert config.cache()["BACKEND"] == "tokvera_site.redis_cache.RedisCache"
+    monkeypatch.setenv("CACHE_URL", "dbcache://tokvera_cache")
+    assert config.cache()["BACKEND"] == "django.core.cache.backends.db.DatabaseCache"
+
+
+def test_the_cache_keeps_working_when_redis_restarts_under_it():
+    with EmbeddedRedis() as redis_server:
+        cache = backend_for(redis_server.url(0))
+        assert cache.add("pending", 1, timeout=60) is True
+        assert cache.add("pending", 1, timeout=60) is False  # the mark is there
+        redis_server.stop()  # everything it held is gone, its connections with it
+        redis_server.start()
+        assert cache.get("pending") is None
+        assert cache.add("pending", 2, timeout=60) is True
+        assert cache.get("pending") == 2
+
+
+def _child_reads(results) -> None:
+    cache = _inherited[0]
+    results.put((cache.get("from-parent"), cache.add("from-child", 1, timeout=60)))
+
+
+_inherited: list[RedisCache] = []
+
+
+def test_a_forked_process_uses_the_kept_client_safely():
+    """Celery's prefork workers and gunicorn's workers fork a process that may already have
+    used the cache: the child gets connections of its own, never the parent's socket."""
+    with EmbeddedRedis() as redis_server:
+        cache = backend_for(redis_server.url(0))
+        cache.set("from-parent", "hello", timeout=60)
+        _inherited[:] = [cache]
+        results = multiprocessing.get_context("fork").Queue()
+        child = multiprocessing.get_context("fork").Process(
+            target=_child_reads, args=(results,))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        assert results.get(timeout=5) == ("hello", True)
+        assert cache.get("from-child") == 1  # and the parent's client still works
+        _inherited.clear()
+
