@@ -12,6 +12,9 @@ handler400 = errors.bad_request
 handler500 = errors.server_error
 
 urlpatterns = [
+    # The network's calls first: hosts call them many times a second, and Django tries the
+    # patterns in order (allauth's alone are dozens). No other pattern matches their paths.
+    path("", include("benchmarks.urls")),
     path("admin/", admin.site.urls),
     # Sign-up, login, logout, email verification, password reset and change, two-factor (/2fa/):
     # django-allauth, at the site's root so /login/ and /logout/ stay where they were.
@@ -23,7 +26,6 @@ urlpatterns = [
     # Redoc from the sidecar, loading nothing from elsewhere: it works offline.
     path("api/redoc/", OfflineRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/v1/", include("tokvera_site.api_urls")),
-    path("", include("benchmarks.urls")),
     path("", include("accounts.urls")),
     path("", include("scans.urls")),
 ]
