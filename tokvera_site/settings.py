@@ -311,6 +311,11 @@ if not CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821
         "socket_timeout": 30, "socket_connect_timeout": 5, "socket_keepalive": True,
         "health_check_interval": 10, "retry_on_timeout": True,
     })
+    # Several sites (or test processes) on one Redis database: each prefixes every key and
+    # channel of its broker with its own CELERY_BROKER_KEY_PREFIX (kombu's global_keyprefix).
+    _broker_prefix = os.environ.get("CELERY_BROKER_KEY_PREFIX", "")
+    if _broker_prefix and CELERY_BROKER_URL.startswith("redis"):  # noqa: F821
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = _broker_prefix
 
 # Scans (scans/worker.py; docs/operations.md). A running scan touches its row every
 # SCAN_HEARTBEAT_S; the reaper errors one silent for SCAN_STALE_AFTER_S (its worker died) and
