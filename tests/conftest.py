@@ -8,6 +8,7 @@ a bare `pytest` without one skips them with the reason, and TOKVERA_REQUIRE_SERV
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -37,7 +38,61 @@ def _skip_or_fail(reason: str):
     pytest.skip(reason)
 
 
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", … under `pytest -n N`
+
+
+def _redis_keys_of_this_worker() -> None:
+    """Under pytest-xdist every worker process runs beside the others on the same Redis
+    databases (CELERY_BROKER_URL, CACHE_URL): each gets keys of its own, a broker key prefix
+    (its queues, its workers' control messages) and a cache key prefix, here and, through the
+    environment, in the processes its tests start (gunicorn, workers, beat). Its PostgreSQL
+    test database is its own already (pytest-django names it after the worker)."""
+    if not XDIST_WORKER:
+        return
+    prefix = f"tokvera-test-{XDIST_WORKER}"
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        from tokvera_site.celery import app
+
+        os.environ["CELERY_BROKER_KEY_PREFIX"] = f"{prefix}:"
+        settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = f"{prefix}:"
+        app.conf.broker_transport_options = {**app.conf.broker_transport_options,
+                                             "global_keyprefix": f"{prefix}:"}
+    cache_url = os.environ.get("CACHE_URL", "")
+    if cache_url.startswith("redis") and settings.CACHES["default"]["BACKEND"].endswith("RedisCache"):
+        from django.core.cache import caches
+
+        separator = "&" if "?" in cache_url else "?"
+        os.environ["CACHE_URL"] = f"{cache_url}{separator}key_prefix={prefix}"
+        settings.CACHES["default"]["KEY_PREFIX"] = prefix
+        with contextlib.suppress(AttributeError):
+            del caches["default"]  # a cache made before now is made again, with the prefix
+
+
+def broker_key(name: str) -> str:
+    """The Redis key the broker keeps `name` (a queue) under, in this test process."""
+    from tokvera_site.celery import app
+
+    return app.conf.broker_transport_options.get("global_keyprefix", "") + name
+
+
+def clear_cache() -> None:
+    """Empty the cache of this test process: with a key prefix (each xdist worker has its own)
+    only the keys under it, never the whole Redis database other workers use."""
+    from django.core.cache import cache
+
+    prefix = getattr(cache, "key_prefix", "")
+    client = getattr(getattr(cache, "_cache", None), "get_client", None)
+    if not prefix or client is None:
+        cache.clear()
+        return
+    redis_client = client(write=True)
+    keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
 def pytest_configure(config):
+    _redis_keys_of_this_worker()
     # Fast hashing: tests create many users; production keeps Django's default hashers.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # Every test calls from 127.0.0.1 into one shared cache: the suite's many deliberate 401s

@@ -10,9 +10,8 @@ import re
 
 import pytest
 from django.core import mail
-from django.core.cache import cache
 
-from tests.conftest import make_user
+from tests.conftest import clear_cache, make_user
 from tests.helpers.browser import ARTIFACTS, launched_chromium, offline
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -35,12 +34,12 @@ def browser():
 def _fresh_rate_limits(browser):
     # allauth keeps its rate-limit counters (logins, codes, resets per address: every request
     # here comes from 127.0.0.1) in the cache, which outlives each test's database.
-    cache.clear()
+    clear_cache()
     yield
     # The test's pages are closed before its database goes, so none is still loading then.
     for context in browser.contexts:
         context.close()
-    cache.clear()
+    clear_cache()
 
 
 def open_page(browser, live_server, width):

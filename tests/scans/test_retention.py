@@ -16,7 +16,6 @@ from io import StringIO
 
 import psycopg
 import pytest
-from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
@@ -36,6 +35,7 @@ from scans.models import (
     ScanStatus,
     ScanTrigger,
 )
+from tests.conftest import clear_cache
 from tests.helpers.factories import make_endpoint, make_report, measured_report
 from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
 
@@ -205,12 +205,12 @@ def test_every_page_and_api_of_a_pruned_scan_still_answers(world, owner_client, 
     assert owner_client.get(reverse("team-dashboard", args=[world.team.slug])).status_code == 200
     badge = Client().get(reverse("badge-json", args=[endpoint.badge_key]))
     assert badge.status_code == 200 and "C" in badge.content.decode()
-    cache.clear()
+    clear_cache()
     page_settings = status_page.page_of(world.team)
     status_page.save_settings(page_settings, enabled=True, slug=page_settings.slug, title="S",
                               shown=[(endpoint, "")])
     assert Client().get(f"/status/{page_settings.slug}/").status_code == 200
-    cache.clear()
+    clear_cache()
 
     api.force_authenticate(world.owner)
     detail = api.get(reverse("api-scan-detail", kwargs={"public_id": scan.public_id}))

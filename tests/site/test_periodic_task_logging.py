@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from scans.periodic_tasks import ensure_periodic_tasks
+from tests.conftest import broker_key
 from tests.helpers.processes import ROOT, running, wait_for
 from tests.helpers.workers import start_worker, stop, worker_env
 
@@ -46,13 +47,13 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
         pytest.skip("needs the Redis broker to see what beat queued")
     ensure_periodic_tasks()  # the rows beat reads (a transactional test starts without them)
     broker = _redis()
-    broker.delete("celery")
+    broker.delete(broker_key("celery"))
     env = worker_env()
     env.pop("TOKVERA_PERIODIC_LOG_LEVEL", None)
 
     quiet_beat = tmp_path / "beat.log"
     with _beat(env, quiet_beat):
-        wait_for(lambda: broker.llen("celery") > 0, 60, "beat to queue the network tick")
+        wait_for(lambda: broker.llen(broker_key("celery")) > 0, 60, "beat to queue the network tick")
     assert "Sending due task" not in _text(quiet_beat)
     assert "beat: Starting" in _text(quiet_beat)  # the log was written at INFO all along
 
@@ -86,7 +87,7 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
     # The worker's half: one tick on an otherwise empty queue. What the beat queued on start
     # (every periodic task is due at once) could keep a one-thread worker on a loaded box
     # busy past the wait before it reached a tick.
-    broker.delete("celery")
+    broker.delete(broker_key("celery"))
     app.send_task(TICK)
     loud_worker = tmp_path / "worker-info.log"
     worker = start_worker("--concurrency", "1", env=loud_env, log=loud_worker)
@@ -98,4 +99,4 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
         )
     finally:
         stop(worker)
-    broker.delete("celery")
+    broker.delete(broker_key("celery"))

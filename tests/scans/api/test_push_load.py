@@ -14,11 +14,10 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from django.core.cache import cache
 
 from scans import pushes
 from scans.models import Scan
-from tests.conftest import free_port
+from tests.conftest import clear_cache, free_port
 from tests.helpers.factories import make_endpoint, measured_report
 from tests.helpers.processes import accepts, wait_for
 from tests.helpers.workers import ROOT, start_worker, stop, worker_env
@@ -59,7 +58,7 @@ def _max_size_bodies(endpoint, count: int) -> list[bytes]:
 
 
 def test_healthz_answers_while_eight_maximum_size_pushes_are_in_flight(world):
-    cache.clear()  # the team's byte budget is keyed by its id, which a new test database reuses
+    clear_cache()  # the team's byte budget is keyed by its id, which a new test database reuses
     app.control.purge()
     endpoint = make_endpoint(world.team, mode="pushed")
     bodies = _max_size_bodies(endpoint, IN_FLIGHT)

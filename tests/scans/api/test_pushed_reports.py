@@ -12,14 +12,13 @@ import copy
 import json
 
 import pytest
-from django.core.cache import cache
 from django.test import Client, override_settings
 from django.urls import reverse
 
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, PushedReportBody, Scan
-from tests.conftest import bearer
+from tests.conftest import bearer, clear_cache
 from tests.helpers.factories import make_endpoint, measured_report
 from tokvera_site import parsers
 
@@ -219,7 +218,7 @@ def test_replays_are_limited_per_endpoint_with_retry_after(world, api):
 
 def test_a_team_past_its_bytes_per_hour_gets_429_with_retry_after_on_any_endpoint(world, api):
     """The budget is the team's: a token that makes new endpoints does not get a new one."""
-    cache.clear()  # team ids start again in each test database; the counters are keyed by them
+    clear_cache()  # team ids start again in each test database; the counters are keyed by them
     first = make_endpoint(world.team, mode="pushed")
     second = make_endpoint(world.team, mode="pushed", name="another box")
     elsewhere = make_endpoint(world.other_team, mode="pushed")

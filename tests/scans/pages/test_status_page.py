@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scans import status_page
 from scans.models import Endpoint, MaintenanceWindow, Scan, StatusPage, StatusPageEndpoint
-from tests.conftest import free_port
+from tests.conftest import clear_cache, free_port
 from tests.helpers.factories import make_endpoint
 from tests.scans.pages.conftest import GRADE_A, GRADE_B, scan_at
 from tests.scans.pages.test_down_not_a_grade import _scan_for_real
@@ -47,9 +47,9 @@ def _public(slug) -> tuple[int, str]:
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    cache.clear()
+    clear_cache()
     yield
-    cache.clear()
+    clear_cache()
 
 
 def test_a_down_endpoint_shows_down_with_its_incident_and_no_other_teams_data(world, settings):

@@ -8,12 +8,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.core.cache import cache
 from django.utils import timezone
 
 from scans import status_page
 from scans.models import Scan
-from tests.conftest import build_world
+from tests.conftest import build_world, clear_cache
 from tests.helpers.browser import ARTIFACTS, offline
 from tests.helpers.factories import make_endpoint
 from tests.scans.pages.conftest import GRADE_A, GRADE_B, scan_at
@@ -59,7 +58,7 @@ def _world_with_a_down_endpoint():
 
 
 def test_the_status_page_shows_a_down_endpoint_and_its_incident_at_both_widths(browser, live_server):
-    cache.clear()
+    clear_cache()
     world, page = _world_with_a_down_endpoint()
     for width in WIDTHS:
         tab = browser.new_page(viewport={"width": width, "height": 900})
@@ -86,7 +85,7 @@ def test_the_status_page_shows_a_down_endpoint_and_its_incident_at_both_widths(b
 
 
 def test_the_settings_page_fits_a_phone_and_publishes_the_page(browser, live_server):
-    cache.clear()
+    clear_cache()
     world = build_world()
     endpoint = make_endpoint(world.team, name="a rather long endpoint name for a phone screen")
     scan_at(endpoint, timezone.now() - timedelta(minutes=10), GRADE_A)
