@@ -9,7 +9,6 @@ import threading
 
 import pytest
 import redis
-from django.conf import settings as django_settings
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
@@ -18,6 +17,7 @@ from benchmarks.models import Host, Job, JobStatus
 from tests.conftest import bearer
 from tests.helpers.network import build_net, make_catalog
 from tests.helpers.processes import wait_for
+from tokvera_site.devservices import EmbeddedRedis
 
 # Some jobs queue while their hosts are suspended.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("queue_without_hosts")]
@@ -104,8 +104,18 @@ def test_without_redis_a_waiting_host_still_gets_its_job_by_polling(net, setting
     assert answer.status_code == 200 and answer.json()["id"] == job_id
 
 
-def test_only_a_pass_that_assigned_work_announces_it_never_a_heartbeat(net):
-    url = django_settings.CACHES["default"]["LOCATION"]
+@pytest.fixture
+def own_redis_cache(settings):
+    """The cache on a Redis server of this test's own: processes sharing the test Redis
+    database (parallel test workers) share its wake-up channel, and a pass in another one would
+    be heard here."""
+    with EmbeddedRedis() as own:
+        settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": own.url(0)}}
+        yield own.url(0)
+
+
+def test_only_a_pass_that_assigned_work_announces_it_never_a_heartbeat(net, own_redis_cache):
+    url = own_redis_cache
     client = redis.Redis.from_url(url)
     subscription = client.pubsub(ignore_subscribe_messages=True)
     subscription.subscribe(wakeup.channel(url))
