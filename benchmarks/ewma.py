@@ -174,9 +174,11 @@ def fold_pending(
     total = 0
     after_id = 0
     skipped: list[int] = []
+    finished = False
     for _ in range(max_batches):
         candidates = _hosts_after(after_id, hosts_per_batch)
         if not candidates:
+            finished = True
             break
         try:
             folded, after_id, held = _fold_batch(candidates, now, jobs_per_batch)
@@ -184,9 +186,7 @@ def fold_pending(
             folded, after_id, held = 0, candidates[-1], candidates
         total += folded
         skipped += held
-    else:
-        return total + _fold_each(skipped, now), False
-    return total + _fold_each(skipped, now), True
+    return total + _fold_each(skipped, now), finished
 
 
 def _fold_each(host_ids: list[int], now: datetime | None) -> int:

@@ -236,11 +236,13 @@ def _locked(host: Host, job_id) -> Job:
     return found[0]
 
 
+_JOB_COLUMNS = {field.name: field for field in Job._meta.concrete_fields}
+
+
 def _save(job: Job, names: list[str]) -> None:
     """`job.save(update_fields=names)` as one plain UPDATE, for the hot path (a completion):
     the same values, prepared by each field as the ORM prepares them. Job has no save signals."""
-    by_name = {field.name: field for field in Job._meta.concrete_fields}
-    fields = [by_name[name] for name in names]
+    fields = [_JOB_COLUMNS[name] for name in names]
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {Job._meta.db_table} SET "  # noqa: S608 - column names are ours

@@ -103,7 +103,7 @@ def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool
     repeated completion (its answer lost on the way) answers the next job the first one
     handed out, if the host still runs it, and never takes another."""
     job, first_time = jobs.complete(host, job_id, figures, result)
-    tasks.queue_fold(host.pk)
+    tasks.queue_fold()
     if lease_next:
         return job, _next_for(host, job, first_time, wait_s)
     if jobs.any_queued():
@@ -136,7 +136,7 @@ def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]]
         settled.append(job)
         completed.append((job, first_time))
     if completed:
-        tasks.queue_fold(host.pk)
+        tasks.queue_fold()
     following: list[Job] = []
     if lease_next:
         # Repeated reports first (they take nothing new), then one lease per new completion
@@ -154,7 +154,7 @@ def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]]
 
 def fail(host: Host, job_id, reason: str) -> Job:
     job = jobs.fail(host, job_id, reason)
-    tasks.queue_fold(host.pk)
+    tasks.queue_fold()
     if jobs.any_queued():
         tasks.request_pass()
     return job

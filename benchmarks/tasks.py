@@ -24,11 +24,11 @@ FOLD_PENDING_KEY = "benchmarks:fold-pending"
 PASS_QUEUE = "passes"  # noqa: S105 - a queue name, not a secret
 
 
-def queue_fold(host_id: int | None = None) -> None:
+def queue_fold() -> None:
     """After the current transaction commits, queue a fold, unless one is queued and has not
     started yet: that one will read this job too (the task clears the mark before it reads).
-    One fold folds every host with settled, unfolded jobs, so the host (`host_id`, the one
-    whose job settled) needs no mark of its own. Robust: if the broker or the cache is down,
+    One fold folds every host with settled, unfolded jobs, so no host needs a mark of its
+    own. Robust: if the broker or the cache is down,
     the job stays recorded and the periodic sweep folds it."""
 
     def enqueue() -> None:

@@ -32,6 +32,18 @@ def _eager_celery():
 
 
 @pytest.fixture
+def messages_on_the_broker():
+    """Tasks go to the broker instead of running in the test process (emptied before and
+    after): for tests that run a real worker, or that run the folds themselves when they choose."""
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    app.control.purge()
+    yield
+    app.control.purge()
+    app.conf.task_always_eager = before
+
+
+@pytest.fixture
 def queue_without_hosts(settings):
     """Jobs are accepted while no online host serves their model (NETWORK_REQUIRE_ONLINE_HOST
     off, as on a network whose hosts start on demand): for tests about the queue itself."""

@@ -18,7 +18,6 @@ from benchmarks.models import Host, Job, JobStatus
 from tests.conftest import bearer
 from tests.helpers.network import build_net, make_catalog
 from tests.helpers.processes import wait_for
-from tokvera_site.celery import app
 
 # Jobs queue before the hosts that race for them exist.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("queue_without_hosts")]
@@ -180,18 +179,6 @@ def test_concurrent_folds_and_duplicate_completions_fold_each_job_once():
     assert not Job.dangerously_unscoped.filter(folded_at__isnull=True).exists()
 
 
-@pytest.fixture
-def folds_left_to_us():
-    """Completions queue their folds on the broker, where no worker takes them: the test runs
-    the folds itself, at the moments it chooses."""
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    app.control.purge()
-    yield
-    app.control.purge()
-    app.conf.task_always_eager = before
-
-
 def _waiting_on_a_lock() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -203,7 +190,7 @@ RUNS = [(100.0, 20, 1000.0), (200.0, 100, 2000.0)]  # TTFT 100 â†’ 130, TPS 20 â
 
 
 @pytest.mark.redis
-def test_a_completion_during_a_fold_waits_for_it_and_is_folded_by_the_next(folds_left_to_us):
+def test_a_completion_during_a_fold_waits_for_it_and_is_folded_by_the_next(messages_on_the_broker):
     make_catalog()
     net = build_net()
     host, token = net.host("h1", slots=2)
@@ -251,7 +238,7 @@ def test_a_completion_during_a_fold_waits_for_it_and_is_folded_by_the_next(folds
 
 
 @pytest.mark.redis
-def test_a_fold_folds_the_other_hosts_first_and_then_waits_for_a_held_one(folds_left_to_us):
+def test_a_fold_folds_the_other_hosts_first_and_then_waits_for_a_held_one(messages_on_the_broker):
     fleet = []
     make_catalog()
     net = build_net()

@@ -21,17 +21,6 @@ from tokvera_site.celery import app
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def real_broker():
-    """This module wants the messages on the broker, not run in the test process."""
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    app.control.purge()
-    yield
-    app.control.purge()
-    app.conf.task_always_eager = before
-
-
 def _start_worker(*args: str) -> subprocess.Popen:
     # The project's own settings (not the fast scan settings), as a deployed worker has.
     return start_worker("--pool", "prefork", "--concurrency", "2", *args,
@@ -56,7 +45,7 @@ def _wait_until_leased(job_id: str) -> None:
     assert Job.dangerously_unscoped.get(pk=job_id).status == JobStatus.LEASED
 
 
-def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_broker):
+def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(messages_on_the_broker):
     make_catalog()
     net = build_net()
     host, token = net.host("h1")
@@ -84,7 +73,7 @@ def test_a_real_worker_folds_each_completion_once_despite_duplicate_tasks(real_b
     assert host.reputation == pytest.approx(1 - 0.5 * 0.9 ** 3)
 
 
-def test_passes_wait_on_their_own_queue_and_the_tick_assigns_without_their_worker(real_broker):
+def test_passes_wait_on_their_own_queue_and_the_tick_assigns_without_their_worker(messages_on_the_broker):
     make_catalog()
     net = build_net()
     net.host("h1", slots=2)

@@ -33,12 +33,8 @@ def test_the_cache_keeps_working_when_redis_restarts_under_it():
         assert cache.get("pending") == 2
 
 
-def _child_reads(results) -> None:
-    cache = _inherited[0]
+def _child_reads(cache: RedisCache, results) -> None:
     results.put((cache.get("from-parent"), cache.add("from-child", 1, timeout=60)))
-
-
-_inherited: list[RedisCache] = []
 
 
 def test_a_forked_process_uses_the_kept_client_safely():
@@ -47,14 +43,12 @@ def test_a_forked_process_uses_the_kept_client_safely():
     with EmbeddedRedis() as redis_server:
         cache = backend_for(redis_server.url(0))
         cache.set("from-parent", "hello", timeout=60)
-        _inherited[:] = [cache]
-        results = multiprocessing.get_context("fork").Queue()
-        child = multiprocessing.get_context("fork").Process(
-            target=_child_reads, args=(results,))
+        fork = multiprocessing.get_context("fork")  # the child inherits the backend as it is
+        results = fork.Queue()
+        child = fork.Process(target=_child_reads, args=(cache, results))
         child.start()
         child.join(30)
         assert child.exitcode == 0
         assert results.get(timeout=5) == ("hello", True)
         assert cache.get("from-child") == 1  # and the parent's client still works
-        _inherited.clear()
 
