@@ -115,6 +115,12 @@ def cache() -> dict:
         raise ConfigError(f"CACHE_URL is not valid: {exc}") from exc
     if config["BACKEND"].endswith("RedisCache"):
         config["BACKEND"] = "tokvera_site.redis_cache.RedisCache"  # Django's, keeping its client
+        # django-environ lower-cases every query key for Django's Redis backend, the cache's own
+        # settings too: `?key_prefix=…` came out as "key_prefix", which Django ignores (the keys
+        # then had no prefix at all). Those settings are upper case; the rest are client options.
+        for name in env._CACHE_BASE_OPTIONS:
+            if name.lower() in config:
+                config[name] = config.pop(name.lower())
         # A hung Redis must fail a cache call quickly (callers fall back), not hang the request.
         config.setdefault("OPTIONS", {}).update({"socket_connect_timeout": 1, "socket_timeout": 1})
     return config

@@ -21,6 +21,25 @@ def test_a_redis_cache_url_gives_the_site_s_backend(monkeypatch):
     assert config.cache()["BACKEND"] == "django.core.cache.backends.db.DatabaseCache"
 
 
+def test_key_prefix_and_timeout_in_the_cache_url_are_obeyed(monkeypatch):
+    """Two sites sharing one Redis database by `?key_prefix=` must not read each other's keys,
+    and `?timeout=` sets the default lifetime (django-environ hands both to Django's Redis
+    backend in lower case, where they were silently ignored)."""
+    with EmbeddedRedis() as redis_server:
+        caches = {}
+        for site in ("site-a", "site-b"):
+            monkeypatch.setenv("CACHE_URL", f"{redis_server.url(0)}?key_prefix={site}&timeout=50")
+            settings = config.cache()
+            caches[site] = RedisCache(settings["LOCATION"], settings)
+        caches["site-a"].set("benchmarks", "a's copy")
+        assert caches["site-b"].get("benchmarks") is None
+        caches["site-b"].set("benchmarks", "b's copy")
+        assert caches["site-a"].get("benchmarks") == "a's copy"
+        raw = caches["site-a"]._cache.get_client(write=False)
+        assert sorted(key.decode().split(":")[0] for key in raw.keys("*")) == ["site-a", "site-b"]
+        assert 0 < raw.ttl(next(iter(raw.keys("site-a:*")))) <= 50
+
+
 def test_the_cache_keeps_working_when_redis_restarts_under_it():
     with EmbeddedRedis() as redis_server:
         cache = backend_for(redis_server.url(0))
