@@ -156,7 +156,9 @@ def test_two_webs_and_two_located_workers_run_every_scan_once_in_its_location(wo
         dispatch.send(stray.pk)
         wait_for(lambda: Scan.dangerously_unscoped.get(pk=stray.pk).status == ScanStatus.SUCCEEDED,
                  60, "the eu worker to run it")
-        assert _succeeded_runs(eu_log) == 4 and _succeeded_runs(site_log) == 3
+        # Celery logs "succeeded" after the task returns, so after the row says so: wait for it.
+        wait_for(lambda: _succeeded_runs(eu_log) == 4, 30, "the eu worker's log of the run")
+        assert _succeeded_runs(site_log) == 3
 
 
 # --- folds: two webs, two workers on the fold tasks' queue, every settled job folded once ------
