@@ -30,10 +30,11 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import credentials
 from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
-from benchmarks import jobs, policy, services
+from benchmarks import host_calls, hosts, jobs, policy, services
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.heartbeat import answer_heartbeat
 from benchmarks.models import Job, JobStatus
@@ -41,8 +42,6 @@ from tokvera_site import ratelimit
 
 MAX_MESSAGES = 256
 
-
-MAX_RESULT_BYTES = 1_000_000
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -58,7 +57,11 @@ class StrictFloatField(serializers.FloatField):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("invalid")
-        if not math.isfinite(data):
+        try:
+            finite = math.isfinite(data)
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -70,8 +73,8 @@ class FiguresSerializer(serializers.Serializer):
     result = serializers.JSONField(required=False, allow_null=True)
 
     def validate_result(self, value):
-        if len(json.dumps(value)) > MAX_RESULT_BYTES:
-            raise serializers.ValidationError(f"at most {MAX_RESULT_BYTES} bytes")
+        if len(json.dumps(value)) > host_calls.MAX_RESULT_BYTES:
+            raise serializers.ValidationError(f"at most {host_calls.MAX_RESULT_BYTES} bytes")
         return value
 
 
@@ -142,14 +145,16 @@ def _too_many(detail: str, code: str, retry_after: int, **extra) -> Response:
                     headers={"Retry-After": str(retry_after)})
 
 
-def _rate_limited(host, scope: str) -> Response | None:
-    limit = policy.value(f"NETWORK_{scope.upper()}_LIMIT")
-    window = policy.value(f"NETWORK_{scope.upper()}_WINDOW_S")
-    allowed, retry_after = ratelimit.allow(scope, str(host.pk), limit, window)
+def _lease_rate_limited(request) -> Response | None:
+    """The lease's rate limit, counted under the key the fast path counts it under
+    (host_calls.lease_limit_key), so both paths spend one allowance."""
+    limit, window = policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S")
+    token = credentials.split_bearer(request.META.get("HTTP_AUTHORIZATION", ""), hosts.TOKEN_KIND)
+    allowed, retry_after = ratelimit.allow("lease", host_calls.lease_limit_key(token or ""),
+                                           limit, window)
     if allowed:
         return None
-    return _too_many(f"Too many {scope} calls from this host: at most {limit} per {window} s.",
-                     "rate_limited", retry_after)
+    return _too_many(host_calls.lease_limited_detail(), "rate_limited", retry_after)
 
 
 class HostView(APIView):
@@ -167,7 +172,7 @@ def heartbeat(request):
     """Record a heartbeat: the catalog ids the host serves, its hardware and free slots.
 
     Under gunicorn the heartbeat never reaches this view: tokvera_site/wsgi.py answers it
-    before Django's middleware (benchmarks/heartbeat_wsgi.py). Both call `answer_heartbeat`.
+    before Django's middleware (benchmarks/host_wsgi.py). Both call `answer_heartbeat`.
     """
     def body(limit: int) -> bytes | None:
         if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
@@ -211,7 +216,7 @@ class HeartbeatAnswerSerializer(serializers.Serializer):
 class HeartbeatSchemaView(APIView):
     """Describes POST /v1/hosts/heartbeat to the API schema only (tokvera_site/api_schema.py
     add_plain_views): the call itself is the plain view `heartbeat` above, or under gunicorn
-    benchmarks/heartbeat_wsgi.py, never DRF."""
+    benchmarks/host_wsgi.py, never DRF."""
 
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsHost]
@@ -229,18 +234,6 @@ class HeartbeatSchemaView(APIView):
 
 
 heartbeat.openapi_view = HeartbeatSchemaView.as_view()  # type: ignore[attr-defined]
-
-
-def _job_for_host(job: Job) -> dict:
-    return {
-        "id": str(job.id),
-        "status": job.status,  # "running" when the lease asked to start it
-        "model": job.model_id,
-        "messages": job.request_json.get("messages", []),
-        "max_tokens": job.max_tokens,
-        "attempt": job.attempts,
-        "lease_expires_at": job.lease_expires_at,
-    }
 
 
 WAIT_HELP = ("Wait up to this many seconds (at most NETWORK_LEASE_WAIT_MAX_S, 30) for a job "
@@ -261,7 +254,7 @@ class LeaseView(HostView):
         204: OpenApiResponse(description="no job for you")})
     def post(self, request):
         """The next job assigned to this host, or 204 (at once, or after waiting `wait_s`)."""
-        limited = _rate_limited(self.host, "lease")
+        limited = _lease_rate_limited(request)
         if limited is not None:
             return limited
         # A bare POST (what older agents send, whatever its content type) asks for nothing more.
@@ -273,26 +266,12 @@ class LeaseView(HostView):
                                         policy.value("NETWORK_LEASE_WAIT_MAX_S")))
         if job is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(_job_for_host(job))
-
-
-def _job_state(job: Job) -> dict:
-    return {
-        "id": str(job.id),
-        "status": job.status,
-        "started_at": job.started_at,
-        "settled_at": job.settled_at,
-        "lease_expires_at": job.lease_expires_at,
-        "failure_reason": job.failure_reason or None,
-    }
+        return Response(host_calls.job_for_host(job))
 
 
 def _job_error(exc: jobs.JobError) -> Response:
-    if isinstance(exc, jobs.NotYourJob):
-        return Response({"detail": "Not found."}, status=404)
-    if isinstance(exc, jobs.JobConflict):
-        return Response({"detail": str(exc)}, status=409)
-    return Response({"detail": str(exc)}, status=400)
+    status_code, body = host_calls.job_error(exc)
+    return Response(body, status=status_code)
 
 
 class JobStartView(HostView):
@@ -304,7 +283,7 @@ class JobStartView(HostView):
             job = services.start(self.host, job_id)
         except jobs.JobError as exc:
             return _job_error(exc)
-        return Response(_job_state(job))
+        return Response(host_calls.job_state(job))
 
 
 class JobCompleteView(HostView):
@@ -325,10 +304,7 @@ class JobCompleteView(HostView):
                 wait_s=min(data["wait_s"], policy.value("NETWORK_LEASE_WAIT_MAX_S")))
         except jobs.JobError as exc:
             return _job_error(exc)
-        answer = _job_state(job)
-        if data["lease_next"]:
-            answer["next"] = None if following is None else _job_for_host(following)
-        return Response(answer)
+        return Response(host_calls.completed(job, following, data["lease_next"]))
 
 
 class JobCompleteManyView(HostView):
@@ -348,17 +324,8 @@ class JobCompleteManyView(HostView):
                    for item in body.validated_data["jobs"]]
         settled, following = services.complete_many(
             self.host, reports, lease_next=body.validated_data["lease_next"])
-        answer: dict = {"jobs": [
-            _job_state(item) if isinstance(item, Job) else _item_error(str(job_id), item)
-            for (job_id, _, _), item in zip(reports, settled, strict=True)]}
-        if body.validated_data["lease_next"]:
-            answer["next"] = [_job_for_host(job) for job in following]
-        return Response(answer)
-
-
-def _item_error(job_id: str, exc: jobs.JobError) -> dict:
-    error = _job_error(exc)
-    return {"id": job_id, "error": {"status": error.status_code, "detail": error.data["detail"]}}
+        return Response(host_calls.completed_many([job_id for job_id, _, _ in reports], settled,
+                                                  following, body.validated_data["lease_next"]))
 
 
 class JobFailView(HostView):
@@ -372,7 +339,7 @@ class JobFailView(HostView):
             job = services.fail(self.host, job_id, body.validated_data["reason"])
         except jobs.JobError as exc:
             return _job_error(exc)
-        return Response(_job_state(job))
+        return Response(host_calls.job_state(job))
 
 
 class MessageSerializer(serializers.Serializer):

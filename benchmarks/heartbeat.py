@@ -1,5 +1,5 @@
 """The host heartbeat, whatever serves it: the Django view (benchmarks/api.py) or, under gunicorn,
-the WSGI fast path in front of Django's middleware (benchmarks/heartbeat_wsgi.py). Both call
+the WSGI fast path in front of Django's middleware (benchmarks/host_wsgi.py). Both call
 `answer_heartbeat`, which holds the whole protocol: the token's form, the failed-authentication
 limit of the address, the host's own rate limit, the body's size and fields, and recording it.
 No DRF here: the fast path must not import the API views."""

@@ -12,7 +12,7 @@ One mechanism instead of a decorator on every view:
   no host serves a model). A view that documents a code itself keeps its own description and
   body; only what it left out (the body, the Retry-After header) is filled in.
 - `add_plain_views` (a preprocessing hook) documents plain Django views that the API serves
-  without DRF (the host heartbeat: benchmarks/heartbeat_wsgi.py answers it before Django).
+  without DRF (the host heartbeat: benchmarks/host_wsgi.py answers it before Django).
   Such a view names, in its `openapi_view` attribute, a DRF view that describes it.
 - `refuse_nul_in_requests` (a postprocessing hook) states what tokvera_site/parsers.py
   enforces for every JSON body: no string, and no object key, holds U+0000.

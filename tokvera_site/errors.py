@@ -3,7 +3,7 @@ people, and 503 with Retry-After whenever the database cannot be reached, so an 
 CLI's --publish or a scraper can tell an outage (retry later) from a bug (report it).
 
 Django calls these handlers (tokvera_site/urls.py) for what no view answered itself; the
-heartbeat's WSGI fast path uses the same outage answer (benchmarks/heartbeat_wsgi.py).
+heartbeat's WSGI fast path uses the same outage answer (benchmarks/host_wsgi.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The site as a WSGI application (gunicorn tokvera_site.wsgi).
 
-Host heartbeats are answered in front of Django's middleware (benchmarks/heartbeat_wsgi.py);
-everything else goes through Django. (Django's test client calls Django itself, so there a
-heartbeat reaches the view, which answers with the same function.)
+Host heartbeats, and well-formed lease and complete calls, are answered in front of Django's
+middleware (benchmarks/host_wsgi.py); everything else goes through Django. (Django's test
+client calls Django itself, so there every host call reaches its view, which answers alike.)
 """
 
 import os
@@ -12,6 +12,6 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 django_application = get_wsgi_application()
 
-from benchmarks.heartbeat_wsgi import HeartbeatFastPath  # noqa: E402 - needs django.setup()
+from benchmarks.host_wsgi import HostFastPath  # noqa: E402 - needs django.setup()
 
-application = HeartbeatFastPath(django_application)
+application = HostFastPath(django_application)

@@ -1,5 +1,5 @@
 """Heartbeats under gunicorn are answered in front of Django's middleware
-(benchmarks/heartbeat_wsgi.py): the same answers as the Django view for every case, the host
+(benchmarks/host_wsgi.py): the same answers as the Django view for every case, the host
 recorded, a dropped database connection survived, everything else still served by Django."""
 
 from __future__ import annotations
@@ -136,3 +136,23 @@ def test_body_limits_and_everything_else_stay_with_django(operator_host):
             if sample.name.endswith("_total")
         }
         assert counted.get("200", 0) >= 3 and counted.get("400", 0) >= 1
+
+
+def test_under_gunicorn_a_hosts_lease_and_completion_are_answered_in_front_of_django(net):
+    _, token = net.host("h1")
+    job_id = net.submit_id()  # assigned here (eager Celery), leased through gunicorn
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with _gunicorn() as web:
+        leased = web.post("/v1/hosts/lease", headers=auth, content=b'{"start": true}')
+        assert leased.status_code == 200 and leased.json()["id"] == job_id
+        done = web.post(f"/v1/jobs/{job_id}/complete", headers=auth, content=(
+            b'{"ttft_ms": 80, "completion_tokens": 5, "elapsed_ms": 400, "lease_next": true}'))
+        assert done.status_code == 200 and done.json()["next"] is None
+        counted = {
+            (sample.labels["call"], sample.labels["status"]): sample.value
+            for family in text_string_to_metric_families(web.get("/metrics").text)
+            if family.name == "tokvera_host_job_calls" for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+    assert counted == {("lease", "200"): 1, ("complete", "200"): 1}
+    assert net.job(job_id).status == "completed"

@@ -1,0 +1,189 @@
+"""Lease and complete calls answered in front of Django (benchmarks/host_wsgi.py): for every
+request the fast path serves, the same bytes the DRF views answer; every request it does not
+serve (a mistake, a bad token, a caller over a limit) reaches the views untouched; the lease's
+rate limit is one allowance whichever path counts it; a dropped database connection survived.
+
+The fast path runs in this process (httpx's WSGI transport), in front of the same Django the
+views' calls go to, so both see the same database, cache and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import psycopg
+import pytest
+from django.db import connection
+
+from benchmarks import hosts
+from benchmarks.host_wsgi import HostFastPath
+from benchmarks.models import JobStatus
+from tests.conftest import bearer, database_url
+from tokvera_site.wsgi import django_application
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+FIGURES = {"ttft_ms": 120.5, "completion_tokens": 12, "elapsed_ms": 900, "result": {"content": "ok ✓"}}
+
+
+class FastPath:
+    """The fast path in front of Django, noting each request it handed to Django."""
+
+    def __init__(self) -> None:
+        self.handed_to_django: list[str] = []
+
+        def django(environ, start_response):
+            self.handed_to_django.append(environ["PATH_INFO"])
+            return django_application(environ, start_response)
+
+        self.client = httpx.Client(transport=httpx.WSGITransport(app=HostFastPath(django)),
+                                   base_url="http://testserver")
+
+    def post(self, path: str, token: str | None, body: bytes,
+             content_type: str = "application/json") -> httpx.Response:
+        headers = {"Content-Type": content_type}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return self.client.post(path, content=body, headers=headers)
+
+
+def view_post(net, path: str, token: str | None, body: bytes, content_type: str = "application/json"):
+    return net.client.generic("POST", path, body, content_type, **(bearer(token) if token else {}))
+
+
+@pytest.fixture
+def fast() -> FastPath:
+    return FastPath()
+
+
+def _same_answer(fast_answer: httpx.Response, view_answer, case: str) -> None:
+    assert fast_answer.status_code == view_answer.status_code, (case, fast_answer.text)
+    assert fast_answer.content == view_answer.content, case
+    for header in ("Content-Type", "WWW-Authenticate", "Retry-After"):
+        assert fast_answer.headers.get(header) == view_answer.get(header), (case, header)
+
+
+def test_served_calls_answer_the_views_bytes_and_settle_the_jobs(net, fast):
+    _, token = net.host("h1", slots=3)
+    first, second, third = (net.submit_id(content=f"question {n}") for n in range(3))
+
+    fast_lease = fast.post("/v1/hosts/lease", token, b'{"start": true}')
+    view_lease = view_post(net, "/v1/hosts/lease", token, b'{"start": true}')
+    assert fast_lease.status_code == view_lease.status_code == 200
+    leased, other = fast_lease.json(), view_lease.json()
+    assert leased["id"] == first and other["id"] == second and leased["status"] == "running"
+    assert leased["messages"] == [{"role": "user", "content": "question 0"}]
+    assert leased.keys() == other.keys()
+    # The same rendering of a time (DRF's: ISO 8601 in UTC with a Z).
+    assert leased["lease_expires_at"].endswith("Z") and other["lease_expires_at"].endswith("Z")
+    assert fast_lease.headers["X-Content-Type-Options"] == "nosniff"
+
+    # A completion with lease_next, then the same report through the view: a repeated
+    # completion answers what the first did, so the two answers must be the same bytes.
+    body = json.dumps({**FIGURES, "lease_next": True}).encode()
+    fast_done = fast.post(f"/v1/jobs/{first}/complete", token, body)
+    assert fast_done.json()["next"]["id"] == third
+    _same_answer(fast_done, view_post(net, f"/v1/jobs/{first}/complete", token, body), "complete")
+
+    stranger = str(uuid.uuid4())
+    many = json.dumps({"jobs": [{"id": second, **FIGURES}, {"id": third, **FIGURES},
+                                {"id": stranger, **FIGURES}], "lease_next": True}).encode()
+    fast_many = fast.post("/v1/jobs/complete", token, many)
+    assert [item.get("status") or item["error"]["status"] for item in fast_many.json()["jobs"]] == [
+        "completed", "completed", 404]
+    _same_answer(fast_many, view_post(net, "/v1/jobs/complete", token, many), "complete several")
+
+    assert fast.handed_to_django == []  # every one of these was the fast path's
+    for job_id in (first, second, third):
+        job = net.job(job_id)
+        assert job.status == JobStatus.COMPLETED
+        assert (job.ttft_ms, job.completion_tokens, job.elapsed_ms) == (120.5, 12, 900)
+        assert job.result_json == {"content": "ok ✓"}
+
+
+def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
+    settings.AUTH_FAILURE_LIMIT = 1000  # this test fails many authentications on purpose
+    _, token = net.host("h1", slots=2)
+    _, other_token = net.host("h2", heartbeat=False)  # offline: both jobs go to h1
+    gone, revoked = hosts.create_host(net.operator, "h3")
+    hosts.revoke_token(gone)
+    mine, failed = net.submit_id(), net.submit_id()
+    net.lease(token)
+    net.lease(token)
+    assert net.fail(token, failed).status_code == 200
+    good, complete = json.dumps(FIGURES).encode(), f"/v1/jobs/{mine}/complete"
+    answered_here = [  # by the fast path itself, as the views answer them
+        ("another host's job", other_token, f"/v1/jobs/{mine}/complete", good, "application/json"),
+        ("a failed job", token, f"/v1/jobs/{failed}/complete", good, "application/json"),
+        ("a lease with no JSON", token, "/v1/hosts/lease", b"whatever", "text/plain"),
+        ("a lease with no body", token, "/v1/hosts/lease", b"", "application/json"),
+    ]
+    handed_to_django = [(name, token, complete, body, "application/json") for name, body in [
+        ("a figure missing", b'{"ttft_ms": 1, "completion_tokens": 2}'),
+        ("a number as a string", b'{"ttft_ms": 1, "completion_tokens": "2", "elapsed_ms": 3}'),
+        ("a negative figure", b'{"ttft_ms": -1, "completion_tokens": 2, "elapsed_ms": 3}'),
+        ("a figure too large for a float",
+         b'{"ttft_ms": 1, "completion_tokens": 2, "elapsed_ms": 1' + b"0" * 400 + b"}"),
+        ("a wait over 30 s", b'{"ttft_ms": 1, "completion_tokens": 2, "elapsed_ms": 3, "wait_s": 31}'),
+        ("not JSON", b"{nope"),
+        ("a list", b"[]"),
+    ]] + [
+        ("no credentials", None, complete, good, "application/json"),
+        ("a team token", "tkv_" + "x" * 40, complete, good, "application/json"),
+        ("a revoked token", revoked, complete, good, "application/json"),
+        ("form data", token, complete, b"ttft_ms=1", "application/x-www-form-urlencoded"),
+        ("an upper-case id", token, complete.upper(), good, "application/json"),
+        ("a lease waiting as a string", token, "/v1/hosts/lease", b'{"wait_s": "2"}',
+         "application/json"),
+        ("several, none listed", token, "/v1/jobs/complete", b'{"jobs": []}', "application/json"),
+        ("several, a bad id", token, "/v1/jobs/complete",
+         json.dumps({"jobs": [{"id": "job-1", **FIGURES}]}).encode(), "application/json"),
+    ]
+    for cases, handed in ((answered_here, False), (handed_to_django, True)):
+        for name, who, path, body, content_type in cases:
+            before = len(fast.handed_to_django)
+            _same_answer(fast.post(path, who, body, content_type),
+                         view_post(net, path, who, body, content_type), name)
+            assert len(fast.handed_to_django) == before + handed, name
+    assert net.job(mine).status == JobStatus.LEASED  # nothing above completed it
+
+
+def test_a_lease_limit_is_one_allowance_whichever_path_counts_the_call(net, fast, settings):
+    settings.NETWORK_LEASE_LIMIT = 3
+    _, token = net.host("h1")
+    assert fast.post("/v1/hosts/lease", token, b"{}").status_code == 204
+    assert view_post(net, "/v1/hosts/lease", token, b"{}").status_code == 204
+    assert fast.post("/v1/hosts/lease", token, b"{}").status_code == 204
+    over_fast = fast.post("/v1/hosts/lease", token, b"{}")
+    over_view = view_post(net, "/v1/hosts/lease", token, b"{}")
+    assert over_fast.status_code == over_view.status_code == 429
+    assert over_fast.json()["code"] == "rate_limited" and over_fast.headers["Retry-After"]
+
+
+def test_an_address_over_its_failure_limit_is_refused_before_its_token_is_looked_up(net, fast,
+                                                                                    settings):
+    settings.AUTH_FAILURE_LIMIT = 2
+    _, token = net.host("h1")
+    job_id = net.submit_id()
+    for _ in range(2):
+        assert fast.post("/v1/hosts/lease", "tkh_" + "g" * 40, b"{}").status_code == 401
+    for path in ("/v1/hosts/lease", f"/v1/jobs/{job_id}/complete"):
+        refused = fast.post(path, token, json.dumps(FIGURES).encode())
+        _same_answer(refused, view_post(net, path, token, json.dumps(FIGURES).encode()), path)
+        assert refused.status_code == 429 and refused.headers["Retry-After"]
+    assert net.job(job_id).status == JobStatus.LEASED
+
+
+def test_a_completion_after_the_database_dropped_the_connection_is_still_recorded(net, fast):
+    _, token = net.host("h1")
+    job_id = net.submit_id()
+    assert fast.post("/v1/hosts/lease", token, b'{"start": true}').status_code == 200
+    connection.ensure_connection()
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+    done = fast.post(f"/v1/jobs/{job_id}/complete", token, json.dumps(FIGURES).encode())
+    assert done.status_code == 200, done.text
+    assert net.job(job_id).status == JobStatus.COMPLETED
+    assert fast.handed_to_django == []
