@@ -47,3 +47,24 @@ def _tune_gc_for_concurrent_scans(**_):
     gc.freeze()
     threshold = gc.get_threshold()
     gc.set_threshold(max(threshold[0], GC_GEN0_THRESHOLD), *threshold[1:])
+
+
+# How long a worker that has as many tasks as it may hold (a prefetch multiplier of 1 and every
+# thread busy: the pass worker's one thread, after every pass) waits before it takes the next.
+CONSUME_AGAIN_WITHIN_S = 0.1
+
+
+@signals.worker_ready.connect
+def _wake_the_event_loop_often(sender=None, **_):
+    """A worker's event loop registers its next read from the broker only when it wakes up,
+    and a task finishing on a pool thread does not wake it: it waits for its next timer, up to
+    ~10 s (celery/celery#6941, open). The assignment pass worker (one thread) took a pass
+    message at most every 5-10 s, and jobs waited that long for their host. A no-op timer
+    every CONSUME_AGAIN_WITHIN_S bounds that wait; it costs ten wake-ups a second."""
+    timer = getattr(sender, "timer", None)
+    if timer is not None and getattr(sender, "hub", None) is not None:
+        timer.call_repeatedly(CONSUME_AGAIN_WITHIN_S, _nothing)
+
+
+def _nothing() -> None:
+    pass
