@@ -280,6 +280,11 @@ SPECTACULAR_SETTINGS = {
 # the database (django-celery-beat) so admins can edit it.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_IGNORE_RESULT = True
+# One result backend object for every thread (there is none: results are ignored, and the
+# "disabled" backend holds no state). Per thread, Celery built it again on each thread's first
+# task sent, scanning every installed package's entry points: 10 % of a web worker's CPU in
+# bench_network.py's jobs phase, with 128 threads per process.
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ACKS_LATE = False  # opt in per task, only where the task is idempotent
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"

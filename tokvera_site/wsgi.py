@@ -11,6 +11,11 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 django_application = get_wsgi_application()
+# The URLconf now, not on each process's first request through Django (which host calls
+# answered in front of it may make late): a mistake in it stops the start, not a request.
+from django.urls import get_resolver  # noqa: E402
+
+get_resolver().url_patterns  # noqa: B018 - loading it is the point
 
 from benchmarks.host_wsgi import HostFastPath  # noqa: E402 - needs django.setup()
 

@@ -63,6 +63,19 @@ def test_only_idempotent_tasks_acknowledge_late():
     assert settings.CELERY_TASK_ACKS_LATE is False
 
 
+def test_threads_that_send_tasks_share_one_result_backend():
+    # Built per thread, it cost each new web thread's first task an entry-point scan.
+    import threading
+
+    first, seen = app.backend, []
+    threads = [threading.Thread(target=lambda: seen.append(app.backend)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(backend is first for backend in seen)
+
+
 def test_a_countdown_at_or_past_the_visibility_timeout_is_refused():
     assert check_countdown(60) == 60
     with pytest.raises(CountdownTooLong):
