@@ -15,7 +15,7 @@ then measures, with a raw asyncio HTTP client on 127.0.0.1:
    models once): the most heartbeats/s the site sustains with 32 callers, then a fixed-rate
    (open-loop) run at 1,000/s for latency p50/p99, measured from each request's scheduled
    time, so a backed-up client is counted, not hidden (not run when 1,000/s is more than 1.25 x
-   the maximum), and at 80 % of the maximum when that is lower. Goal (issue 25): at least
+   the maximum), and at 80 % of the maximum (the goal's rate). Goal (issue 25): at least
    0.25 x pgbench's rate, p99 < 50 ms at 80 % of the maximum.
 2. Jobs through submit -> complete: buyers submit (at most 400 unsettled at a time) while 100
    simulated hosts with 2 slots each lease with {"start": true, "wait_s": --lease-wait-s}
@@ -640,7 +640,7 @@ def main() -> None:
             if closed["per_s"] * 1.25 >= 1000:
                 result["heartbeats_at_1000_per_s"] = asyncio.run(
                     heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
-            if 0 < 0.8 * closed["per_s"] < 1000:  # below capacity too, to tell queueing from cost
+            if closed["per_s"] > 0:  # the goal's rate: below capacity, to tell queueing from cost
                 result["heartbeats_at_80pct_of_max"] = asyncio.run(
                     heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
             # The yardstick, right after the heartbeats, on the same server (the site is idle now).
@@ -700,7 +700,7 @@ def main() -> None:
              "at 1,000/s open loop: not run (far above the maximum)"),
             (f"at 80 % of the maximum ({at_80['target_rate']:.0f}/s) open loop: {at_80['per_s']}/s "
              f"served, p50 {at_80['p50_ms']} ms, p99 {at_80['p99_ms']} ms (goal < 50 ms)"
-             if at_80 else "at 80 % of the maximum: not run (at or above 1,250/s)"),
+             if at_80 else "at 80 % of the maximum: not run (no heartbeat answered)"),
             f"web CPU per heartbeat {result['heartbeats_max']['web_cpu_ms_per_request']} ms",
         ]
         if "heartbeats_while_hosts_wait" in result:
