@@ -9,17 +9,22 @@ views' calls go to, so both see the same database, cache and settings.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import uuid
 
 import httpx
 import psycopg
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from benchmarks import hosts
 from benchmarks.host_wsgi import HostFastPath
-from benchmarks.models import JobStatus
+from benchmarks.models import Host, JobStatus
 from tests.conftest import bearer, database_url
 from tokvera_site.wsgi import django_application
 
@@ -148,6 +153,52 @@ def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
                          view_post(net, path, who, body, content_type), name)
             assert len(fast.handed_to_django) == before + handed, name
     assert net.job(mine).status == JobStatus.LEASED  # nothing above completed it
+
+
+_ANY_JSON = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=4),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+# Any value for each field a report may have (never `wait_s`: a completion may wait up to 30 s).
+_REPORT = st.fixed_dictionaries({}, optional={
+    "ttft_ms": _ANY_JSON, "completion_tokens": _ANY_JSON, "elapsed_ms": _ANY_JSON,
+    "result": _ANY_JSON, "lease_next": _ANY_JSON, "extra": _ANY_JSON})
+
+
+_EXAMPLES = itertools.count()  # host names of their own for each example
+_TIME = re.compile(r'"\d{4}-\d\d-\d\dT[\d:.]+Z"')
+
+
+def _twin_jobs(net, n: int) -> tuple[tuple[str, str], tuple[str, str]]:
+    """Two hosts, each with one job assigned: ((token, job id), (token, job id))."""
+    first, second = net.host(f"a{n}"), net.host(f"b{n}")
+    ids = [net.submit_id(), net.submit_id()]
+    by_host = {net.job(job_id).host_id: job_id for job_id in ids}
+    Host.dangerously_unscoped.filter(pk__in=[first[0].pk, second[0].pk]).update(suspended=True)
+    return (first[1], by_host[first[0].pk]), (second[1], by_host[second[0].pk])
+
+
+@examples(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(report=st.one_of(_REPORT, st.builds(lambda r: FIGURES | r, _REPORT)), several=st.booleans(),
+       job=st.sampled_from(["its own", "unknown", "garbage"]))
+def test_any_report_gets_the_views_answer(net, fast, settings, report, several, job):
+    """Whatever a completion says, the fast path answers it (or hands it on) as the views do:
+    the same report for twin jobs, one through each path (their ids and times aside)."""
+    settings.NETWORK_SUBMIT_LIMIT = settings.NETWORK_MAX_UNSETTLED_PER_TEAM = 10**6
+    (fast_token, fast_job), (view_token, view_job) = _twin_jobs(net, next(_EXAMPLES))
+    answers, unknown = [], str(uuid.uuid4())
+    for client, token, job_id in ((fast, fast_token, fast_job), (None, view_token, view_job)):
+        job_id = {"its own": job_id, "unknown": unknown, "garbage": "job-1"}[job]
+        if several:
+            path, payload = "/v1/jobs/complete", {"jobs": [{"id": job_id, **report}],
+                                                  "lease_next": report.get("lease_next", False)}
+        else:
+            path, payload = f"/v1/jobs/{job_id}/complete", report
+        body = json.dumps(payload).encode()
+        answer = client.post(path, token, body) if client else view_post(net, path, token, body)
+        text = answer.content.decode().replace(fast_job, view_job)
+        answers.append((answer.status_code, _TIME.sub('"<time>"', text)))
+    assert answers[0] == answers[1], body
+    assert net.job(fast_job).status == net.job(view_job).status
 
 
 def test_a_lease_limit_is_one_allowance_whichever_path_counts_the_call(net, fast, settings):
