@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from django.db import connection
 from hypothesis import HealthCheck, given
-from hypothesis import settings as examples
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from benchmarks import hosts
@@ -177,7 +177,8 @@ def _twin_jobs(net, n: int) -> tuple[tuple[str, str], tuple[str, str]]:
     return (first[1], by_host[first[0].pk]), (second[1], by_host[second[0].pk])
 
 
-@examples(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=100, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(report=st.one_of(_REPORT, st.builds(lambda r: FIGURES | r, _REPORT)), several=st.booleans(),
        job=st.sampled_from(["its own", "unknown", "garbage"]))
 def test_any_report_gets_the_views_answer(net, fast, settings, report, several, job):
