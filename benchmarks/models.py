@@ -250,9 +250,8 @@ class Job(TeamOwned):
             # The per-team cap on unsettled jobs counts one team's jobs not yet settled.
             models.Index(fields=["team"], condition=Q(settled_at__isnull=True),
                          name="job_team_unsettled_idx"),
-            # Success rate and latency windows per model (the public figures).
-            models.Index(fields=["model", "settled_at"], condition=Q(settled_at__isnull=False),
-                         name="job_settled_by_model_idx"),
+            # Success rate and latency windows per model (the public figures) use
+            # job_public_windows_idx (migration 0002): the same key and condition, covering.
         ]
 
     def __str__(self) -> str:

@@ -216,8 +216,9 @@ def seed(hosts: int) -> dict:
 
 def start_services(port: int, workers: int, threads: int, pool: int = 0,
                    waiting_per_process: int | None = None, server: str = "gunicorn",
-                   celery_layout: str = "split"):
-    worker_class = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []
+                   celery_layout: str = "split", worker_connections: int = 1000):
+    worker_class = (["--worker-class", "gthread", "--threads", str(threads),
+                     "--worker-connections", str(worker_connections)] if threads > 1 else [])
     web_env = {**ENV, "DB_POOL_MAX_SIZE": str(pool)}
     if waiting_per_process is not None:
         web_env["NETWORK_WAITING_LEASES_PER_PROCESS"] = str(waiting_per_process)
@@ -594,6 +595,9 @@ def main() -> None:
     parser.add_argument("--celery", choices=["split", "shared"], default="split",
                         help="split: a folds worker and a passes worker, one thread each; "
                              "shared: one worker of two threads serving both queues")
+    parser.add_argument("--worker-connections", type=int, default=1000,
+                        help="gunicorn's connections per gthread worker, kept-alive ones included "
+                             "(its default: 1000)")
     parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn",
                         help="the WSGI server (granian: not a dependency; pip install granian)")
     args = parser.parse_args()
@@ -601,12 +605,14 @@ def main() -> None:
     recreate_database()
     seeded = seed(args.hosts)
     gunicorn, celery = start_services(args.port, args.workers, args.threads, args.pool,
-                                      args.waiting_per_process, args.server, args.celery)
+                                      args.waiting_per_process, args.server, args.celery,
+                                      args.worker_connections)
 
     def http() -> Http:  # one pool per event loop (each phase runs its own)
         return Http(args.port, keep_alive=args.threads > 1)
 
     result: dict = {"workers": args.workers, "threads": args.threads, "hosts": args.hosts,
+                    "worker_connections": args.worker_connections,
                     "pool": args.pool, "waiting_per_process": args.waiting_per_process,
                     "submit_batch": args.submit_batch, "complete_batch": args.complete_batch,
                     "celery": args.celery, "cpus": os.cpu_count()}
