@@ -36,14 +36,15 @@ serve:
 	rm -rf var/prometheus && mkdir -p var/prometheus
 	DEBUG=1 EMAIL_SHOW_SECRETS=1 OUTBOUND_ALLOW=loopback PROMETHEUS_MULTIPROC_DIR=var/prometheus $(BIN)/honcho -f Procfile.dev start --port $(PORT)
 
-# The whole suite. Without DATABASE_URL, a throwaway embedded PostgreSQL and Redis are started
+# The whole suite (the 15 slowest tests are listed at the end, to keep its time in check).
+# Without DATABASE_URL, a throwaway embedded PostgreSQL and Redis are started
 # for it (and removed afterwards), so it runs exactly what CI runs.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 # mypy's Django plugin imports the settings, which parse DATABASE_URL (and never connect to it).
 	DATABASE_URL=$${DATABASE_URL:-postgres://typecheck@127.0.0.1/typecheck} $(BIN)/mypy
-	$(BIN)/python -m tokvera_site.devservices run --throwaway -- $(BIN)/pytest
+	$(BIN)/python -m tokvera_site.devservices run --throwaway -- $(BIN)/pytest --durations=15
 
 lint: install
 	$(BIN)/ruff check .
