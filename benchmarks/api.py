@@ -43,7 +43,6 @@ from tokvera_site import ratelimit
 MAX_MESSAGES = 256
 
 
-
 class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int | float):
