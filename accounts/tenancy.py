@@ -74,10 +74,10 @@ class Access:
         if cached is not None:
             return cached
         token = getattr(request, "auth", None)
-        if token is not None and getattr(token, "team_id", None) is not None:
+        if token is not None and hasattr(token, "scope") and getattr(token, "team_id", None) is not None:
             role = "member" if token.scope == "read-write" else "viewer"
             access = cls(roles={token.team_id: role}, token=token)
-        elif request.user.is_authenticated:
+        elif token is None and request.user.is_authenticated:
             # The user's own memberships, through the reverse relation: no import of
             # accounts.models, which imports this module for TeamOwned.
             rows = request.user.memberships.values_list("team_id", "role", "team__require_two_factor")
@@ -88,7 +88,7 @@ class Access:
                 access = cls(roles=roles, withheld=needs_two_factor)
             else:
                 access = cls(roles=roles)
-        else:
+        else:  # anonymous, or another credential (a host token acts for no team)
             access = cls()
         request._tokvera_access = access
         return access

@@ -27,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -159,6 +160,7 @@ def _lease_rate_limited(request) -> Response | None:
 class HostView(APIView):
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsHost]
+    renderer_classes = [JSONRenderer]  # a host reads JSON; no browsable pages for host tokens
 
     @property
     def host(self):

@@ -35,6 +35,7 @@ repeated completion answers what the first one did: benchmarks.services.complete
 from __future__ import annotations
 
 import io
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -64,6 +65,9 @@ JOB_CALL_MAX_BYTES = host_calls.MAX_RESULT_BYTES + 64 * 1024
 _HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
             ("Referrer-Policy", "same-origin"), ("Cross-Origin-Opener-Policy", "same-origin"),
             ("Cache-Control", "no-store")]
+# What DRF adds to a host view's answer (APIView.default_response_headers; no Vary: Accept, as
+# host views have one renderer).
+_DRF_HEADERS = [("Allow", "POST, OPTIONS")]
 log = logging.getLogger("django.request")
 
 Answer = tuple[int, dict | list | None, dict[str, str]]
@@ -92,11 +96,18 @@ class HostFastPath:
             HEARTBEATS.labels(status=str(status)).inc()
         else:
             JOB_CALLS.labels(call=call, status=str(status)).inc()
-        # DRF's renderer: the same bytes the views answer (dates, separators, non-ASCII text).
-        body = b"" if payload is None else JSONRenderer().render(payload)
+        # The bytes Django would answer: a DRF view's answers through DRF's renderer (its dates,
+        # separators, raw UTF-8) with the headers DRF adds; the heartbeat's view and Django's
+        # outage and error answers (JsonResponse) through json.dumps.
+        drf = call != "heartbeat" and status < 500
+        if payload is None:
+            body = b""
+        else:
+            body = JSONRenderer().render(payload) if drf else json.dumps(payload).encode()
         head = [("Content-Type", "application/json")] if payload is not None else []
         start_response(f"{status} {HTTPStatus(status).phrase}", [
-            *head, ("Content-Length", str(len(body))), *_HEADERS, *headers.items()])
+            *head, ("Content-Length", str(len(body))), *_HEADERS, *(_DRF_HEADERS if drf else []),
+            *headers.items()])
         return [body]
 
     def _answer(self, work: Callable[[], Answer | None]) -> Answer | None:
@@ -104,6 +115,8 @@ class HostFastPath:
             try:
                 return work()
             except (InterfaceError, OperationalError):
+                if not _connection_lost():
+                    raise  # e.g. a statement timeout: not run twice
                 # Dropped by the server since the last call: once more on a fresh connection.
                 connection.close()
                 return work()
@@ -138,50 +151,79 @@ def _job_call(path: str) -> tuple[str, str | None] | None:
 
 
 def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answer | None] | None:
-    """For a well-formed job call, the work that answers it (None when the token turns out
-    unknown or the caller over a limit); for any other request, None."""
+    """For a well-formed job call from a caller within its limits, the work that answers it
+    (which gives None when the token turns out unknown); for any other request, None.
+
+    The limits come first, in one cache round trip and before the body is read: an address over
+    its failure limit costs one cache read, as with Django. A lease is counted here once (the
+    retry after a dropped connection does not count it again); one this path hands to Django is
+    counted there too (DRF counts a lease before it reads the body)."""
     token = credentials.split_bearer(environ.get("HTTP_AUTHORIZATION", ""), hosts.TOKEN_KIND)
-    data = _json_body(environ, empty_is={} if call == "lease" else None)
-    if token is None or data is _NOT_SERVED:
+    if token is None or not _negotiates_json(environ):
         return None
     address = environ.get("REMOTE_ADDR", "")
     if call == "lease":
+        blocked_for, allowed, _ = auth_failures.blocked_then_count(
+            address, "lease", host_calls.lease_limit_key(token),
+            policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S"))
+        if blocked_for is not None or not allowed:
+            return None
+    elif auth_failures.blocked(address) is not None:
+        return None
+    data = _json_body(environ, empty_is={} if call == "lease" else None)
+    if data is _NOT_SERVED:
+        return None
+    if call == "lease":
         options = host_calls.lease_options(data)
-        return None if options is None else lambda: _lease(token, address, options)
+        return None if options is None else _lease(token, options)
     if call == "complete":
         completion = host_calls.completion_options(data)
-        return None if completion is None else lambda: _complete(token, address, job_id, completion)
+        return None if completion is None else _complete(token, job_id, completion)
     parsed = host_calls.completions_options(data)
-    return None if parsed is None else lambda: _complete_many(token, address, *parsed)
+    return None if parsed is None else lambda: _complete_many(token, *parsed)
 
 
-def _lease(token: str, address: str, options: host_calls.LeaseOptions) -> Answer | None:
-    blocked_for, allowed, _ = auth_failures.blocked_then_count(
-        address, "lease", host_calls.lease_limit_key(token),
-        policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S"))
-    host = hosts.authenticate(token) if blocked_for is None and allowed else None
-    if host is None:
-        return None
-    job = services.lease(host, start=options.start, wait_s=options.wait_s)
-    return (204, None, {}) if job is None else (200, host_calls.job_for_host(job), {})
+def _negotiates_json(environ: dict) -> bool:
+    """No query string (DRF reads ?format=) and an Accept header that DRF answers with its
+    compact JSON; anything else DRF negotiates itself (406, indented JSON, HTML)."""
+    accept = environ.get("HTTP_ACCEPT", "")
+    return not environ.get("QUERY_STRING") and accept in ("", "*/*", "application/json")
 
 
-def _complete(token: str, address: str, job_id, completion: host_calls.Completion) -> Answer | None:
-    host = hosts.authenticate(token) if auth_failures.blocked(address) is None else None
-    if host is None:
-        return None
-    try:
-        job, following = services.complete(host, job_id, completion.figures, completion.result,
-                                           lease_next=completion.lease_next,
-                                           wait_s=completion.wait_s)
-    except jobs.JobError as exc:
-        status, body = host_calls.job_error(exc)
-        return status, body, {}
-    return 200, host_calls.completed(job, following, completion.lease_next), {}
+def _lease(token: str, options: host_calls.LeaseOptions) -> Callable[[], Answer | None]:
+    deadline = time.monotonic() + options.wait_s  # a retry waits only what is left
+
+    def serve() -> Answer | None:
+        host = hosts.authenticate(token)
+        if host is None:
+            return None
+        job = services.lease(host, start=options.start,
+                             wait_s=max(0.0, deadline - time.monotonic()) if options.wait_s else 0.0)
+        return (204, None, {}) if job is None else (200, host_calls.job_for_host(job), {})
+    return serve
 
 
-def _complete_many(token: str, address: str, reports: list, lease_next: bool) -> Answer | None:
-    host = hosts.authenticate(token) if auth_failures.blocked(address) is None else None
+def _complete(token: str, job_id, completion: host_calls.Completion) -> Callable[[], Answer | None]:
+    deadline = time.monotonic() + completion.wait_s  # a retry waits only what is left
+
+    def serve() -> Answer | None:
+        host = hosts.authenticate(token)
+        if host is None:
+            return None
+        try:
+            job, following = services.complete(
+                host, job_id, completion.figures, completion.result,
+                lease_next=completion.lease_next,
+                wait_s=max(0.0, deadline - time.monotonic()) if completion.wait_s else 0.0)
+        except jobs.JobError as exc:
+            status, body = host_calls.job_error(exc)
+            return status, body, {}
+        return 200, host_calls.completed(job, following, completion.lease_next), {}
+    return serve
+
+
+def _complete_many(token: str, reports: list, lease_next: bool) -> Answer | None:
+    host = hosts.authenticate(token)
     if host is None:
         return None
     settled, following = services.complete_many(host, reports, lease_next=lease_next)
@@ -214,9 +256,20 @@ def _json_body(environ: dict, empty_is: dict | None) -> object:
     if not raw:
         return _NOT_SERVED if empty_is is None else empty_is
     try:
-        return parsers.loads(raw)
+        text = raw.decode("utf-8")  # as DRF's parser reads it: strictly, a BOM is no JSON
+    except UnicodeDecodeError:
+        return _NOT_SERVED
+    if text.startswith("\ufeff"):
+        return _NOT_SERVED
+    try:
+        return parsers.loads(text)
     except ValueError:
         return _NOT_SERVED
+
+
+def _connection_lost() -> bool:
+    raw = connection.connection
+    return raw is None or raw.closed or raw.broken
 
 
 def _after_request() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import os
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 
 from scans.grader.runner import GC_GEN0_THRESHOLD  # the grader is Django-free: safe before setup
 
@@ -54,17 +54,31 @@ def _tune_gc_for_concurrent_scans(**_):
 CONSUME_AGAIN_WITHIN_S = 0.1
 
 
-@signals.worker_ready.connect
-def _wake_the_event_loop_often(sender=None, **_):
+class WakeTheEventLoopOften(bootsteps.StartStopStep):
     """A worker's event loop registers its next read from the broker only when it wakes up,
     and a task finishing on a pool thread does not wake it: it waits for its next timer, up to
     ~10 s (celery/celery#6941, open). The assignment pass worker (one thread) took a pass
     message at most every 5-10 s, and jobs waited that long for their host. A no-op timer
-    every CONSUME_AGAIN_WITHIN_S bounds that wait; it costs ten wake-ups a second."""
-    timer = getattr(sender, "timer", None)
-    if timer is not None and getattr(sender, "hub", None) is not None:
-        timer.call_repeatedly(CONSUME_AGAIN_WITHIN_S, _nothing)
+    every CONSUME_AGAIN_WITHIN_S bounds that wait (ten wake-ups a second). A consumer step, so
+    it is set again each time the consumer restarts (a lost broker connection clears the
+    loop's timers); with the filesystem broker there is no event loop, and nothing to do."""
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.entry = None
+
+    def start(self, consumer):
+        if consumer.hub is not None:
+            self.entry = consumer.timer.call_repeatedly(CONSUME_AGAIN_WITHIN_S, _nothing)
+
+    def stop(self, consumer):
+        if self.entry is not None:
+            self.entry.cancel()
+            self.entry = None
 
 
 def _nothing() -> None:
     pass
+
+
+app.steps["consumer"].add(WakeTheEventLoopOften)

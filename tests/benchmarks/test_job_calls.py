@@ -279,3 +279,22 @@ def test_a_host_completes_several_jobs_in_one_call_and_gets_as_many_next_ones(
     assert {j["status"] for j in following} == {"running"}
     job = net.job(mine[1])
     assert (job.ttft_ms, job.completion_tokens, job.folded_at is not None) == (50.0, 8, True)
+
+
+def test_host_calls_answer_json_only_never_a_page(net):
+    _, token = net.host("h1")
+    asked_for_html = net.client.post("/v1/hosts/lease", format="json", HTTP_ACCEPT="text/html",
+                                     **bearer(token))
+    assert asked_for_html.status_code == 406  # was a 500: the browsable page took the host for a team
+    assert asked_for_html["Content-Type"] == "application/json"
+
+
+def test_a_host_token_acts_for_no_team(net, rf):
+    from accounts.tenancy import Access
+    from benchmarks.authentication import HostPrincipal
+
+    host, _ = net.host("h1")
+    request = rf.post("/v1/hosts/lease")
+    request.user, request.auth = HostPrincipal(host), host  # as HostTokenAuthentication sets them
+    access = Access.for_request(request)
+    assert access.team_ids == [] and access.token is None

@@ -47,15 +47,17 @@ class FastPath:
                                    base_url="http://testserver")
 
     def post(self, path: str, token: str | None, body: bytes,
-             content_type: str = "application/json") -> httpx.Response:
-        headers = {"Content-Type": content_type}
+             content_type: str = "application/json", accept: str = "") -> httpx.Response:
+        headers = {"Content-Type": content_type, **({"Accept": accept} if accept else {})}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         return self.client.post(path, content=body, headers=headers)
 
 
-def view_post(net, path: str, token: str | None, body: bytes, content_type: str = "application/json"):
-    return net.client.generic("POST", path, body, content_type, **(bearer(token) if token else {}))
+def view_post(net, path: str, token: str | None, body: bytes, content_type: str = "application/json",
+              accept: str = ""):
+    return net.client.generic("POST", path, body, content_type, **(bearer(token) if token else {}),
+                              **({"HTTP_ACCEPT": accept} if accept else {}))
 
 
 @pytest.fixture
@@ -66,7 +68,8 @@ def fast() -> FastPath:
 def _same_answer(fast_answer: httpx.Response, view_answer, case: str) -> None:
     assert fast_answer.status_code == view_answer.status_code, (case, fast_answer.text)
     assert fast_answer.content == view_answer.content, case
-    for header in ("Content-Type", "WWW-Authenticate", "Retry-After"):
+    for header in ("Content-Type", "WWW-Authenticate", "Retry-After", "Allow", "Vary",
+                   "X-Content-Type-Options", "X-Frame-Options", "Referrer-Policy"):
         assert fast_answer.headers.get(header) == view_answer.get(header), (case, header)
 
 
@@ -145,6 +148,11 @@ def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
         ("several, none listed", token, "/v1/jobs/complete", b'{"jobs": []}', "application/json"),
         ("several, a bad id", token, "/v1/jobs/complete",
          json.dumps({"jobs": [{"id": "job-1", **FIGURES}]}).encode(), "application/json"),
+        # DRF reads a body as strict UTF-8: a byte-order mark or UTF-16 is no JSON to it.
+        ("a byte-order mark", token, complete, b"\xef\xbb\xbf" + good, "application/json"),
+        ("UTF-16", token, complete, json.dumps(FIGURES).encode("utf-16"), "application/json"),
+        # DRF negotiates the answer's format: ?format= and Accept are its to read.
+        ("a format in the query", token, complete + "?format=xml", good, "application/json"),
     ]
     for cases, handed in ((answered_here, False), (handed_to_django, True)):
         for name, who, path, body, content_type in cases:
@@ -153,6 +161,12 @@ def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
                          view_post(net, path, who, body, content_type), name)
             assert len(fast.handed_to_django) == before + handed, name
     assert net.job(mine).status == JobStatus.LEASED  # nothing above completed it
+    # The last one completes the job: JSON, indented (then the view answers the repeat alike).
+    for accept in ("application/xml", "text/html", "application/json; indent=4"):
+        before = len(fast.handed_to_django)
+        _same_answer(fast.post(complete, token, good, accept=accept),
+                     view_post(net, complete, token, good, accept=accept), accept)
+        assert len(fast.handed_to_django) == before + 1, accept
 
 
 _ANY_JSON = st.one_of(
