@@ -27,9 +27,10 @@ poison.
 
 The database connection is handed back after each call (Django's CONN_MAX_AGE and pool rules)
 without a health-check query per call: a connection the server dropped fails the statement,
-which is closed and retried once on a fresh connection. A retry is harmless: a heartbeat
-recorded twice, a lease that found nothing the first time, a completion that repeats (a
-repeated completion answers what the first one did: benchmarks.services.complete).
+which is closed and retried once on a fresh connection (only a lost connection: a statement
+timeout is not run twice). A retry is harmless: a heartbeat recorded twice, a lease that found
+nothing the first time (counted once, waiting only what is left of its wait), a completion that
+repeats (a repeated completion answers what the first one did: benchmarks.services.complete).
 """
 
 from __future__ import annotations
