@@ -191,21 +191,26 @@ def _negotiates_json(environ: dict) -> bool:
     return not environ.get("QUERY_STRING") and accept in ("", "*/*", "application/json")
 
 
+def _wait_left(wait_s: float) -> Callable[[], float]:
+    """What is left of a call's wait when it is served (a retry waits only the rest)."""
+    deadline = time.monotonic() + wait_s
+    return lambda: max(0.0, deadline - time.monotonic()) if wait_s else 0.0
+
+
 def _lease(token: str, options: host_calls.LeaseOptions) -> Callable[[], Answer | None]:
-    deadline = time.monotonic() + options.wait_s  # a retry waits only what is left
+    wait_left = _wait_left(options.wait_s)
 
     def serve() -> Answer | None:
         host = hosts.authenticate(token)
         if host is None:
             return None
-        job = services.lease(host, start=options.start,
-                             wait_s=max(0.0, deadline - time.monotonic()) if options.wait_s else 0.0)
+        job = services.lease(host, start=options.start, wait_s=wait_left())
         return (204, None, {}) if job is None else (200, host_calls.job_for_host(job), {})
     return serve
 
 
 def _complete(token: str, job_id, completion: host_calls.Completion) -> Callable[[], Answer | None]:
-    deadline = time.monotonic() + completion.wait_s  # a retry waits only what is left
+    wait_left = _wait_left(completion.wait_s)
 
     def serve() -> Answer | None:
         host = hosts.authenticate(token)
@@ -214,8 +219,7 @@ def _complete(token: str, job_id, completion: host_calls.Completion) -> Callable
         try:
             job, following = services.complete(
                 host, job_id, completion.figures, completion.result,
-                lease_next=completion.lease_next,
-                wait_s=max(0.0, deadline - time.monotonic()) if completion.wait_s else 0.0)
+                lease_next=completion.lease_next, wait_s=wait_left())
         except jobs.JobError as exc:
             status, body = host_calls.job_error(exc)
             return status, body, {}
