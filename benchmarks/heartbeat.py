@@ -54,7 +54,7 @@ HEARTBEAT_MAX_BYTES = 64 * 1024  # 64 catalog ids and the hardware fit many time
 
 
 def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
-                     address: str) -> tuple[int, dict, dict[str, str]]:
+                     address: str, steady_tried: bool = False) -> tuple[int, dict, dict[str, str]]:
     """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
 
     The most frequent call of the network: for a steady host within its limit, one UPDATE and
@@ -64,7 +64,8 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     HEARTBEAT_MAX_BYTES of it (`read_body(limit)` gives None for a longer one). Failed
     authentications are counted per `address` (the client's), and an address over that limit
     is refused before the full path's work (a valid token's steady heartbeat from it is
-    recorded: only the token's holder can send one).
+    recorded: only the token's holder can send one). `steady_tried`: the caller already tried
+    the steady UPDATE for this call (the heartbeat server's batch), so it is not tried again.
     """
     if not authorization:
         return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
@@ -82,7 +83,9 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     # than that can never be over its limit and needs no counter. Anything else (a bad token,
     # a changed model list, a call sooner than that, a body that does not parse) writes
     # nothing here and takes the full path below, which counts it as before.
-    steady = _steady(token, read_body, window / limit) if limit > 0 else None
+    not_within_s = steady_within_s()
+    steady = (_steady(token, read_body, not_within_s)
+              if not_within_s is not None and not steady_tried else None)
     if steady is not None:
         return steady
     # Counted before any database write, per token digest: only the token's holder can spend
@@ -111,7 +114,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     if recorded is None:
         auth_failures.record(address)
         return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
-    return 200, _answer(recorded), {}
+    return 200, answer_body(recorded), {}
 
 
 def _steady(token: str, read_body: Callable[[int], bytes | None],
@@ -125,10 +128,17 @@ def _steady(token: str, read_body: Callable[[int], bytes | None],
         return None  # the full path answers it, after the token and the limits
     recorded = services.steady_heartbeat(token, body["models"], body["hardware"], body["slots"],
                                          not_within_s)
-    return None if recorded is None else (200, _answer(recorded), {})
+    return None if recorded is None else (200, answer_body(recorded), {})
 
 
-def _answer(recorded: hosts.Heartbeat) -> dict:
+def steady_within_s() -> float | None:
+    """A steady heartbeat is one at least this long after the host's last (the rate limit
+    folded into the UPDATE: window / limit); None when heartbeats are not limited."""
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    return policy.value("NETWORK_HEARTBEAT_WINDOW_S") / limit if limit > 0 else None
+
+
+def answer_body(recorded: hosts.Heartbeat) -> dict:
     return {
         "online": recorded.online,
         "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),

@@ -63,7 +63,7 @@ JOB_CALLS = Counter("tokvera_host_job_calls",
 # without Content-Length) goes to Django, which refuses it or reads it under its own limits.
 JOB_CALL_MAX_BYTES = host_calls.MAX_RESULT_BYTES + 64 * 1024
 # What Django's middleware adds to a JSON answer that a caller could rely on.
-_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
+JSON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
             ("Referrer-Policy", "same-origin"), ("Cross-Origin-Opener-Policy", "same-origin"),
             ("Cache-Control", "no-store")]
 # What DRF adds to a host view's answer (APIView.default_response_headers; no Vary: Accept, as
@@ -89,7 +89,7 @@ class HostFastPath:
             call, work = job_call[0], _job_work(*job_call, environ)
         else:
             return self.django_app(environ, start_response)
-        answer = None if work is None else self._answer(work)
+        answer = None if work is None else answer_safely(work)
         if answer is None:  # not provably well-formed, or refused: Django answers it
             return self.django_app(environ, start_response)
         status, payload, headers = answer
@@ -107,28 +107,31 @@ class HostFastPath:
             body = JSONRenderer().render(payload) if drf else json.dumps(payload).encode()
         head = [("Content-Type", "application/json")] if payload is not None else []
         start_response(f"{status} {HTTPStatus(status).phrase}", [
-            *head, ("Content-Length", str(len(body))), *_HEADERS, *(_DRF_HEADERS if drf else []),
+            *head, ("Content-Length", str(len(body))), *JSON_HEADERS, *(_DRF_HEADERS if drf else []),
             *headers.items()])
         return [body]
 
-    def _answer(self, work: Callable[[], Answer | None]) -> Answer | None:
+
+def answer_safely(work: Callable[[], Answer | None]) -> Answer | None:
+    """`work()`, retried once on a fresh connection when the database dropped this one; a
+    database still unreachable is the outage answer (503), anything else raised a 500."""
+    try:
         try:
-            try:
-                return work()
-            except (InterfaceError, OperationalError):
-                if not _connection_lost():
-                    raise  # e.g. a statement timeout: not run twice
-                # Dropped by the server since the last call: once more on a fresh connection.
-                connection.close()
-                return work()
-        except (InterfaceError, OperationalError):  # still unreachable after the retry
-            log.warning("host call: the database is unreachable")
-            return 503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)}
-        except Exception:
-            log.exception("host call failed")
-            return 500, {"detail": "Internal server error.", "code": "server_error"}, {}
-        finally:
-            _after_request()
+            return work()
+        except (InterfaceError, OperationalError):
+            if not _connection_lost():
+                raise  # e.g. a statement timeout: not run twice
+            # Dropped by the server since the last call: once more on a fresh connection.
+            connection.close()
+            return work()
+    except (InterfaceError, OperationalError):  # still unreachable after the retry
+        log.warning("host call: the database is unreachable")
+        return 503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)}
+    except Exception:
+        log.exception("host call failed")
+        return 500, {"detail": "Internal server error.", "code": "server_error"}, {}
+    finally:
+        _after_request()
 
 
 def _heartbeat_work(environ: dict) -> Callable[[], Answer]:

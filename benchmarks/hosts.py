@@ -226,6 +226,57 @@ def _record_if_steady(token: str, models: list[str], hardware: dict, slots: int,
                      suspended=suspended)
 
 
+@dataclass(frozen=True)
+class SteadyCall:
+    """One steady heartbeat waiting to be written with others (steady_heartbeats_statement)."""
+
+    token: str
+    models: list[str]
+    hardware: dict
+    slots: int
+    at: datetime  # when it arrived: the heartbeat's time, as `now` is for one call
+    not_within_s: float
+
+
+def steady_heartbeats_statement(calls: list[SteadyCall]) -> tuple[str, list]:
+    """`steady_heartbeat` for many calls in one statement: (SQL, parameters). Each returned row
+    is (index in `calls`, suspended, trust_level); a call without one is not steady (the same
+    conditions as one call's) and takes the full path. A hardware field a call does not send
+    keeps its stored value (NULL in its column of the input; a sent value is never NULL).
+    Two calls of one host in a batch update its row once: the other finds no row, as the
+    second of two calls within `not_within_s` would."""
+    fields = list(HARDWARE_FIELDS)
+    columns = ["i", "prefix", "digest", "advertised", "at", "not_since", "slots", *fields]
+    types = ["int", "text", "text", "text", "timestamptz", "timestamptz", "int",
+             *("text" if kind is str else "bigint" for kind in HARDWARE_FIELDS.values())]
+    values: list[list] = [[] for _ in columns]
+    for i, call in enumerate(calls):
+        row = [i, call.token[: credentials.PREFIX_CHARS], credentials.digest(call.token),
+               json.dumps(sorted(set(call.models))), call.at,
+               call.at - timedelta(seconds=call.not_within_s), call.slots,
+               *(call.hardware.get(name) for name in fields)]
+        for column, value in zip(values, row, strict=True):
+            column.append(value)
+    table = Host._meta.db_table
+    sets = ", ".join(["last_heartbeat_at = v.at", "slots = v.slots",
+                      *(f"{name} = COALESCE(v.{name}, h.{name})" for name in fields)])
+    unnest = ", ".join(f"%s::{kind}[]" for kind in types)
+    return (
+        f"UPDATE {table} AS h SET {sets} "  # noqa: S608 - table and column names are ours
+        f"FROM unnest({unnest}) AS v({', '.join(columns)}) "
+        "WHERE h.token_prefix = v.prefix AND h.token_hmac = v.digest AND h.revoked_at IS NULL "
+        "AND h.advertised = v.advertised::jsonb "
+        "AND (h.last_heartbeat_at IS NULL OR h.last_heartbeat_at <= v.not_since) "
+        "RETURNING v.i, h.suspended, h.trust_level",
+        values,
+    )
+
+
+def steady_answer(call: SteadyCall, suspended: bool, trust_level: str) -> Heartbeat:
+    return Heartbeat(online=not suspended, models=sorted(set(call.models)), slots=call.slots,
+                     trust_level=trust_level, suspended=suspended)
+
+
 def record_heartbeat(host: Host, models: list[str], hardware: dict, slots: int,
                      now: datetime | None = None) -> bool:
     """Store what the host reports. Returns whether it is online now.

@@ -260,3 +260,38 @@ def build_network(now: datetime = T0) -> Network:
     # retired-q4: inactive, so never published even with jobs.
     job("retired-q4", latency_ms=50, settled_ago=day, host="retired")
     return net
+
+
+def heartbeat_cases(token: str, revoked: str) -> list[tuple[str, dict, bytes]]:
+    """(name, headers, body) of a heartbeat for each way one can be answered: every server of
+    heartbeats must answer each exactly as the Django view does."""
+    good = b'{"models": ["tiny-q4"], "slots": 2, "hardware": {"gpu_model": "RTX 4090"}}'
+    return [
+        ("steady host", {"Authorization": f"Bearer {token}"}, good),
+        ("no credentials", {}, good),
+        ("not a host token", {"Authorization": "Bearer tkv_" + "x" * 30}, good),
+        ("revoked token", {"Authorization": f"Bearer {revoked}"}, good),
+        ("not JSON", {"Authorization": f"Bearer {token}"}, b"{nope"),
+        ("slots as a string", {"Authorization": f"Bearer {token}"},
+         b'{"models": ["tiny-q4"], "slots": "2"}'),
+        ("unknown model", {"Authorization": f"Bearer {token}"}, b'{"models": ["huge-fp16"]}'),
+        ("too deep", {"Authorization": f"Bearer {token}"}, b'{"models": ' + b"[" * 100 + b"]" * 100 + b"}"),
+        ("over 64 KiB", {"Authorization": f"Bearer {token}"},
+         b'{"models": ["tiny-q4"], "pad": "' + b"x" * 70_000 + b'"}'),
+    ]
+
+
+def assert_heartbeats_answered_as_the_view(server, token: str, revoked: str) -> None:
+    """Each of `heartbeat_cases` posted to `server` (an httpx client of a real server) and to
+    the Django view: the same status, bytes and challenge, and Django's JSON headers."""
+    view = APIClient()
+    for name, headers, body in heartbeat_cases(token, revoked):
+        served = server.post("/v1/hosts/heartbeat", content=body,
+                             headers={"Content-Type": "application/json", **headers})
+        django = view.generic("POST", "/v1/hosts/heartbeat", body, "application/json",
+                              **({"HTTP_AUTHORIZATION": headers["Authorization"]} if headers else {}))
+        assert served.status_code == django.status_code, name
+        assert served.content == django.content, name  # the same bytes
+        assert served.headers.get("WWW-Authenticate") == django.get("WWW-Authenticate"), name
+        assert served.headers["Content-Type"] == "application/json", name
+        assert served.headers["X-Content-Type-Options"] == "nosniff", name

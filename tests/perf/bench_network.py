@@ -71,8 +71,20 @@ ENV = {
     "AUTH_FAILURE_LIMIT": "1000000000",
 }
 PGBENCH_DB = f"{DB_NAME}_pgbench"
+# A host's heartbeat is steady (one UPDATE, no cache round trip) when it comes at least
+# NETWORK_HEARTBEAT_WINDOW_S / NETWORK_HEARTBEAT_LIMIT (3 s) after its last one; the agent
+# sends one every 15 s. Each phase starts this long after the one before, so no host calls
+# sooner than that; and a phase at R heartbeats/s needs more than 3 x R hosts (--hosts).
+STEADY_GAP_S = 3.1
 HB_MODEL, JOB_MODEL = "hb-q4", "bench-q4"
 JOB_HOSTS, JOB_SLOTS = 100, 2
+
+
+def run(coroutine):
+    """A phase on a fresh event loop: uvloop's, so the load generator costs the box less."""
+    import uvloop
+
+    return uvloop.run(coroutine)
 
 
 # --- a minimal HTTP/1.1 client (one connection per request: gunicorn sync workers close) ----
@@ -216,7 +228,8 @@ def seed(hosts: int) -> dict:
 
 def start_services(port: int, workers: int, threads: int, pool: int = 0,
                    waiting_per_process: int | None = None, server: str = "gunicorn",
-                   celery_layout: str = "split", worker_connections: int = 1000):
+                   celery_layout: str = "split", worker_connections: int = 1000,
+                   heartbeat_port: int | None = None, heartbeat_workers: int = 1):
     worker_class = (["--worker-class", "gthread", "--threads", str(threads),
                      "--worker-connections", str(worker_connections)] if threads > 1 else [])
     web_env = {**ENV, "DB_POOL_MAX_SIZE": str(pool)}
@@ -231,6 +244,14 @@ def start_services(port: int, workers: int, threads: int, pool: int = 0,
                    "--workers", str(workers), "--blocking-threads", str(threads),
                    "--backlog", "4096", "--log-level", "warning"]
     gunicorn = subprocess.Popen(command, cwd=ROOT, env=web_env)
+    heartbeats = None
+    if heartbeat_port is not None:  # the heartbeat server (docs/operations.md), on a port of its own
+        heartbeats = subprocess.Popen(
+            [str(Path(sys.executable).parent / "uvicorn"), "tokvera_site.heartbeats_asgi:application",
+             "--host", "127.0.0.1", "--port", str(heartbeat_port), "--loop", "uvloop",
+             "--http", "httptools", "--no-access-log", "--log-level", "warning",
+             "--backlog", "4096", *(["--workers", str(heartbeat_workers)] if heartbeat_workers > 1 else [])],
+            cwd=ROOT, env=ENV)
     # Two threads of Celery in all, so layouts compare fairly. split (production's shape,
     # docs/operations.md): folds (queue `celery`) and assignment passes (queue `passes`) in
     # worker processes of their own, one thread each; shared: one worker process, two threads,
@@ -247,15 +268,19 @@ def start_services(port: int, workers: int, threads: int, pool: int = 0,
     import httpx
 
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2, trust_env=False).status_code == 200:
+    for url in [f"http://127.0.0.1:{port}/healthz",
+                *([f"http://127.0.0.1:{heartbeat_port}/v1/hosts/heartbeat"] if heartbeats else [])]:
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(url, timeout=2, trust_env=False).raise_for_status()
                 break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        raise SystemExit("the site did not start")
-    return gunicorn, celery_workers
+            except httpx.HTTPStatusError:
+                break  # answering (the heartbeat server answers a GET 405)
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            raise SystemExit(f"{url} did not answer")
+    return gunicorn, celery_workers, heartbeats
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -320,7 +345,9 @@ async def heartbeats_closed(http: Http, tokens: list[str], seconds: float, calle
 
 
 async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: float) -> dict:
-    """Fixed arrival rate; latency counted from each request's scheduled time."""
+    """Fixed arrival rate; latency counted from each request's scheduled time. Each request is
+    started when it is due (a connection of its own when none is idle, as each host has one),
+    so a server that falls behind sees more and more calls at once."""
     body = _hb_body()
     statuses: dict[int, int] = {}
     latencies: list[float] = []
@@ -328,16 +355,20 @@ async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: f
     began = time.perf_counter()
     offset = random.randrange(len(tokens))
 
-    async def one(i: int):
-        due = began + i / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async def one(i: int, due: float):
         status, _ = await http.call("POST", "/v1/hosts/heartbeat", tokens[(offset + i) % len(tokens)], body)
         latencies.append((time.perf_counter() - due) * 1000)
         statuses[status] = statuses.get(status, 0) + 1
 
-    await asyncio.gather(*(one(i) for i in range(total)))
+    in_flight: set[asyncio.Task] = set()
+    for i in range(total):
+        due = began + i / rate
+        if (ahead := due - time.perf_counter()) > 0.001:
+            await asyncio.sleep(ahead)
+        task = asyncio.create_task(one(i, due))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    await asyncio.gather(*in_flight)
     return {**_summary(statuses, latencies, time.perf_counter() - began), "target_rate": rate}
 
 
@@ -562,6 +593,10 @@ def fold_latency(wait_s: float = 10.0) -> dict:
 # --- main ------------------------------------------------------------------------------------
 
 
+def phase_done(name: str, figures: dict) -> None:
+    print(f"{name}: {json.dumps(figures)}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
@@ -600,65 +635,92 @@ def main() -> None:
                              "(its default: 1000)")
     parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn",
                         help="the WSGI server (granian: not a dependency; pip install granian)")
+    parser.add_argument("--heartbeat-server", choices=["web", "uvicorn"], default="web",
+                        help="web: heartbeats to the web server (its WSGI fast path); uvicorn: to the "
+                             "heartbeat server (tokvera_site.heartbeats_asgi) on --port + 1")
+    parser.add_argument("--heartbeat-workers", type=int, default=1,
+                        help="uvicorn worker processes of the heartbeat server")
     args = parser.parse_args()
 
     recreate_database()
     seeded = seed(args.hosts)
-    gunicorn, celery = start_services(args.port, args.workers, args.threads, args.pool,
-                                      args.waiting_per_process, args.server, args.celery,
-                                      args.worker_connections)
+    heartbeat_port = args.port + 1 if args.heartbeat_server == "uvicorn" else None
+    gunicorn, celery, heartbeat_server = start_services(
+        args.port, args.workers, args.threads, args.pool, args.waiting_per_process, args.server,
+        args.celery, args.worker_connections, heartbeat_port, args.heartbeat_workers)
 
     def http() -> Http:  # one pool per event loop (each phase runs its own)
         return Http(args.port, keep_alive=args.threads > 1)
+
+    def hb_http() -> Http:  # where hosts send heartbeats
+        return Http(heartbeat_port) if heartbeat_port else http()
+
+    def hb_pids() -> list[int]:
+        if heartbeat_server is None:
+            return children(gunicorn.pid)
+        return children(heartbeat_server.pid) if args.heartbeat_workers > 1 else [heartbeat_server.pid]
 
     result: dict = {"workers": args.workers, "threads": args.threads, "hosts": args.hosts,
                     "worker_connections": args.worker_connections,
                     "pool": args.pool, "waiting_per_process": args.waiting_per_process,
                     "submit_batch": args.submit_batch, "complete_batch": args.complete_batch,
-                    "celery": args.celery, "cpus": os.cpu_count()}
+                    "celery": args.celery, "heartbeat_server": args.heartbeat_server,
+                    "heartbeat_workers": args.heartbeat_workers, "cpus": os.cpu_count()}
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         time.sleep(1)
         result["rss_mb_start"] = worker_rss_mb(gunicorn.pid)
         # warm every worker (imports, connections) and fill the cache's catalog ids
-        asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][:200], 2, 8))
+        run(heartbeats_closed(http(), seeded["hb_tokens"][:200], 2, 8))
+        if heartbeat_server is not None:
+            run(heartbeats_closed(hb_http(), seeded["hb_tokens"][:200], 2, 8))
         result["rss_mb_warm"] = worker_rss_mb(gunicorn.pid)
+        if heartbeat_server is not None:
+            result["heartbeat_server_rss_mb_warm"] = rss_mb(hb_pids())
         # The ceiling of this stack on this machine: a 401 for a malformed token, no database.
         if not args.only_jobs:  # the heartbeat phases and the yardstick
-            floor = asyncio.run(heartbeats_closed(http(), ["tkh_malformed"], min(args.seconds, 5), 32))
+            floor = run(heartbeats_closed(hb_http(), ["tkh_malformed"], min(args.seconds, 5), 32))
             result["floor_401_per_s"] = round(floor["statuses"].get(401, 0) / floor["seconds"], 1)
-            web = children(gunicorn.pid)
+            web = hb_pids()
             cpu0 = cpu_seconds(web)
             # Not the warm-up's tokens: those are at their 20-a-minute limit.
-            closed = asyncio.run(heartbeats_closed(http(), seeded["hb_tokens"][200:], args.seconds, 32))
+            time.sleep(STEADY_GAP_S)
+            closed = run(heartbeats_closed(hb_http(), seeded["hb_tokens"][200:], args.seconds, 32))
             closed["web_cpu_ms_per_request"] = round(
                 (cpu_seconds(web) - cpu0) * 1000 / max(1, sum(closed["statuses"].values())), 2)
             result["heartbeats_max"] = closed
+            phase_done("heartbeats, most per second", closed)
             result["rss_mb_after_heartbeats_max"] = worker_rss_mb(gunicorn.pid)
             if args.waiting_hosts:
                 result["database_connections_before_waiting"] = database_connections()
-                result["heartbeats_while_hosts_wait"] = asyncio.run(heartbeats_while_hosts_wait(
+                result["heartbeats_while_hosts_wait"] = run(heartbeats_while_hosts_wait(
                     args.port, seeded["hb_tokens"][: -args.waiting_hosts],
                     seeded["hb_tokens"][-args.waiting_hosts:], args.seconds, 32))
                 result["rss_mb_while_hosts_waited"] = worker_rss_mb(gunicorn.pid)
             # Far above capacity the queue only grows, and its p99 says how long the run was (and
             # a 1,000/s run at 150/s served takes minutes): then only the 80 % run below.
             if closed["per_s"] * 1.25 >= 1000:
-                result["heartbeats_at_1000_per_s"] = asyncio.run(
-                    heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 1000.0))
+                time.sleep(STEADY_GAP_S)
+                result["heartbeats_at_1000_per_s"] = run(
+                    heartbeats_open(hb_http(), seeded["hb_tokens"], args.seconds, 1000.0))
+                phase_done("heartbeats at 1,000/s", result["heartbeats_at_1000_per_s"])
             if closed["per_s"] > 0:  # the goal's rate: below capacity, to tell queueing from cost
-                result["heartbeats_at_80pct_of_max"] = asyncio.run(
-                    heartbeats_open(http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
+                time.sleep(STEADY_GAP_S)
+                result["heartbeats_at_80pct_of_max"] = run(
+                    heartbeats_open(hb_http(), seeded["hb_tokens"], args.seconds, 0.8 * closed["per_s"]))
+                phase_done("heartbeats at 80 % of the most", result["heartbeats_at_80pct_of_max"])
             # The yardstick, right after the heartbeats, on the same server (the site is idle now).
             result["pgbench_single_row_update"] = pgbench_single_row_update(args.seconds)
             result["heartbeats_to_pgbench_ratio"] = round(
                 closed["per_s"] / result["pgbench_single_row_update"]["updates_per_s"], 3)
             result["rss_mb_after_heartbeats"] = worker_rss_mb(gunicorn.pid)
+            if heartbeat_server is not None:
+                result["heartbeat_server_rss_mb_after_heartbeats"] = rss_mb(hb_pids())
         web = children(gunicorn.pid)
         if not args.skip_jobs:
             result["celery_rss_mb_before_jobs"] = rss_mb(celery_pids(celery))
             cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds(celery_pids(celery))
-            jobs = asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
+            jobs = run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
                                          args.seconds, lease_wait_s=args.lease_wait_s,
                                          submit_batch=args.submit_batch,
                                          complete_batch=args.complete_batch,
@@ -673,7 +735,7 @@ def main() -> None:
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
             result["celery_rss_mb_after_jobs"] = rss_mb(celery_pids(celery))
             # a second, identical jobs run: flat memory means no growth from the first to here
-            asyncio.run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
+            run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
                                   lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
                                   complete_batch=args.complete_batch,
                                   complete_wait_s=args.complete_wait_s))
@@ -683,9 +745,10 @@ def main() -> None:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         result["load_generator_cpu_s"] = round(
             (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime), 1)
-        for proc in (gunicorn, *celery):
+        servers = [gunicorn, *celery, *([heartbeat_server] if heartbeat_server else [])]
+        for proc in servers:
             proc.terminate()
-        for proc in (gunicorn, *celery):
+        for proc in servers:
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
