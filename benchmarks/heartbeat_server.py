@@ -84,7 +84,7 @@ class SteadyWriter:
 
     async def record(self, call: hosts.SteadyCall) -> hosts.Heartbeat | None:
         """The call's answer, or None when it is not steady (nothing written for it)."""
-        if self._task is None or self._wake is None:
+        if self._task is None or self._task.done() or self._wake is None:  # first call, or it died
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(self._wake))
         answered: asyncio.Future = asyncio.get_running_loop().create_future()
