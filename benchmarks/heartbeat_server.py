@@ -4,26 +4,33 @@
 
 Every host heartbeats every 15 s: 10,000 hosts are 667 calls a second, all day, and the
 network's most frequent call by far. Under gunicorn (benchmarks/host_wsgi.py) each one costs
-about 0.7 ms of web CPU, mostly HTTP parsing and thread hand-offs in Python, and once a backlog
-forms every waiting call holds a connection and a thread. Here uvicorn's HTTP (httptools, in C)
-and one event loop serve them, and the steady heartbeats that arrive while one write runs go
-to the database together in the next: one UPDATE for the whole batch
-(benchmarks.hosts.steady_heartbeats_statement), which costs PostgreSQL a fraction of one
+about 0.7 ms of web CPU, mostly HTTP parsing and thread hand-offs in Python. Here uvicorn's
+HTTP (httptools, in C) and one event loop serve them, and the steady heartbeats that arrive
+while one write runs go to the database together in the next: one statement for the whole
+batch (benchmarks.hosts.steady_heartbeats_statement), which costs PostgreSQL a fraction of one
 statement per call (DECISIONS.md, issue 25).
 
-This server answers `POST /v1/hosts/heartbeat` and nothing else (404, or 405 for another
-method on that path): route that path here at the proxy, everything else to the web process.
-A steady heartbeat (a current token, an unchanged model list, not within window / limit of
-the host's last: benchmarks/heartbeat.py) is answered from its batch's row. Every other call
-takes the same full path as under gunicorn, `answer_heartbeat` on a thread of its own
-(Django's ORM and cache are synchronous), which answers each case as the view does; its answer
-is the same bytes either way (tests/benchmarks/test_heartbeat_server.py).
+This server answers `POST /v1/hosts/heartbeat` and nothing else (404; 405 for another method
+on that path, as Django's): route that path here at the proxy, everything else to the web
+process. A steady heartbeat (a current token, an unchanged model list, not within window /
+limit of the host's last: benchmarks/heartbeat.py) is answered from its batch's row. Every
+other call takes the same full path as under gunicorn, `answer_heartbeat` on one of a few
+threads (Django's ORM and cache are synchronous), which answers each case as the view does,
+with the same bytes (tests/benchmarks/test_heartbeat_server.py). The body is read only once
+the token has the form of one, as under gunicorn.
 
-A dropped database connection is opened again and the batch written once more (a heartbeat
-written twice is harmless); a database still unreachable answers every call of the batch
-with the site's outage answer (503, Retry-After). The address used for the failed
-authentications' limit is the connection's peer (uvicorn's client), as REMOTE_ADDR under
-gunicorn; behind a proxy, run uvicorn with --proxy-headers and --forwarded-allow-ips set to it.
+Failures: a dropped database connection is opened again and the batch written once more (a
+heartbeat written twice is harmless); a database still unreachable, slower than
+WRITE_TIMEOUT_S or refusing the statement answers every call of the batch with the site's
+outage answer (503, Retry-After), as the other paths do. Any other error sends each call of
+the batch down the full path, which answers it on its own. Floods are bounded: past
+WAITING_MAX calls waiting for a batch, or FULL_PATH_WAITING_MAX for the threads, a call is
+answered 503 at once (Retry-After) instead of queueing without end.
+
+The failed authentications' limit counts the address uvicorn gives as the client. By default
+uvicorn takes it from X-Forwarded-For when the connection comes from 127.0.0.1 or ::1
+(--forwarded-allow-ips), so a proxy on the same box must set that header itself, never pass
+on the caller's (docs/operations.md); without a proxy in front, run it with --no-proxy-headers.
 """
 
 from __future__ import annotations
@@ -47,18 +54,37 @@ from tokvera_site import errors
 
 log = logging.getLogger("django.request")
 
-# The most calls one UPDATE writes. A batch of this many takes PostgreSQL a few milliseconds;
-# calls arriving meanwhile wait for the next one.
+# The most calls one statement writes; calls arriving meanwhile wait for the next one.
 BATCH_MAX = 500
-# Threads for the full path (unsteady calls: a first heartbeat, a changed model list, a bad
-# token): each holds a database connection while it works, so keep it small.
+# Steady calls waiting for a batch, at most; past it (a database far slower than the
+# arrivals) a call is answered BUSY at once.
+WAITING_MAX = 10_000
+# One batch's longest write, connecting included; past it the connection is dropped and the
+# batch answered as an outage. The statement itself never waits for a row lock.
+WRITE_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5
+# Threads for the full path (a first heartbeat, a changed model list, a bad token, a call
+# within 3 s): each holds a database connection while it works, so keep it small.
 FULL_PATH_THREADS = 4
+# Calls on or queued for those threads, at most (a flood of bad tokens); past it, BUSY.
+FULL_PATH_WAITING_MAX = 400
+BUSY: Answer = (503, {"detail": "Too many heartbeats at once; try again shortly.", "code": "busy"},
+                {"Retry-After": "5"})
+OUTAGE: Answer = (503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)})
 _ENCODED_HEADERS = [(name.lower().encode(), value.encode()) for name, value in JSON_HEADERS]
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection]]
 
 
 class DatabaseUnreachable(Exception):
+    """The batch could not be written (lost, timed out or refused): answered as an outage."""
+
+
+class BatchFailed(Exception):
+    """Anything else went wrong with the batch: each call takes the full path instead."""
+
+
+class Busy(Exception):
     pass
 
 
@@ -66,24 +92,29 @@ def connect_as_django() -> Connect:
     """Connections to the database Django's default alias names, with its options."""
     params = {name: value for name, value in connection.get_connection_params().items()
               if name not in ("cursor_factory", "context", "pool")}
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return lambda: psycopg.AsyncConnection.connect(**params, autocommit=True)
 
 
 @dataclass
 class SteadyWriter:
     """Writes steady heartbeats in batches on one connection: each call waits for the batch it
-    joined. One writer per process, so the process's own batches never wait on each other's
-    row locks."""
+    joined."""
 
     connect: Connect
     batch_max: int = BATCH_MAX
+    waiting_max: int = WAITING_MAX
     _waiting: list[tuple[hosts.SteadyCall, asyncio.Future]] = field(default_factory=list)
+    _writing: list[tuple[hosts.SteadyCall, asyncio.Future]] = field(default_factory=list)
     _wake: asyncio.Event | None = None
     _task: asyncio.Task | None = None
     _connection: psycopg.AsyncConnection | None = None
 
     async def record(self, call: hosts.SteadyCall) -> hosts.Heartbeat | None:
-        """The call's answer, or None when it is not steady (nothing written for it)."""
+        """The call's answer, or None when it is not steady or its host's row is locked
+        (nothing written for it). Raises DatabaseUnreachable, BatchFailed or Busy."""
+        if len(self._waiting) >= self.waiting_max:
+            raise Busy
         if self._task is None or self._task.done() or self._wake is None:  # first call, or it died
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(self._wake))
@@ -102,46 +133,56 @@ class SteadyWriter:
             self._connection = None
 
     async def _run(self, wake: asyncio.Event) -> None:
-        while True:
-            await wake.wait()
-            wake.clear()
-            while self._waiting:
-                batch = self._waiting[: self.batch_max]
-                del self._waiting[: self.batch_max]
-                try:
-                    rows = await self._write([call for call, _ in batch])
-                except Exception as exc:  # every call of the batch gets the error
-                    for _, answered in batch:
-                        if not answered.done():
-                            answered.set_exception(exc)
-                    continue
-                found = {i: (suspended, trust) for i, suspended, trust in rows}
-                for i, (call, answered) in enumerate(batch):
-                    if not answered.done():  # not cancelled (the caller went away)
-                        answered.set_result(hosts.steady_answer(call, *found[i]) if i in found else None)
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                while self._waiting:
+                    self._writing = self._waiting[: self.batch_max]
+                    del self._waiting[: self.batch_max]
+                    await self._answer(self._writing)
+                    self._writing = []
+        finally:  # stopped (shut down) or broken: no call is left waiting for an answer
+            for _, answered in self._writing + self._waiting:
+                if not answered.done():
+                    answered.set_exception(DatabaseUnreachable("the heartbeat writer stopped"))
+            self._writing, self._waiting = [], []
+
+    async def _answer(self, batch: list[tuple[hosts.SteadyCall, asyncio.Future]]) -> None:
+        try:
+            rows = await self._write([call for call, _ in batch])
+        except DatabaseUnreachable as exc:
+            failure: Exception = exc
+        except Exception:
+            log.exception("heartbeat batch failed; its calls take the full path")
+            failure = BatchFailed()
+        else:
+            found = {i: (suspended, trust) for i, suspended, trust in rows}
+            for i, (call, answered) in enumerate(batch):
+                if not answered.done():  # not cancelled (the caller went away)
+                    answered.set_result(hosts.steady_answer(call, *found[i]) if i in found else None)
+            return
+        for _, answered in batch:
+            if not answered.done():
+                answered.set_exception(failure)
 
     async def _write(self, calls: list[hosts.SteadyCall]) -> list[tuple[int, bool, str]]:
         sql, params = hosts.steady_heartbeats_statement(calls)
         for attempt in (1, 2):
             try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = await self.connect()
-                async with self._connection.cursor() as cursor:
-                    await cursor.execute(sql, params)
-                    return await cursor.fetchall()
-            except psycopg.errors.DeadlockDetected:
-                # Another process's batch locked the same hosts in another order: written
-                # again, as one call would be after a lost answer.
-                if attempt == 2:
-                    raise
-            except psycopg.OperationalError as exc:
-                lost = self._connection is None or self._connection.closed or self._connection.broken
-                if self._connection is not None and lost:
-                    await self._connection.close()
+                async with asyncio.timeout(WRITE_TIMEOUT_S):
+                    if self._connection is None or self._connection.closed:
+                        self._connection = await self.connect()
+                    async with self._connection.cursor() as cursor:
+                        await cursor.execute(sql, params)
+                        return await cursor.fetchall()
+            except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
+                current = self._connection
+                lost = current is None or current.closed or current.broken or isinstance(exc, TimeoutError)
+                if current is not None and lost:
+                    await current.close()
                     self._connection = None
-                if not lost:
-                    raise  # e.g. a statement timeout: not run twice
-                if attempt == 2:
+                if not lost or attempt == 2:  # e.g. a statement timeout: not run twice
                     raise DatabaseUnreachable from exc
         raise AssertionError("unreachable")
 
@@ -152,6 +193,7 @@ class HeartbeatApp:
     def __init__(self, writer: SteadyWriter) -> None:
         self.writer = writer
         self._full_path = ThreadPoolExecutor(FULL_PATH_THREADS, thread_name_prefix="heartbeat")
+        self._full_path_waiting = 0
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
@@ -163,18 +205,28 @@ class HeartbeatApp:
             await _send(send, 404, {"detail": "Not found. This server answers host heartbeats "
                                     f"only (POST {HEARTBEAT})."}, {})
             return
-        if scope["method"] != "POST":
-            await _send(send, 405, {"detail": f'Method "{scope["method"]}" not allowed.'},
-                        {"Allow": "POST"})
+        if scope["method"] != "POST":  # Django's require_POST: an empty 405
+            await send({"type": "http.response.start", "status": 405, "headers": [
+                (b"content-type", b"text/html; charset=utf-8"), (b"content-length", b"0"),
+                (b"allow", b"POST"), *_ENCODED_HEADERS]})
+            await send({"type": "http.response.body", "body": b""})
             return
         authorization = _header(scope, b"authorization")
-        body = await _read_body(scope, receive, heartbeat.HEARTBEAT_MAX_BYTES)
+        body = None
+        if credentials.split_bearer(authorization, hosts.TOKEN_KIND) is not None:
+            body = await _read_body(scope, receive, heartbeat.HEARTBEAT_MAX_BYTES)
+            if body is _GONE:
+                return  # the caller went away mid-body: nobody to answer, nothing to count
         address = (scope.get("client") or ("",))[0]
         status, payload, headers = await self.answer(authorization, body, address)
         HEARTBEATS.labels(status=str(status)).inc()
         await _send(send, status, payload, headers)
 
     async def answer(self, authorization: str, body: bytes | None, address: str) -> Answer:
+        """What the Django view would answer `body` (None: longer than the limit, or unread
+        because the token has no token's form) from `address`."""
+        if not authorization:  # answered without any I/O: no thread needed
+            return heartbeat.answer_heartbeat("", lambda limit: None, address)
         steady_tried = False
         token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
         not_within_s = heartbeat.steady_within_s()
@@ -190,20 +242,28 @@ class HeartbeatApp:
                     recorded = await self.writer.record(call)
                 except DatabaseUnreachable:
                     log.warning("heartbeat: the database is unreachable")
-                    return 503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)}
-                except Exception:
-                    log.exception("heartbeat failed")
-                    return 500, {"detail": "Internal server error.", "code": "server_error"}, {}
+                    return OUTAGE
+                except Busy:
+                    return BUSY
+                except BatchFailed:
+                    recorded = None  # the full path tries this call alone
+                else:
+                    steady_tried = True
                 if recorded is not None:
                     return 200, heartbeat.answer_body(recorded), {}
-                steady_tried = True
+        if self._full_path_waiting >= FULL_PATH_WAITING_MAX:
+            return BUSY
 
         def full_path() -> Answer | None:
             return heartbeat.answer_heartbeat(authorization, lambda limit: body, address,
                                               steady_tried=steady_tried)
 
-        answered = await asyncio.get_running_loop().run_in_executor(
-            self._full_path, answer_safely, full_path)
+        self._full_path_waiting += 1
+        try:
+            answered = await asyncio.get_running_loop().run_in_executor(
+                self._full_path, answer_safely, full_path)
+        finally:
+            self._full_path_waiting -= 1
         assert answered is not None  # noqa: S101 - answer_heartbeat always answers
         return answered
 
@@ -220,12 +280,13 @@ class HeartbeatApp:
     async def close(self) -> None:
         """Closes the batches' connection and each full-path thread's Django connection."""
         await self.writer.close()
-        # One task per thread, each held at the barrier until all are: every thread closes its own.
-        barrier = threading.Barrier(FULL_PATH_THREADS)
+        # One task per thread, each held at the barrier until all are, so every thread closes
+        # its own; a thread still busy past the timeout is left to exit with the process.
+        barrier = threading.Barrier(FULL_PATH_THREADS, timeout=10)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(self._full_path, _close_connection, barrier)
-                               for _ in range(FULL_PATH_THREADS)))
-        self._full_path.shutdown(wait=True)
+                               for _ in range(FULL_PATH_THREADS)), return_exceptions=True)
+        self._full_path.shutdown(wait=False)
 
 
 def _close_connection(barrier: threading.Barrier) -> None:
@@ -234,14 +295,15 @@ def _close_connection(barrier: threading.Barrier) -> None:
 
 
 def _header(scope: dict, name: bytes) -> str:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return ""
+    """A request header's value; repeated ones joined with commas, as WSGI servers join them."""
+    return ",".join(value.decode("latin-1") for key, value in scope["headers"] if key == name)
+
+
+_GONE = b"\0gone"  # a marker no read body can be: the caller disconnected
 
 
 async def _read_body(scope: dict, receive: Callable, limit: int) -> bytes | None:
-    """The body, or None when it is longer than `limit` (then not read further)."""
+    """The body, None when it is longer than `limit` (then not read further), or _GONE."""
     declared = _header(scope, b"content-length")
     if declared.isdigit() and int(declared) > limit:
         return None
@@ -249,7 +311,7 @@ async def _read_body(scope: dict, receive: Callable, limit: int) -> bytes | None
     while more:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return None
+            return _GONE
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

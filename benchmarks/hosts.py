@@ -240,11 +240,14 @@ class SteadyCall:
 
 def steady_heartbeats_statement(calls: list[SteadyCall]) -> tuple[str, list]:
     """`steady_heartbeat` for many calls in one statement: (SQL, parameters). Each returned row
-    is (index in `calls`, suspended, trust_level); a call without one is not steady (the same
-    conditions as one call's) and takes the full path. A hardware field a call does not send
-    keeps its stored value (NULL in its column of the input; a sent value is never NULL).
-    Two calls of one host in a batch update its row once: the other finds no row, as the
-    second of two calls within `not_within_s` would."""
+    is (index in `calls`, suspended, trust_level); a call without one wrote nothing and takes
+    the full path: it is not steady (the same conditions as one call's), or its host's row is
+    locked right now (a fold, an operator's change), so it waits there alone instead of
+    stalling the whole batch. The rows are locked in id order and locked rows are skipped, so
+    a batch never waits for a row lock and never deadlocks with another batch or a pass.
+    A hardware field a call does not send keeps its stored value (NULL in its column of the
+    input; a sent value is never NULL). Two calls of one host in a batch update its row once:
+    the other finds no row, as the second of two calls within `not_within_s` would."""
     fields = list(HARDWARE_FIELDS)
     columns = ["i", "prefix", "digest", "advertised", "at", "not_since", "slots", *fields]
     types = ["int", "text", "text", "text", "timestamptz", "timestamptz", "int",
@@ -262,11 +265,15 @@ def steady_heartbeats_statement(calls: list[SteadyCall]) -> tuple[str, list]:
                       *(f"{name} = COALESCE(v.{name}, h.{name})" for name in fields)])
     unnest = ", ".join(f"%s::{kind}[]" for kind in types)
     return (
-        f"UPDATE {table} AS h SET {sets} "  # noqa: S608 - table and column names are ours
-        f"FROM unnest({unnest}) AS v({', '.join(columns)}) "
-        "WHERE h.token_prefix = v.prefix AND h.token_hmac = v.digest AND h.revoked_at IS NULL "
-        "AND h.advertised = v.advertised::jsonb "
+        f"WITH v AS (SELECT * FROM unnest({unnest}) AS v({', '.join(columns)})), "  # noqa: S608 - ours
+        "steady AS ("
+        f"SELECT h.id, v.i FROM {table} AS h JOIN v "
+        "ON h.token_prefix = v.prefix AND h.token_hmac = v.digest "
+        "WHERE h.revoked_at IS NULL AND h.advertised = v.advertised::jsonb "
         "AND (h.last_heartbeat_at IS NULL OR h.last_heartbeat_at <= v.not_since) "
+        "ORDER BY h.id FOR NO KEY UPDATE OF h SKIP LOCKED) "
+        f"UPDATE {table} AS h SET {sets} FROM steady JOIN v ON v.i = steady.i "
+        "WHERE h.id = steady.id "
         "RETURNING v.i, h.suspended, h.trust_level",
         values,
     )

@@ -61,11 +61,28 @@ def _served(app: HeartbeatApp, calls: list[tuple[str, bytes]]) -> list[httpx.Res
 
 
 class CountingCursor(psycopg.AsyncCursor):
+    """Counts the writer's statements and the rows they wrote (psycopg's cursor, observed)."""
+
     statements = 0
+    rows_written = 0
 
     async def execute(self, *args, **kwargs):
         CountingCursor.statements += 1
-        return await super().execute(*args, **kwargs)
+        done = await super().execute(*args, **kwargs)
+        CountingCursor.rows_written += max(0, self.rowcount)
+        return done
+
+
+def _counting_writer(**options) -> SteadyWriter:
+    CountingCursor.statements = CountingCursor.rows_written = 0
+    connect = connect_as_django()
+
+    async def counting_connection():
+        opened = await connect()
+        opened.cursor_factory = CountingCursor
+        return opened
+
+    return SteadyWriter(counting_connection, **options)
 
 
 def test_uvicorn_answers_every_heartbeat_case_as_the_view_and_web_metrics_count_them(operators, tmp_path):
@@ -84,9 +101,23 @@ def test_uvicorn_answers_every_heartbeat_case_as_the_view_and_web_metrics_count_
         wait_for(lambda: accepts(port) and accepts(web_port), 60, "uvicorn and gunicorn")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as server:
             assert_heartbeats_answered_as_the_view(server, token, revoked)
-            assert server.get("/v1/hosts/heartbeat").status_code == 405
+            not_allowed = server.get("/v1/hosts/heartbeat")  # as Django's require_POST answers it
+            assert not_allowed.status_code == 405 and not_allowed.headers["Allow"] == "POST"
             elsewhere = server.post("/v1/hosts/lease", headers={"Authorization": f"Bearer {token}"})
             assert elsewhere.status_code == 404 and "heartbeats only" in elsewhere.json()["detail"]
+            # Two Authorization headers are one, joined with a comma, as gunicorn reads them:
+            # a valid token followed by anything is no valid token.
+            doubled = server.post("/v1/hosts/heartbeat", content=BEAT, headers=[
+                ("Content-Type", "application/json"), ("Authorization", f"Bearer {token}"),
+                ("Authorization", "Bearer tkh_" + "y" * 30)])
+            assert doubled.status_code == 401, doubled.text
+            # A steady heartbeat through the server alone is recorded.
+            Host.dangerously_unscoped.filter(pk=host.pk).update(
+                last_heartbeat_at=timezone.now() - timedelta(seconds=10))
+            steady = server.post(
+                "/v1/hosts/heartbeat", headers={"Authorization": f"Bearer {token}", **JSON},
+                content=b'{"models": ["tiny-q4"], "slots": 5, "hardware": {"ram_mb": 65536}}')
+            assert steady.status_code == 200 and steady.json()["slots"] == 5
         with httpx.Client(base_url=f"http://127.0.0.1:{web_port}", timeout=30) as web:
             counted = {
                 sample.labels["status"]: sample.value
@@ -95,46 +126,47 @@ def test_uvicorn_answers_every_heartbeat_case_as_the_view_and_web_metrics_count_
                 if sample.name.endswith("_total")
             }
     # Every call the server answered, by status (the view's calls ran in this process).
-    assert counted == {"200": 1.0, "401": 3.0, "400": 5.0}, counted
+    assert counted == {"200": 2.0, "401": 4.0, "400": 5.0}, counted
     host.refresh_from_db()
-    assert host.is_online() and host.slots == 2 and host.gpu_model == "RTX 4090"
+    assert host.is_online() and host.slots == 5 and host.ram_mb == 65536
+    assert host.gpu_model == "RTX 4090"  # from an earlier heartbeat, not sent this time
 
 
 def test_steady_heartbeats_arriving_together_are_written_in_one_statement_each_for_its_host(operators):
-    many = [_steady_host(operators, f"rig-{i}") for i in range(30)]
+    many = [_steady_host(operators, f"rig-{i}", trust_level=("software", "edr", "none")[i % 3])
+            for i in range(30)]
     suspended, suspended_token = _steady_host(operators, "rig-suspended", suspended=True)
     kept, kept_token = _steady_host(operators, "rig-kept", gpu_model="RTX 3090", vram_mb=24576)
     changed, changed_token = _steady_host(operators, "rig-changed")
     gone, gone_token = _steady_host(operators, "rig-gone")
     hosts.revoke_token(gone)
-    CountingCursor.statements = 0
-    params = connect_as_django()
-
-    async def counting_connection():
-        connection_ = await params()
-        connection_.cursor_factory = CountingCursor
-        return connection_
-
-    app = HeartbeatApp(SteadyWriter(counting_connection))
+    app = HeartbeatApp(_counting_writer())
     sent_before = timezone.now()
-    beat = b'{"models": ["tiny-q4"], "slots": 3, "hardware": {"gpu_model": "RTX 4090"}}'
+
+    def beat(i: int) -> bytes:
+        return (b'{"models": ["tiny-q4"], "slots": %d, "hardware": {"gpu_model": "GPU %d"}}'
+                % (i % 4 + 1, i))
+
     answers = _served(app, [
-        *((token, beat) for _, token in many),
+        *((token, beat(i)) for i, (_, token) in enumerate(many)),
         (suspended_token, BEAT),
         (kept_token, b'{"models": ["tiny-q4"], "hardware": {"cpu_model": "EPYC"}}'),
         (changed_token, b'{"models": ["tiny-q4", "small-q8"]}'),  # not steady: the full path
         (gone_token, BEAT),
-        (many[0][1], beat),  # the same host twice at once: both answered (one in the batch)
+        (many[0][1], beat(0)),  # the same host twice at once: both answered (one in the batch)
     ])
     assert [a.status_code for a in answers] == [200] * 33 + [401, 200]
-    # 35 calls; the steady ones went to the database together (a few statements, not 33).
+    # The 32 steady calls were written by the batches, in a few statements (not one each).
+    assert CountingCursor.rows_written == 32, CountingCursor.rows_written
     assert CountingCursor.statements <= 5, CountingCursor.statements
-    for (host, _), answer in zip(many, answers, strict=False):
+    for i, ((host, _), answer) in enumerate(zip(many, answers, strict=False)):
         host.refresh_from_db()
-        assert host.last_heartbeat_at >= sent_before and host.slots == 3
-        assert host.gpu_model == "RTX 4090"
+        assert host.last_heartbeat_at >= sent_before
+        assert (host.slots, host.gpu_model) == (i % 4 + 1, f"GPU {i}")
         assert answer.json() == {"online": True, "heartbeat_interval_s": 15, "models": ["tiny-q4"],
-                                 "slots": 3, "trust_level": "software", "suspended": False}
+                                 "slots": i % 4 + 1, "trust_level": host.trust_level,
+                                 "suspended": False}
+    assert {a.json()["trust_level"] for a in answers[:30]} == {"software", "edr", "none"}
     assert answers[30].json()["online"] is False and answers[30].json()["suspended"] is True
     kept.refresh_from_db()  # hardware it did not send is kept; what it sent is stored
     assert (kept.gpu_model, kept.vram_mb, kept.cpu_model) == ("RTX 3090", 24576, "EPYC")
@@ -145,9 +177,72 @@ def test_steady_heartbeats_arriving_together_are_written_in_one_statement_each_f
     assert gone.last_heartbeat_at < sent_before  # a revoked token records nothing
 
 
+def test_a_host_whose_row_is_locked_holds_up_no_other_hosts_heartbeat(operators):
+    locked, locked_token = _steady_host(operators, "rig-locked")
+    others = [_steady_host(operators, f"rig-{i}") for i in range(3)]
+    app = HeartbeatApp(_counting_writer())
+    admin_params = {k: v for k, v in connection.get_connection_params().items()
+                    if k not in ("cursor_factory", "context")}
+
+    async def while_one_row_is_locked():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hb", timeout=60) as client:
+            def post(token):
+                return asyncio.create_task(client.post("/v1/hosts/heartbeat", content=BEAT, headers={
+                    "Authorization": f"Bearer {token}", **JSON}))
+            # A fold (or an operator's change) holds the row, as ewma's FOR UPDATE does.
+            async with await psycopg.AsyncConnection.connect(**admin_params) as fold:
+                await fold.execute(f"SELECT id FROM {Host._meta.db_table} WHERE id = %s FOR UPDATE",  # noqa: S608
+                                   [locked.pk])
+                held = post(locked_token)
+                free = [post(token) for _, token in others]
+                done, _ = await asyncio.wait(free, timeout=30)
+                answered_while_locked = [t.result().status_code for t in done]
+                still_waiting = not held.done()
+                await fold.commit()  # the fold ends
+            held_answer = await held
+            await app.close()
+            return answered_while_locked, still_waiting, held_answer
+
+    answered, held_waited, held = asyncio.run(while_one_row_is_locked())
+    assert answered == [200, 200, 200]  # answered while the other row stayed locked
+    assert held_waited  # the locked host's own call waited for its row, on the full path
+    assert held.status_code == 200
+    locked.refresh_from_db()
+    assert timezone.now() - locked.last_heartbeat_at < timedelta(seconds=30)
+
+
+def test_past_its_bounds_a_call_is_answered_busy_and_a_stopped_writer_answers_every_waiting_call():
+    async def a_database_that_never_answers():
+        await asyncio.Event().wait()
+        raise AssertionError("never")
+
+    app = HeartbeatApp(SteadyWriter(a_database_that_never_answers, waiting_max=2))
+
+    async def flood():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hb") as client:
+            calls = []
+            for i in range(4):  # one being written, two waiting, one past the bound
+                calls.append(asyncio.create_task(client.post(
+                    "/v1/hosts/heartbeat", content=BEAT,
+                    headers={"Authorization": f"Bearer tkh_{'z' * 30}{i}", **JSON})))
+                await asyncio.sleep(0.05)
+            done, _ = await asyncio.wait(calls, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            first = [t.result() for t in done]
+            await app.close()  # a shutdown: every waiting call is answered
+            return first, [await t for t in calls]
+
+    first, answers = asyncio.run(flood())
+    assert [a.json()["code"] for a in first] == ["busy"]
+    assert first[0].status_code == 503 and first[0].headers["Retry-After"] == "5"
+    assert [a.status_code for a in answers] == [503] * 4
+    assert [a.headers["Retry-After"] for a in answers] == ["30", "30", "30", "5"]
+
+
 def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the_outage(operators):
     host, token = _steady_host(operators, "rig-1")
-    app = HeartbeatApp(SteadyWriter(connect_as_django()))
+    app = HeartbeatApp(_counting_writer())
 
     async def beat_drop_beat():
         transport = httpx.ASGITransport(app=app)
@@ -166,6 +261,7 @@ def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the
 
     first, again = asyncio.run(beat_drop_beat())
     assert first.status_code == 200 and again.status_code == 200, again.text
+    assert CountingCursor.rows_written == 2  # both by the batch: the second on a new connection
     host.refresh_from_db()
     assert timezone.now() - host.last_heartbeat_at < timedelta(seconds=5)
 
