@@ -283,7 +283,7 @@ def heartbeat_cases(token: str, revoked: str) -> list[tuple[str, dict, bytes]]:
 
 def assert_heartbeats_answered_as_the_view(server, token: str, revoked: str) -> None:
     """Each of `heartbeat_cases` posted to `server` (an httpx client of a real server) and to
-    the Django view: the same status, bytes and challenge, and Django's JSON headers."""
+    the Django view: the same status, bytes, challenge and Retry-After, and Django's JSON headers."""
     view = APIClient()
     for name, headers, body in heartbeat_cases(token, revoked):
         served = server.post("/v1/hosts/heartbeat", content=body,
@@ -293,5 +293,6 @@ def assert_heartbeats_answered_as_the_view(server, token: str, revoked: str) -> 
         assert served.status_code == django.status_code, name
         assert served.content == django.content, name  # the same bytes
         assert served.headers.get("WWW-Authenticate") == django.get("WWW-Authenticate"), name
+        assert served.headers.get("Retry-After") == django.get("Retry-After"), name
         assert served.headers["Content-Type"] == "application/json", name
         assert served.headers["X-Content-Type-Options"] == "nosniff", name
