@@ -652,6 +652,9 @@ def main() -> None:
     parser.add_argument("--heartbeat-server", choices=["web", "uvicorn"], default="uvicorn",
                         help="web: heartbeats to the web server (its WSGI fast path); uvicorn: to the "
                              "heartbeat server (tokvera_site.heartbeats_asgi) on --port + 1")
+    parser.add_argument("--jobs-runs", type=int, default=2,
+                        help="identical jobs runs, each followed by the workers' RSS (memory flat "
+                             "from one to the next)")
     parser.add_argument("--heartbeat-connections", choices=["kept", "new"], default="kept",
                         help="kept: heartbeats reuse kept-alive connections (a proxy's pooled "
                              "upstream connections, docs/operations.md); new: a connection per "
@@ -754,13 +757,15 @@ def main() -> None:
             result["fold_latency"] = fold_latency()
             result["rss_mb_after_jobs"] = worker_rss_mb(gunicorn.pid)
             result["celery_rss_mb_after_jobs"] = rss_mb(celery_pids(celery))
-            # a second, identical jobs run: flat memory means no growth from the first to here
-            run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
-                                  lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
-                                  complete_batch=args.complete_batch,
-                                  complete_wait_s=args.complete_wait_s))
-            result["rss_mb_after_second_jobs_run"] = worker_rss_mb(gunicorn.pid)
-            result["celery_rss_mb_after_second_jobs_run"] = rss_mb(celery_pids(celery))
+            # more identical jobs runs: flat memory means no growth from one to the next
+            for n in range(2, args.jobs_runs + 1):
+                run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
+                              lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
+                              complete_batch=args.complete_batch,
+                              complete_wait_s=args.complete_wait_s))
+                after = "second_jobs_run" if n == 2 else f"jobs_run_{n}"
+                result[f"rss_mb_after_{after}"] = worker_rss_mb(gunicorn.pid)
+                result[f"celery_rss_mb_after_{after}"] = rss_mb(celery_pids(celery))
     finally:
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         result["load_generator_cpu_s"] = round(
