@@ -64,8 +64,8 @@ JOB_CALLS = Counter("tokvera_host_job_calls",
 JOB_CALL_MAX_BYTES = host_calls.MAX_RESULT_BYTES + 64 * 1024
 # What Django's middleware adds to a JSON answer that a caller could rely on.
 JSON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
-            ("Referrer-Policy", "same-origin"), ("Cross-Origin-Opener-Policy", "same-origin"),
-            ("Cache-Control", "no-store")]
+                ("Referrer-Policy", "same-origin"), ("Cross-Origin-Opener-Policy", "same-origin"),
+                ("Cache-Control", "no-store")]
 # What DRF adds to a host view's answer (APIView.default_response_headers; no Vary: Accept, as
 # host views have one renderer).
 _DRF_HEADERS = [("Allow", "POST, OPTIONS")]
