@@ -20,9 +20,10 @@ with the same bytes (tests/benchmarks/test_heartbeat_server.py). The body is rea
 the token has the form of one, as under gunicorn.
 
 Failures: a dropped database connection is opened again and the batch written once more (a
-heartbeat written twice is harmless); a database still unreachable, slower than
-WRITE_TIMEOUT_S or refusing the statement answers every call of the batch with the site's
-outage answer (503, Retry-After), as the other paths do. Any other error sends each call of
+heartbeat already written by the lost attempt is written again: the statement accepts its own
+time stamp); a database still unreachable, slower than WRITE_TIMEOUT_S (not tried again) or
+refusing the statement answers every call of the batch with the site's outage answer (503,
+Retry-After), as the other paths do. Any other error sends each call of
 the batch down the full path, which answers it on its own. Floods are bounded: past
 WAITING_MAX calls waiting for a batch, or FULL_PATH_WAITING_MAX for the threads, a call is
 answered 503 at once (Retry-After) instead of queueing without end.
@@ -178,11 +179,12 @@ class SteadyWriter:
                         return await cursor.fetchall()
             except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
                 current = self._connection
-                lost = current is None or current.closed or current.broken or isinstance(exc, TimeoutError)
+                slow = isinstance(exc, TimeoutError)  # dropped, and not run again on a slow database
+                lost = current is None or current.closed or current.broken or slow
                 if current is not None and lost:
                     await current.close()
                     self._connection = None
-                if not lost or attempt == 2:  # e.g. a statement timeout: not run twice
+                if not lost or slow or attempt == 2:  # e.g. a statement timeout: not run twice
                     raise DatabaseUnreachable from exc
         raise AssertionError("unreachable")
 
@@ -258,6 +260,8 @@ class HeartbeatApp:
             return heartbeat.answer_heartbeat(authorization, lambda limit: body, address,
                                               steady_tried=steady_tried)
 
+        # Counted until this call's answer; a caller cancelled meanwhile (only at uvicorn's
+        # forced shutdown) stops counting while its thread still works, which is harmless then.
         self._full_path_waiting += 1
         try:
             answered = await asyncio.get_running_loop().run_in_executor(
@@ -290,8 +294,10 @@ class HeartbeatApp:
 
 
 def _close_connection(barrier: threading.Barrier) -> None:
-    barrier.wait()
-    connection.close()
+    try:
+        barrier.wait()
+    finally:  # a thread still busy past the barrier's timeout breaks it for all: close anyway
+        connection.close()
 
 
 def _header(scope: dict, name: bytes) -> str:

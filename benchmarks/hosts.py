@@ -270,7 +270,9 @@ def steady_heartbeats_statement(calls: list[SteadyCall]) -> tuple[str, list]:
         f"SELECT h.id, v.i FROM {table} AS h JOIN v "
         "ON h.token_prefix = v.prefix AND h.token_hmac = v.digest "
         "WHERE h.revoked_at IS NULL AND h.advertised = v.advertised::jsonb "
-        "AND (h.last_heartbeat_at IS NULL OR h.last_heartbeat_at <= v.not_since) "
+        # `= v.at`: the same call again (its first try's answer was lost) is still steady.
+        "AND (h.last_heartbeat_at IS NULL OR h.last_heartbeat_at <= v.not_since "
+        "OR h.last_heartbeat_at = v.at) "
         "ORDER BY h.id FOR NO KEY UPDATE OF h SKIP LOCKED) "
         f"UPDATE {table} AS h SET {sets} FROM steady JOIN v ON v.i = steady.i "
         "WHERE h.id = steady.id "

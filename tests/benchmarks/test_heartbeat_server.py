@@ -17,7 +17,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts import teams
-from benchmarks import hosts
+from benchmarks import heartbeat_server, hosts
 from benchmarks.heartbeat_server import HeartbeatApp, SteadyWriter, connect_as_django
 from benchmarks.models import Host
 from tests.conftest import free_port, make_user
@@ -50,11 +50,11 @@ def _served(app: HeartbeatApp, calls: list[tuple[str, bytes]]) -> list[httpx.Res
     async def post_all():
         transport = httpx.ASGITransport(app=app, client=("192.0.2.10", 4000))
         async with httpx.AsyncClient(transport=transport, base_url="http://hb") as client:
-            try:
-                return await asyncio.gather(*(
+            try:  # bounded: a regression fails here instead of hanging the suite
+                return await asyncio.wait_for(asyncio.gather(*(
                     client.post("/v1/hosts/heartbeat", content=body,
                                 headers={"Authorization": f"Bearer {token}", **JSON})
-                    for token, body in calls))
+                    for token, body in calls)), 60)
             finally:
                 await app.close()
     return asyncio.run(post_all())
@@ -106,10 +106,10 @@ def test_uvicorn_answers_every_heartbeat_case_as_the_view_and_web_metrics_count_
             elsewhere = server.post("/v1/hosts/lease", headers={"Authorization": f"Bearer {token}"})
             assert elsewhere.status_code == 404 and "heartbeats only" in elsewhere.json()["detail"]
             # Two Authorization headers are one, joined with a comma, as gunicorn reads them:
-            # a valid token followed by anything is no valid token.
+            # anything then a valid token is no valid token (neither the first nor the last wins).
             doubled = server.post("/v1/hosts/heartbeat", content=BEAT, headers=[
-                ("Content-Type", "application/json"), ("Authorization", f"Bearer {token}"),
-                ("Authorization", "Bearer tkh_" + "y" * 30)])
+                ("Content-Type", "application/json"), ("Authorization", "Bearer tkh_" + "y" * 30),
+                ("Authorization", f"Bearer {token}")])
             assert doubled.status_code == 401, doubled.text
             # A steady heartbeat through the server alone is recorded.
             Host.dangerously_unscoped.filter(pk=host.pk).update(
@@ -147,14 +147,16 @@ def test_steady_heartbeats_arriving_together_are_written_in_one_statement_each_f
         return (b'{"models": ["tiny-q4"], "slots": %d, "hardware": {"gpu_model": "GPU %d"}}'
                 % (i % 4 + 1, i))
 
-    answers = _served(app, [
+    calls = [
         *((token, beat(i)) for i, (_, token) in enumerate(many)),
         (suspended_token, BEAT),
         (kept_token, b'{"models": ["tiny-q4"], "hardware": {"cpu_model": "EPYC"}}'),
         (changed_token, b'{"models": ["tiny-q4", "small-q8"]}'),  # not steady: the full path
         (gone_token, BEAT),
         (many[0][1], beat(0)),  # the same host twice at once: both answered (one in the batch)
-    ])
+    ]
+    # Sent newest host first: the database returns rows in its own order, never the calls'.
+    answers = _served(app, calls[::-1])[::-1]
     assert [a.status_code for a in answers] == [200] * 33 + [401, 200]
     # The 32 steady calls were written by the batches, in a few statements (not one each).
     assert CountingCursor.rows_written == 32, CountingCursor.rows_written
@@ -231,7 +233,7 @@ def test_past_its_bounds_a_call_is_answered_busy_and_a_stopped_writer_answers_ev
             done, _ = await asyncio.wait(calls, timeout=30, return_when=asyncio.FIRST_COMPLETED)
             first = [t.result() for t in done]
             await app.close()  # a shutdown: every waiting call is answered
-            return first, [await t for t in calls]
+            return first, await asyncio.wait_for(asyncio.gather(*calls), 30)
 
     first, answers = asyncio.run(flood())
     assert [a.json()["code"] for a in first] == ["busy"]
@@ -252,15 +254,17 @@ def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the
             pid = app.writer._connection.info.backend_pid
             with psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
                                     if k not in ("cursor_factory", "context")}, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])  # waits for it to end
                 admin.execute(f"UPDATE {Host._meta.db_table} SET last_heartbeat_at = "  # noqa: S608
                               "now() - interval '10 seconds' WHERE id = %s", [host.pk])
             again = await client.post("/v1/hosts/heartbeat", content=BEAT, headers=auth)
+            reopened = app.writer._connection.info.backend_pid != pid
             await app.close()
-            return first, again
+            return first, again, reopened
 
-    first, again = asyncio.run(beat_drop_beat())
+    first, again, reopened = asyncio.run(beat_drop_beat())
     assert first.status_code == 200 and again.status_code == 200, again.text
+    assert reopened
     assert CountingCursor.rows_written == 2  # both by the batch: the second on a new connection
     host.refresh_from_db()
     assert timezone.now() - host.last_heartbeat_at < timedelta(seconds=5)
@@ -275,3 +279,23 @@ def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the
     assert outage.status_code == 503 and outage.headers["Retry-After"] == "30"
     assert outage.json()["detail"] == "The site's database is unreachable; try again shortly."
 
+
+
+def test_a_write_slower_than_its_bound_is_the_outage_and_is_not_run_again(operators, monkeypatch):
+    _, token = _steady_host(operators, "rig-1")
+    monkeypatch.setattr(heartbeat_server, "WRITE_TIMEOUT_S", 1.0)
+    connect = connect_as_django()
+    opened = []
+
+    async def counted():
+        opened.append(await connect())
+        return opened[-1]
+
+    admin_params = {k: v for k, v in connection.get_connection_params().items()
+                    if k not in ("cursor_factory", "context")}
+    with psycopg.connect(**admin_params) as migration:  # e.g. a migration holding the table
+        migration.execute(f"LOCK TABLE {Host._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        outage = _served(HeartbeatApp(SteadyWriter(counted)), [(token, BEAT)])[0]
+        migration.rollback()
+    assert outage.status_code == 503 and outage.headers["Retry-After"] == "30"
+    assert len(opened) == 1  # dropped, not tried again on a database already this slow
