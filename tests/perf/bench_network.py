@@ -677,6 +677,12 @@ def main() -> None:
         kept = args.heartbeat_connections == "kept" and (heartbeat_port or args.threads > 1)
         return Http(heartbeat_port or args.port, keep_alive=bool(kept))
 
+    def jobs_run() -> dict:  # one jobs phase, the same each time
+        return run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
+                             lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
+                             complete_batch=args.complete_batch,
+                             complete_wait_s=args.complete_wait_s))
+
     def hb_pids() -> list[int]:
         if heartbeat_server is None:
             return children(gunicorn.pid)
@@ -743,11 +749,7 @@ def main() -> None:
         if not args.skip_jobs:
             result["celery_rss_mb_before_jobs"] = rss_mb(celery_pids(celery))
             cpu0, fold_cpu0 = cpu_seconds(web), cpu_seconds(celery_pids(celery))
-            jobs = run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"],
-                                         args.seconds, lease_wait_s=args.lease_wait_s,
-                                         submit_batch=args.submit_batch,
-                                         complete_batch=args.complete_batch,
-                                         complete_wait_s=args.complete_wait_s))
+            jobs = jobs_run()
             jobs["web_cpu_ms_per_job"] = round(
                 (cpu_seconds(web) - cpu0) * 1000 / max(1, jobs["completed"]), 2)
             jobs["celery_cpu_ms_per_job"] = round(
@@ -759,10 +761,7 @@ def main() -> None:
             result["celery_rss_mb_after_jobs"] = rss_mb(celery_pids(celery))
             # more identical jobs runs: flat memory means no growth from one to the next
             for n in range(2, args.jobs_runs + 1):
-                run(jobs_flow(http(), seeded["buyer_token"], seeded["job_tokens"], args.seconds,
-                              lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
-                              complete_batch=args.complete_batch,
-                              complete_wait_s=args.complete_wait_s))
+                jobs_run()
                 after = "second_jobs_run" if n == 2 else f"jobs_run_{n}"
                 result[f"rss_mb_after_{after}"] = worker_rss_mb(gunicorn.pid)
                 result[f"celery_rss_mb_after_{after}"] = rss_mb(celery_pids(celery))
