@@ -14,7 +14,8 @@ from tokvera_site import auth_failures
 
 class TeamTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401, counted
-    per address; an address over its failure limit: 429 (tokvera_site/auth_failures.py)."""
+    per address; such a failure from an address over its failure limit: 429. A valid token is
+    answered from any address (tokvera_site/auth_failures.py)."""
 
     keyword = "Bearer"
 
@@ -24,7 +25,6 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
             return None
         if not header.lower().startswith("bearer "):
             return None  # leave other schemes to other authenticators
-        auth_failures.refuse_if_blocked(request)  # before any database work
         token = credentials.split_bearer(header, "tkv")
         if token is None:
             raise auth_failures.failed(request, "Malformed API token.")

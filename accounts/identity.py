@@ -24,6 +24,11 @@ def vouch_for_email(user) -> None:
     )
 
 
+def has_verified_email(user, email: str) -> bool:
+    """Whether `email` is an address of the user's that has been proven theirs."""
+    return EmailAddress.objects.filter(user=user, email__iexact=email.strip(), verified=True).exists()
+
+
 def profile_of(user) -> Profile:
     profile, _ = Profile.objects.get_or_create(user=user)
     return profile

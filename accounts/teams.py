@@ -42,9 +42,27 @@ def _one_line(label: str, value: str) -> None:
         raise TeamRuleError(f"{label}: {exc.messages[0]}") from None
 
 
+class TeamCapReached(TeamRuleError):
+    """The account already owns as many teams as one account may (TEAMS_PER_ACCOUNT)."""
+
+
+def _refuse_past_cap(owner) -> None:
+    """Each team has budgets of its own (pushed report bytes, job submissions): one account
+    owns at most TEAMS_PER_ACCOUNT teams, so making teams does not multiply them. The account's
+    row is locked first, so two creations at once are counted one after the other."""
+    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+    cap = settings.TEAMS_PER_ACCOUNT
+    owned = owner.memberships.filter(role=Role.OWNER).count()
+    if owned >= cap:
+        raise TeamCapReached(
+            f"You already own {owned} team{'s' if owned != 1 else ''}, the most one account may "
+            f"own ({cap}): delete one you no longer use, or ask to be invited to an existing team.")
+
+
 @transaction.atomic
 def create_team(slug: str, name: str, owner) -> Team:
     _one_line("Team name", name)
+    _refuse_past_cap(owner)
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)  # no team yet: this makes it
     Membership.objects.for_team(team).create(team=team, user=owner, role=Role.OWNER)
     return team

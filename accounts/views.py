@@ -355,7 +355,11 @@ def team_switch(request, slug):
 def invite_accept(request, secret):
     """An invitation link. The account of the invited address accepts it (logged in, or
     logging in first); someone without an account sets a password and joins in one step
-    (the new account's email is the invited address). Any other account is refused."""
+    (the new account's email is the invited address). Any other account is refused.
+
+    An account whose address was never proven (anyone can sign up with any address) is not
+    yet anyone's: the link, which reached that mailbox, proves it, and the form sets the
+    password, replacing whatever its sign-up chose."""
     invitation = teams.find_invitation(secret)
     if invitation is None:
         return render(request, "accounts/invite_invalid.html", status=404)
@@ -364,7 +368,8 @@ def invite_accept(request, secret):
                       {"invitation": invitation}, status=403)
     form = None
     if not request.user.is_authenticated:
-        if teams.user_by_email(invitation.email) is not None:
+        existing = teams.user_by_email(invitation.email)
+        if existing is not None and identity.has_verified_email(existing, invitation.email):
             messages.info(request, "Log in to accept the invitation.")
             return redirect(f"{reverse('account_login')}?next={request.path}")
         # Works whether or not self sign-up is open: the link is the permission.
@@ -381,6 +386,7 @@ def invite_accept(request, secret):
                 user = teams.user_by_email(invitation.email, create=True)
                 user.set_password(form.cleaned_data["new_password1"])
                 user.save(update_fields=["password"])
+                identity.vouch_for_email(user)  # the link came to this mailbox
                 profile = identity.profile_of(user)
                 profile.name = form.cleaned_data["name"].strip()
                 profile.save(update_fields=["name"])

@@ -39,7 +39,8 @@ from benchmarks import host_calls, hosts, jobs, policy, services
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.heartbeat import answer_heartbeat
 from benchmarks.models import Job, JobStatus
-from tokvera_site import ratelimit
+from tokvera_site import client_address, ratelimit
+from tokvera_site.api_schema import Unprocessable
 
 MAX_MESSAGES = 256
 
@@ -181,7 +182,7 @@ def heartbeat(request):
         return request.body if len(request.body) <= limit else None
 
     status_code, payload, headers = answer_heartbeat(request.META.get("HTTP_AUTHORIZATION", ""),
-                                                     body, request.META.get("REMOTE_ADDR", ""))
+                                                     body, client_address.of_request(request))
     answer = JsonResponse(payload, status=status_code)
     for name, value in headers.items():
         answer[name] = value
@@ -226,8 +227,10 @@ class HeartbeatSchemaView(APIView):
         operation_id="hosts_heartbeat",
         request=HeartbeatSerializer,
         responses={200: HeartbeatAnswerSerializer, 400: OpenApiResponse(description=(
-            "Refused: `detail` says why (not JSON, over 64 KiB, a field out of range); "
-            "`unknown_models` lists ids the catalog does not have."))},
+            "Refused: `detail` says why (not JSON, over 64 KiB, a field out of range).")),
+            422: OpenApiResponse(description=(
+                "Refused, nothing recorded: `unknown_models` lists the ids the catalog does "
+                "not have."))},
         description="Record a heartbeat: the catalog ids the host serves, its hardware and "
                     "free slots. Rate-limited per host token (429 with Retry-After).")
     def post(self, request):
@@ -456,7 +459,12 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             raise exceptions.PermissionDenied("Your role in this team is read-only.")
         return Team.objects.visible_to(access).get(pk=team_id)
 
-    @extend_schema(request=JobSubmitSerializer, responses={202: JobSerializer, **SUBMIT_REFUSED})
+    @extend_schema(request=JobSubmitSerializer, responses={
+        202: JobSerializer, 422: OpenApiResponse(description=(
+            "A catalog id the catalog does not have (or not active), or max_tokens over its "
+            'context length: `{"model": "unknown or inactive catalog id: x"}`. No job is '
+            "created.")),
+        **SUBMIT_REFUSED})
     def create(self, request):
         raw_team = request.data.get("team") if isinstance(request.data, dict) else None
         team = self._team_for_submit(raw_team if isinstance(raw_team, str) else None)
@@ -473,7 +481,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             job = services.submit(team, data["model"], [dict(m) for m in data["messages"]],
                                   data["max_tokens"])
         except jobs.UnknownCatalogModel as exc:
-            raise exceptions.ValidationError({"model": str(exc)}) from exc
+            raise Unprocessable({"model": str(exc)}) from exc
         except (jobs.TooManyUnsettledJobs, jobs.NoHostOnline) as exc:
             return _submission_refused(exc)
         # Answered as recorded (queued): the pass runs in a worker, GET /v1/jobs/{id} follows it.
@@ -483,9 +491,13 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         202: OpenApiResponse(JobBatchSerializer, description="All the jobs, queued, in the "
                                                              "order given."),
         400: OpenApiResponse(description=(
-            "Refused, and no job created: each refused item's errors under its index, e.g. "
-            '`{"jobs": {"1": {"model": ["unknown or inactive catalog id: x"]}}}`, or more '
-            "items than NETWORK_SUBMIT_BATCH_MAX.")),
+            "Refused, and no job created: each malformed item's errors under its index, or "
+            "more items than NETWORK_SUBMIT_BATCH_MAX.")),
+        422: OpenApiResponse(description=(
+            "Refused, and no job created: an item names a catalog id the catalog does not "
+            "have (or not active), or max_tokens over its context length; each such item "
+            'under its index: `{"jobs": {"1": {"model": ["unknown or inactive catalog id: '
+            'x"]}}}`.')),
         **SUBMIT_REFUSED,
     })
     def submit_batch(self, request):
@@ -514,7 +526,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
             created = services.submit_many(team, items)
         except jobs.UnknownCatalogModel as exc:
             # The shape of the serializer's own item errors: each refused item under its index.
-            raise exceptions.ValidationError({"jobs": {
+            raise Unprocessable({"jobs": {
                 str(index): {field: [why] for field, why in problem.items()}
                 for index, problem in exc.problems.items()}}) from exc
         except (jobs.TooManyUnsettledJobs, jobs.NoHostOnline) as exc:

@@ -2,7 +2,8 @@
 
 Host views use only this class, and buyer views never use it: a host token cannot act for a
 team, and a team token cannot act as a host. Malformed, unknown or revoked tokens get 401, counted per
-address; an address over its failure limit gets 429 (tokvera_site/auth_failures.py).
+address, or 429 from an address over its failure limit; a valid token is answered from any
+address (tokvera_site/auth_failures.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None  # IsHost then answers 401 with the Bearer challenge
-        auth_failures.refuse_if_blocked(request)  # before any database work
         token = credentials.split_bearer(header, hosts.TOKEN_KIND)
         if token is None:
             raise auth_failures.failed(request, "Malformed host token.")

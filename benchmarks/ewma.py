@@ -32,6 +32,7 @@ Failed jobs give no TTFT or TPS sample.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import cast
 
@@ -41,6 +42,9 @@ from django.utils import timezone
 from benchmarks.models import Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from scans.grader.stats import ewma
+from tokvera_site.system_passes import PASS_ENDING_ERRORS, one_row
+
+log = logging.getLogger(__name__)
 
 REPUTATION_ALPHA = 0.1  # slower than the speed EWMAs: one bad job should not sink a host
 FOLD_BATCH = 1000  # jobs of one host per transaction (fold_host)
@@ -184,6 +188,10 @@ def fold_pending(
             folded, after_id, held = _fold_batch(candidates, now, jobs_per_batch)
         except FoldRace:  # rolled back: someone else claimed some; these go one by one
             folded, after_id, held = 0, candidates[-1], candidates
+        except PASS_ENDING_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 - one host's jobs failed to fold: rolled back, one by one
+            folded, after_id, held = 0, candidates[-1], candidates
         total += folded
         skipped += held
     return total + _fold_each(skipped, now), finished
@@ -192,11 +200,14 @@ def fold_pending(
 def _fold_each(host_ids: list[int], now: datetime | None) -> int:
     total = 0
     for host_id in host_ids:
-        try:
-            while folded := fold_host(host_id, now):
-                total += folded
-        except FoldRace:
-            continue  # someone else folded them meanwhile: exactly what we wanted
+        # A host whose jobs cannot be folded is logged and left for the next fold; the other
+        # hosts are folded all the same (each fold_host is a transaction of its own).
+        with one_row(log, f"folding the jobs of host {host_id}", atomic=False):
+            try:
+                while folded := fold_host(host_id, now):
+                    total += folded
+            except FoldRace:
+                continue  # someone else folded them meanwhile: exactly what we wanted
     return total
 
 

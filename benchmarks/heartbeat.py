@@ -62,18 +62,17 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     round trip (the address's failed authentications and the token's rate limit together)
     before any write. The body is read after the token's form passed, at most
     HEARTBEAT_MAX_BYTES of it (`read_body(limit)` gives None for a longer one). Failed
-    authentications are counted per `address` (the client's), and an address over that limit
-    is refused before the full path's work (a valid token's steady heartbeat from it is
-    recorded: only the token's holder can send one). `steady_tried`: the caller already tried
+    authentications are counted per `address` (the client's: tokvera_site/client_address.py),
+    and a failure from an address over that limit is answered 429; a valid token is answered
+    from any address (its token is checked before the refusal). `steady_tried`: the caller already tried
     the steady UPDATE for this call (the heartbeat server's batch), so it is not tried again.
     """
     if not authorization:
         return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
     token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
     if token is None:
-        if (blocked_for := auth_failures.blocked(address)) is not None:
+        if (blocked_for := auth_failures.record(address)) is not None:
             return _blocked(blocked_for)
-        auth_failures.record(address)
         return 401, {"detail": "Malformed host token."}, _CHALLENGE
     limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
     window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
@@ -92,10 +91,11 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
     # prefix kept the real host offline). Garbage tokens fail and count against their address,
     # which is checked in the same round trip (a blocked address's call still counts for
-    # its token: only the token's holder can send it).
+    # its token: only the token's holder can send it). From a blocked address only a token
+    # that checks out goes on: one indexed read, no body read, no write for garbage.
     blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
         address, "heartbeat", credentials.digest(token), limit, window)
-    if blocked_for is not None:
+    if blocked_for is not None and hosts.authenticate(token) is None:
         return _blocked(blocked_for)
     if not allowed:
         return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
@@ -110,9 +110,11 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     try:
         recorded = services.heartbeat(token, body["models"], body["hardware"], body["slots"])
     except hosts.UnknownModels as exc:
-        return 400, {"detail": str(exc), "unknown_models": exc.ids}, {}
+        # Well formed, but names what the catalog does not have: 422, as the API answers it.
+        return 422, {"detail": str(exc), "unknown_models": exc.ids}, {}
     if recorded is None:
-        auth_failures.record(address)
+        if (blocked_for := auth_failures.record(address)) is not None:
+            return _blocked(blocked_for)
         return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
     return 200, answer_body(recorded), {}
 

@@ -28,10 +28,10 @@ the batch down the full path, which answers it on its own. Floods are bounded: p
 WAITING_MAX calls waiting for a batch, or FULL_PATH_WAITING_MAX for the threads, a call is
 answered 503 at once (Retry-After) instead of queueing without end.
 
-The failed authentications' limit counts the address uvicorn gives as the client. By default
-uvicorn takes it from X-Forwarded-For when the connection comes from 127.0.0.1 or ::1
-(--forwarded-allow-ips), so a proxy on the same box must set that header itself, never pass
-on the caller's (docs/operations.md); without a proxy in front, run it with --no-proxy-headers.
+The failed authentications' limit counts the client address as the site reads it
+everywhere (tokvera_site/client_address.py: TRUSTED_PROXY_COUNT says which hop of
+X-Forwarded-For is the client). Run uvicorn with --no-proxy-headers, so that the connection's
+own address is what it falls back to, not uvicorn's reading of the header (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from django.utils import timezone
 from accounts import credentials
 from benchmarks import heartbeat, hosts
 from benchmarks.host_wsgi import HEARTBEAT, HEARTBEATS, JSON_HEADERS, Answer, answer_safely
-from tokvera_site import errors
+from tokvera_site import client_address, errors
 
 log = logging.getLogger("django.request")
 
@@ -219,7 +219,7 @@ class HeartbeatApp:
             body = await _read_body(scope, receive, heartbeat.HEARTBEAT_MAX_BYTES)
             if body is _GONE:
                 return  # the caller went away mid-body: nobody to answer, nothing to count
-        address = (scope.get("client") or ("",))[0]
+        address = client_address.of_scope(scope)
         status, payload, headers = await self.answer(authorization, body, address)
         HEARTBEATS.labels(status=str(status)).inc()
         await _send(send, status, payload, headers)

@@ -49,7 +49,7 @@ from rest_framework.renderers import JSONRenderer
 from accounts import credentials
 from benchmarks import host_calls, hosts, jobs, policy, services
 from benchmarks.heartbeat import answer_heartbeat
-from tokvera_site import auth_failures, errors, parsers
+from tokvera_site import auth_failures, client_address, errors, parsers
 
 HEARTBEAT = "/v1/hosts/heartbeat"
 LEASE = "/v1/hosts/lease"
@@ -137,7 +137,7 @@ def answer_safely(work: Callable[[], Answer | None]) -> Answer | None:
 def _heartbeat_work(environ: dict) -> Callable[[], Answer]:
     read = _BodyReader(environ)  # one for both tries: the retry gets the same bytes
     return lambda: answer_heartbeat(environ.get("HTTP_AUTHORIZATION", ""), read,
-                                    environ.get("REMOTE_ADDR", ""))
+                                    client_address.of_environ(environ))
 
 
 def _job_call(path: str) -> tuple[str, str | None] | None:
@@ -158,14 +158,15 @@ def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answ
     """For a well-formed job call from a caller within its limits, the work that answers it
     (which gives None when the token turns out unknown); for any other request, None.
 
-    The limits come first, in one cache round trip and before the body is read: an address over
-    its failure limit costs one cache read, as with Django. A lease is counted here once (the
+    The limits come first, in one cache round trip and before the body is read: a call from an
+    address over its failure limit goes to Django, whose authenticator answers its token (a
+    valid one is served there, a failure refused with 429). A lease is counted here once (the
     retry after a dropped connection does not count it again); one this path hands to Django is
     counted there too (DRF counts a lease before it reads the body)."""
     token = credentials.split_bearer(environ.get("HTTP_AUTHORIZATION", ""), hosts.TOKEN_KIND)
     if token is None or not _negotiates_json(environ):
         return None
-    address = environ.get("REMOTE_ADDR", "")
+    address = client_address.of_environ(environ)
     if call == "lease":
         blocked_for, allowed, _ = auth_failures.blocked_then_count(
             address, "lease", host_calls.lease_limit_key(token),

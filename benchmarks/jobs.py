@@ -20,6 +20,7 @@ strings the steps of each HTTP call together.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ from benchmarks import ewma, policy, rows
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from tokvera_site.cache_outage import CACHE_ERRORS, warn
+from tokvera_site.system_passes import one_row
+
+log = logging.getLogger(__name__)
 
 REASON_NO_HOST = "no_host"
 REASON_ATTEMPTS = "attempts_exhausted"
@@ -54,7 +58,7 @@ class JobError(Exception):
 
 
 class UnknownCatalogModel(JobError):
-    """A catalog id that is unknown or inactive, or max_tokens over its context length (400).
+    """A catalog id that is unknown or inactive, or max_tokens over its context length (422).
 
     `problems` names each refused item of a submission by its index: {index: {field: why}};
     the message is the first one's."""
@@ -361,7 +365,9 @@ def expire_leases(now: datetime | None = None, limit: int = 500) -> int:
     )
     expired = 0
     for job_id, host_id in overdue:
-        with transaction.atomic():
+        # One transaction per job; one that fails is logged and expired again at the next
+        # pass, and the other hosts' jobs are expired all the same.
+        with one_row(log, f"expiring the lease of job {job_id} on host {host_id}"):
             host = ALL_HOSTS.select_for_update().filter(pk=host_id).first()
             job = (
                 ALL_JOBS.select_for_update(skip_locked=True)

@@ -61,7 +61,7 @@ def page_context(snapshot: dict) -> dict:
             windows.append({
                 "name": name, "label": WINDOW_LABELS.get(name, name),
                 "completed": w["completed"], "failed": w["failed"],
-                "settled": w["completed"] + w["failed"],
+                "settled": w["completed"] + w["failed"], "no_host": w["no_host"],
                 "success": percent(w["success_rate"]), "success_attr": attr(w["success_rate"]),
                 "p50": millis(latency["p50_ms"]), "p50_attr": attr(latency["p50_ms"]),
                 "p95": millis(latency["p95_ms"]), "p95_attr": attr(latency["p95_ms"]),

@@ -7,7 +7,10 @@ the three cannot disagree. docs/methodology.md explains every figure.
 
 - Success rate, per active catalog model and window: completed ÷ (completed + failed) over the
   jobs settled in the window (by `settled_at`, now − window < settled_at ≤ now), rounded to
-  6 decimals. Unsettled jobs never count.
+  6 decimals. Unsettled jobs never count. `failed` is the jobs a host failed (or that ran out
+  of attempts); a job no host took before the queue deadline (`no_host`) is counted on its
+  own, as `no_host`, and not in the rate: it says how much work found no host, which one
+  buyer's burst can make as large as it likes, not how hosts ran the jobs they took.
 - Completion latency: nearest-rank p50 / p95 of `completed_at − created_at` over the completed
   jobs of that window, in whole milliseconds.
 - Online hosts: `Host.online_q(now)`, the coordinator's own rule (heartbeat at most 45 s old,
@@ -39,6 +42,7 @@ from typing import Any, Literal, TypedDict, overload
 from django.db import connection, transaction
 
 from benchmarks import policy
+from benchmarks.jobs import REASON_NO_HOST
 from benchmarks.models import CatalogModel, Host, Job, JobStatus, TrustLevel
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
 from scans.grader.stats import ewma
@@ -113,13 +117,14 @@ def _success(completed: int, failed: int) -> float | None:
 
 def _empty_window() -> dict:
     return {"completed": 0, "failed": 0, "success_rate": None,
-            "latency": {f"p{p}_ms": None for p in LATENCY_PERCENTILES}}
+            "latency": {f"p{p}_ms": None for p in LATENCY_PERCENTILES}, "no_host": 0}
 
 
-def _window(completed: int, failed: int, latencies_us: list[int | None]) -> dict:
+def _window(completed: int, failed: int, no_host: int, latencies_us: list[int | None]) -> dict:
     return {"completed": completed, "failed": failed, "success_rate": _success(completed, failed),
             "latency": {f"p{p}_ms": _whole_ms_from_us(us)
-                        for p, us in zip(LATENCY_PERCENTILES, latencies_us, strict=True)}}
+                        for p, us in zip(LATENCY_PERCENTILES, latencies_us, strict=True)},
+            "no_host": no_host}
 
 
 # Run with the job-window query (SET LOCAL, inside its transaction). The percentile sorts of a
@@ -133,9 +138,11 @@ def job_windows_query(model_ids: list[str], now: datetime) -> tuple[str, list]:
 
     One branch per model, joined by UNION ALL: each is an index-only scan of that model's jobs
     settled in the longest window (benchmarks_job's job_public_windows_idx), with one FILTER per
-    window and percentile_disc (nearest-rank) for the latencies. Ordered-set aggregates cannot be
-    split between workers, but separate branches can: PostgreSQL runs them side by side
-    (Parallel Append), so the busiest model no longer waits for all the others.
+    window and percentile_disc (nearest-rank) for the latencies. Failures split on
+    `failure_reason`: `no_host` ones are counted apart from the hosts' own (the index covers
+    it). Ordered-set aggregates cannot be split between workers, but separate branches can:
+    PostgreSQL runs them side by side (Parallel Append), so the busiest model no longer waits
+    for all the others.
     """
     table = Job._meta.db_table
     fractions = [p / 100 for p in LATENCY_PERCENTILES]
@@ -145,14 +152,17 @@ def job_windows_query(model_ids: list[str], now: datetime) -> tuple[str, list]:
         since = now - span
         columns += [
             "count(*) FILTER (WHERE status = %s AND settled_at > %s)",
-            "count(*) FILTER (WHERE status = %s AND settled_at > %s)",
+            "count(*) FILTER (WHERE status = %s AND settled_at > %s AND failure_reason <> %s)",
+            "count(*) FILTER (WHERE status = %s AND settled_at > %s AND failure_reason = %s)",
             # Seconds as float8: ordered exactly like the interval, sorted faster, and exact to
             # the microsecond for any latency below a few years.
             "percentile_disc(%s::float8[]) WITHIN GROUP "
             "(ORDER BY date_part('epoch', completed_at - created_at))"
             " FILTER (WHERE status = %s AND completed_at IS NOT NULL AND settled_at > %s)",
         ]
-        column_params += [JobStatus.COMPLETED.value, since, JobStatus.FAILED.value, since,
+        column_params += [JobStatus.COMPLETED.value, since,
+                          JobStatus.FAILED.value, since, REASON_NO_HOST,
+                          JobStatus.FAILED.value, since, REASON_NO_HOST,
                           fractions, JobStatus.COMPLETED.value, since]
     branch = (
         f"(SELECT model_id, {', '.join(columns)} FROM {table} "  # noqa: S608 - names from code
@@ -177,10 +187,10 @@ def _job_windows_sql(model_ids: list[str], now: datetime) -> dict[str, dict[str,
             model_id, values = row[0], row[1:]
             found[model_id] = {}
             for i, name in enumerate(WINDOWS):
-                completed, failed, seconds = values[3 * i: 3 * i + 3]
+                completed, failed, no_host, seconds = values[4 * i: 4 * i + 4]
                 latencies_us = ([round(s * 1_000_000) for s in seconds] if seconds
                                 else [None] * len(LATENCY_PERCENTILES))
-                found[model_id][name] = _window(completed, failed, latencies_us)
+                found[model_id][name] = _window(completed, failed, no_host, latencies_us)
     return found
 
 
@@ -333,7 +343,7 @@ def build_snapshot(now: datetime) -> dict:
             "tiers": tiers[model_id],
         })
     settled_recently = sum(m["windows"][SPARSE_WINDOW]["completed"] + m["windows"][SPARSE_WINDOW]["failed"]
-                           for m in models)
+                           + m["windows"][SPARSE_WINDOW]["no_host"] for m in models)
     sparse = not hosts and settled_recently == 0 and not _any_settled(now)
     return {
         "generated_at": _iso(now),

@@ -1,9 +1,15 @@
 """Test a connection before saving: the scan's own preflight (``GET /models`` and one probe)
 for a URL, model and API key as typed in the endpoint form, through the outbound guard.
 
-Nothing is stored and nothing is logged: the key lives in memory for the call and is masked in
-every sentence the result carries (the preflight redacts it). A team may test
-``TESTS_PER_WINDOW`` times per ``WINDOW_S`` (the probe costs the target one real request).
+Nothing is stored: the key lives in memory for the call and is masked in every sentence the
+result carries (the preflight redacts it). A team may test ``TESTS_PER_WINDOW`` times per
+``WINDOW_S`` (the probe costs the target one real request).
+
+Until the server has given an HTTP answer, every failure is told as one class, "not reachable
+from this site" (kind ``unreachable``): a refused address, a name that does not resolve, a
+closed, filtered or silent port, a reset. Told apart they would map the names and ports the
+site can reach (scans/outbound.py); the detail goes to the server log (the key masked). A TLS
+failure is "TLS error"; once the server answers, its status and words are told as they are.
 
 With no model given, the server's list is read first and the probe asks for its first model,
 so the person sees both what the server offers and whether it answers.
@@ -12,6 +18,7 @@ so the person sees both what the server offers and whether it answers.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 
 from scans import endpoints, outbound
@@ -29,6 +36,8 @@ __all__ = [
     "TooManyTests",
     "check_connection",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Per team: each test sends the target one real request (and reads /models).
 TESTS_PER_WINDOW = 10
@@ -54,7 +63,7 @@ class ConnectionReport:
     reachable: bool = False  # the server answered the probe (any HTTP status)
     ok: bool = False  # the probe got a streamed answer: a scan can run
     cause: str | None = None  # one sentence when not ok
-    kind: str | None = None  # connection_refused, dns, tls, timeout, auth, refused_by_guard…
+    kind: str | None = None  # unreachable, tls, timeout, auth, http_status, model_not_found…
     ttft_ms: float | None = None
     models_answered: bool = False
     models: list[str] = field(default_factory=list)
@@ -76,6 +85,14 @@ def check_connection(
     allowed, retry_after = ratelimit.allow("connection-test", str(team_id), TESTS_PER_WINDOW, WINDOW_S)
     if not allowed:
         raise TooManyTests(retry_after)
+    report, answered = _check(base_url, model, api_key, timeout_s)
+    return report if answered or report.ok else _unanswered(report)
+
+
+def _check(
+    base_url: str, model: str, api_key: str | None, timeout_s: float
+) -> tuple[ConnectionReport, bool]:
+    """The report, and whether the server gave any HTTP answer (to /models or the probe)."""
     model = (model or "").strip()
     timeout_s = min(max(float(timeout_s or MAX_TIMEOUT_S), 1.0), MAX_TIMEOUT_S)
     report = ConnectionReport(base_url=base_url, model=model)
@@ -99,20 +116,20 @@ def check_connection(
                 report.model, report.model_chosen = listing.ids[0], True
                 plan = dataclasses.replace(plan, model=report.model)
             elif listing.status_code is not None or listing.detail.startswith("timeout"):
-                return _listing_failed(report, listing, secrets)
+                return _listing_failed(report, listing, secrets), listing.status_code is not None
             # else no connection at all: the probe names the cause as a scan would (TLS,
             # refused, DNS), whatever model it asks for.
         measurement = run_scan(
             plan.validate(), connect_guard=outbound.guard, tune_gc=False, preflight_only=True
         )
     except outbound.OutboundRefused as exc:
-        return _refused(report, str(exc))
+        return _refused(report, exc.detail), False
     except PlanError as exc:
         report.cause, report.kind = redact_text(str(exc), secrets), "invalid"
-        return report
+        return report, True  # nothing was sent: nothing to hide
     refused = outbound.refusal_in(measurement)
     if refused:
-        return _refused(report, refused)
+        return _refused(report, refused), False
     preflight = measurement.preflight
     assert preflight is not None  # run_scan always runs the preflight
     _keep_listing(report, preflight.models, secrets)
@@ -121,6 +138,20 @@ def check_connection(
     report.ok = probe.failure is None
     report.cause, report.kind = preflight.cause, preflight.kind
     report.ttft_ms = probe.ttft_ms if report.ok else None
+    return report, preflight.server_answered or preflight.models.status_code is not None
+
+
+def _unanswered(report: ConnectionReport) -> ConnectionReport:
+    """A test the server never answered in HTTP, told in a coarse class (the module's rule)."""
+    log.info("connection test of %s: %s (%s)", report.base_url, report.cause, report.models_detail)
+    cause = (report.cause or "").lower()
+    if report.kind == "tls" and "eof" not in cause:  # the peer spoke: not TLS, or not trusted
+        if "answered plain http" not in cause:  # (that one names only what was typed, and the fix)
+            report.cause = f"{outbound.TLS_ERROR}: the handshake failed (an untrusted certificate?)"
+    else:
+        report.kind, report.cause = "unreachable", outbound.NOT_REACHABLE
+    report.reachable = False
+    report.models_detail = ""
     return report
 
 
@@ -156,9 +187,10 @@ def _listing_failed(report: ConnectionReport, listing: ModelsListing, secrets: l
     return report
 
 
-def _refused(report: ConnectionReport, message: str) -> ConnectionReport:
+def _refused(report: ConnectionReport, detail: str) -> ConnectionReport:
+    """The guard refused the address: nothing was sent (`detail`, for the log, names it)."""
     report.reachable, report.ok = False, False
-    report.cause = f"not tested: {message}"
+    report.cause = f"not tested: {detail}"
     report.kind = "refused_by_guard"
     report.models, report.models_total, report.models_answered = [], 0, False
     report.model_listed = None

@@ -21,6 +21,7 @@ from scans.models import Endpoint, EndpointMode, OriginLock, Scan, ScanStatus, S
 from scans.origins import origin_of
 from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
 from tokvera_site.celery import app as celery_app
+from tokvera_site.system_passes import one_row
 
 log = logging.getLogger(__name__)
 
@@ -80,30 +81,41 @@ def enqueue_due(now: datetime | None = None) -> list[int]:
     Safe to run twice at once: advancing next_scan_at is conditional on its old value, and the
     (endpoint, location, slot) unique constraint refuses a second scan for the same slot."""
     now = now or timezone.now()
-    created = []
+    created: list[int] = []
     for endpoint in due_endpoints(now).iterator(chunk_size=500):
-        slot = endpoint.next_scan_at
-        following = scheduling.next_slot(max(slot, now), endpoint.interval_minutes)
-        # The conditional UPDATE says which beat won this slot.
-        won = Endpoint.objects.for_team(endpoint.team_id).filter(
-            pk=endpoint.pk, next_scan_at=slot).update(next_scan_at=following)
-        if not won:
-            continue  # another beat advanced it first
-        if maintenance.scans_paused(endpoint, now):
-            continue  # a maintenance window pauses its scans: this slot is skipped
-        for location in scheduling.locations_of(endpoint):
-            try:
-                with transaction.atomic():
-                    # The scan belongs to the endpoint's team.
-                    scan = Scan.objects.for_team(endpoint.team_id).create(
-                        endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
-                        location=location, origin=origin_of(endpoint.base_url),
-                        # due to be sent at once (redispatch_due: one per free origin)
-                        deadline_at=now + QUEUED_GRACE, redispatch_at=now,
-                    )
-            except IntegrityError:
-                continue  # this slot was scanned already; the schedule still moved on
-            created.append(scan.pk)
+        # One endpoint that fails (a row of its team that cannot be read) is logged and left
+        # due; the other teams' endpoints are queued all the same.
+        with one_row(log, f"endpoint {endpoint.pk} of team {endpoint.team_id}"):
+            created += _enqueue_slot(endpoint, now)
+    return created
+
+
+def _enqueue_slot(endpoint: Endpoint, now: datetime) -> list[int]:
+    slot = endpoint.next_scan_at
+    if slot is None:
+        return []  # not due (due_endpoints reads only endpoints with a slot)
+    following = scheduling.next_slot(max(slot, now), endpoint.interval_minutes)
+    # The conditional UPDATE says which beat won this slot.
+    won = Endpoint.objects.for_team(endpoint.team_id).filter(
+        pk=endpoint.pk, next_scan_at=slot).update(next_scan_at=following)
+    if not won:
+        return []  # another beat advanced it first
+    if maintenance.scans_paused(endpoint, now):
+        return []  # a maintenance window pauses its scans: this slot is skipped
+    created = []
+    for location in scheduling.locations_of(endpoint):
+        try:
+            with transaction.atomic():
+                # The scan belongs to the endpoint's team.
+                scan = Scan.objects.for_team(endpoint.team_id).create(
+                    endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
+                    location=location, origin=origin_of(endpoint.base_url),
+                    # due to be sent at once (redispatch_due: one per free origin)
+                    deadline_at=now + QUEUED_GRACE, redispatch_at=now,
+                )
+        except IntegrityError:
+            continue  # this slot was scanned already; the schedule still moved on
+        created.append(scan.pk)
     return created
 
 

@@ -1,16 +1,21 @@
 """Stored secrets follow their URL's origin.
 
-An endpoint's API key is sent to its base URL (a webhook channel's signing secret follows its
-URL the same way: scans/channels/service.py). Whoever can point such a URL somewhere else could
-make the site hand the secret to a server of their choosing, so (the page form and the API
-both call `url_changes`):
+An endpoint's API key and its load dataset are sent to its base URL (a webhook channel's
+signing secret follows its URL the same way: scans/channels/service.py). Whoever can point
+such a URL somewhere else could make the site hand them to a server of their choosing, so (the
+page form and the API both call `url_changes`):
 
-- only owners and admins may change a URL whose secret is stored, unless the same request
-  gives a new secret or removes the stored one (members and read-write tokens are refused);
-- when the scheme, host or port changes, the stored secret is dropped, unless the same
-  request gives a new one. A new path on the same origin keeps it.
+- only owners and admins may change a URL while a secret sent to it is stored, unless the same
+  request gives a new one or removes the stored one (members and read-write tokens are
+  refused);
+- when the scheme, host or port changes, each stored secret of the URL is dropped, unless the
+  same request gives a new one. A new path on the same origin keeps them.
 
-Removing a URL sends the secret nowhere, so anyone who may edit the endpoint may do that.
+The prompt sample is never sent anywhere, so it is no reason to refuse a change; it describes
+the traffic of the server it was given for, so it stays behind with the others when the
+origin changes.
+
+Removing a URL sends the secrets nowhere, so anyone who may edit the endpoint may do that.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ class GuardedURL:
     url_field: str
     secret_field: str
     secret_label: str
+    sent: bool = True  # sent to the URL: only owners and admins may move it elsewhere
 
 
 GUARDED_URLS = (
     GuardedURL("base_url", "api_key_encrypted", "API key"),
+    GuardedURL("base_url", "load_dataset_encrypted", "load dataset"),
+    GuardedURL("base_url", "prompt_sample_encrypted", "prompt sample", sent=False),
 )
 
 
@@ -46,17 +54,25 @@ def url_changes(endpoint: Endpoint, new_urls: dict[str, str], secrets_given: set
     result = URLChanges()
     if endpoint.pk is None:
         return result  # a new endpoint: its secrets arrive with its URLs
+    held: dict[str, list[str]] = {}  # URL field → labels of the secrets that hold it
     for guarded in GUARDED_URLS:
         old = getattr(endpoint, guarded.url_field)
         new = new_urls.get(guarded.url_field, old)
         stored = bool(getattr(endpoint, guarded.secret_field))
         if new == old or not new or not stored or guarded.secret_field in secrets_given:
             continue  # unchanged, removed (sends nothing), nothing stored, or replaced too
-        if not can_manage:
-            result.refused[guarded.url_field] = (
-                f"Only owners and admins can change this URL while a {guarded.secret_label} is "
-                f"stored for it. Give a new {guarded.secret_label} with the new URL, or remove "
-                "the stored one.")
+        if guarded.sent and not can_manage:
+            held.setdefault(guarded.url_field, []).append(guarded.secret_label)
         elif old and origin_of(old) != origin_of(new):
             result.dropped.append(guarded)
+    for url_field, labels in held.items():
+        result.refused[url_field] = _refusal(labels)
     return result
+
+
+def _refusal(labels: list[str]) -> str:
+    named = " and ".join(f"{'an' if label[0] in 'AEIOU' else 'a'} {label}" for label in labels)
+    many = len(labels) > 1
+    return (f"Only owners and admins can change this URL while {named} "
+            f"{'are' if many else 'is'} stored for it. Give a new {' and '.join(labels)} with "
+            f"the new URL, or remove the stored {'ones' if many else 'one'}.")

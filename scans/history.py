@@ -41,7 +41,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
+from django.db.models.fields.json import KT, KeyTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -237,8 +237,9 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
     _check_max_points(max_points)
     scans = _graded_scans(endpoint, location)
     since, until = _window(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
+    # The load and URL from their columns (never the reports: a list of them would read each).
     rows = scans.filter(queued_at__gte=since, queued_at__lte=until).annotate(
-        **load_profile.plan_annotations(), target_url=KT("report__target__base_url"))
+        **load_profile.plan_columns())
     if rows.count() <= max_points:
         return [
             GradePoint(
@@ -325,7 +326,7 @@ def _float(value, digits: int | None = None) -> float | None:
 
 
 _LATEST_FIELDS = ("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
-                  "scoring_version", "provisional", "public_id", "down")
+                  "scoring_version", "provisional", "public_id", "down", "target_url")
 
 
 def _latest_rows_postgresql(endpoints, team_ids, n: int):
@@ -339,8 +340,7 @@ def _latest_rows_postgresql(endpoints, team_ids, n: int):
         .filter(endpoint_id=OuterRef("pk"), status=ScanStatus.SUCCEEDED)
         .order_by("-queued_at", "-pk")
         .values(row=JSONObject(**{f: f for f in _LATEST_FIELDS},
-                               **load_profile.plan_annotations(),
-                               target_url=KT("report__target__base_url")))[:n]
+                               **load_profile.plan_columns()))[:n]
     )
     per_endpoint = (
         scoped_to_teams(Endpoint, team_ids).filter(pk__in=[e.pk for e in endpoints])
@@ -408,8 +408,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
     since, until = _window(since, until,
                            lambda: results.aggregate(t=Min("measured_at"))["t"])
     rows = results.filter(measured_at__gte=since, measured_at__lte=until).annotate(
-        **load_profile.plan_annotations("scan__report"),
-        target_url=KeyTextTransform("base_url", KeyTransform("target", "scan__report")))
+        **load_profile.plan_columns("scan__"), target_url=F("scan__target_url"))
     if rows.count() <= max_points:
         return [
             CheckPoint(
@@ -434,8 +433,7 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         since = span.since
         rows = results.filter(measured_at__gte=max(since, span.rolled_until),
                               measured_at__lte=until).annotate(
-            **load_profile.plan_annotations("scan__report"),
-            target_url=KeyTextTransform("base_url", KeyTransform("target", "scan__report")))
+            **load_profile.plan_columns("scan__"), target_url=F("scan__target_url"))
         rolled_rows = span.check_rollups(endpoint, check_id, location)
         width = span.width(max_points // _series(rows, rolled_rows, names))
         rolled = _rolled_checks(rolled_rows, since, width)
@@ -610,8 +608,10 @@ def _searched_scans(endpoint: Endpoint, location: str | None = None):
 
 def latest_capacity(endpoint: Endpoint) -> Scan | None:
     """The endpoint's latest scan that searched for its capacity (the page's "serves up to N
-    concurrent streams"), or None."""
-    return _searched_scans(endpoint).order_by("-queued_at", "-pk").first()
+    concurrent streams"), or None. Its report is not loaded: `capacity_found` holds the
+    report's capacity section (reason, levels tried, SLO)."""
+    return (_searched_scans(endpoint).order_by("-queued_at", "-pk").defer("report")
+            .annotate(capacity_found=KeyTransform("capacity", "report")).first())
 
 
 def capacity_history(endpoint: Endpoint, since: datetime | None = None,

@@ -11,6 +11,9 @@ created_at on: it changes no SLO figure from before it existed.
 Alerts (scans/alerts.py) are held while a scan ran in a window; SLO windows (scans/slo.py)
 leave the windows' time out of covered and bad time; the dispatcher (scans/dispatch.py) starts
 no scheduled scan in a window that pauses scans. Every read goes through the team scoping layer.
+
+A one-off window is bounded where it is typed (span_errors): it starts no earlier than
+PAST_GRACE before now, lasts at most MAX_LENGTH and starts within MAX_AHEAD of now.
 """
 
 from __future__ import annotations
@@ -26,17 +29,33 @@ from accounts.tenancy import scoped_to_teams
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
 
 __all__ = [
+    "MAX_AHEAD",
+    "MAX_LENGTH",
+    "PAST_GRACE",
     "Occurrence",
     "covering_for",
+    "excluded",
     "in_maintenance",
     "intervals_for",
     "maintenance_intervals",
     "occurrences",
     "scans_paused",
+    "span_errors",
+    "span_text",
     "upcoming",
     "windows_covering",
     "windows_of",
 ]
+
+# A window may begin a little before now (work that has just started) but no further back: a
+# window that reached into the past would quietly take that time out of the public status
+# page's and the SLO's availability.
+PAST_GRACE = timedelta(hours=1)
+# Longer would hold alerts (and leave time out of the SLO) for longer than any planned work.
+MAX_LENGTH = timedelta(days=31)
+# Work planned further ahead than this is a typing mistake; the bound also keeps every stored
+# instant inside what Python and psycopg can read back, in any timezone.
+MAX_AHEAD = timedelta(days=5 * 365)
 
 WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
@@ -211,3 +230,58 @@ def describe(window: MaintenanceWindow) -> str:
     start, end = window.starts_at.astimezone(tz), window.ends_at.astimezone(tz)
     end_text = end.strftime("%H:%M") if end.date() == start.date() else end.strftime("%Y-%m-%d %H:%M")
     return f"once, {start:%Y-%m-%d %H:%M} to {end_text} ({window.timezone})"
+
+
+def span_text(span: timedelta) -> str:
+    """5 × 365 days -> '5 years', 31 days -> '31 days', 1 hour -> '1 h'."""
+    if span.days >= 365 and span.days % 365 == 0 and not span.seconds:
+        return f"{span.days // 365} years"
+    if span >= timedelta(days=1):
+        return f"{span.days} days"
+    return duration_text(int(span.total_seconds() // 60))
+
+
+def span_errors(
+    start: datetime, end: datetime, now: datetime, before: tuple[datetime, datetime] | None = None
+) -> dict[str, str]:
+    """Why a one-off window [start, end) may not be saved, by form field ("starts_at",
+    "ends_at"); empty when it may. `before` is the span the window covers already (an edit
+    that keeps what it applies to): time it covers already may stay, only new time is held to
+    PAST_GRACE."""
+    errors: dict[str, str] = {}
+    if end <= start:
+        return errors  # the form says so at the end's field
+    if start > now + MAX_AHEAD:
+        errors["starts_at"] = (
+            f"Start no later than {span_text(MAX_AHEAD)} from now "
+            f"({(now + MAX_AHEAD).astimezone(UTC):%Y-%m-%d} UTC)."
+        )
+        return errors
+    earliest = now - PAST_GRACE
+    grace = span_text(PAST_GRACE)
+    new_from_start = start if before is None or start < before[0] else None
+    new_from_end = max(start, before[1]) if before is not None and end > before[1] else None
+    if new_from_start is not None and new_from_start < earliest:
+        errors["starts_at"] = (
+            f"Start no earlier than {grace} before now ({earliest.astimezone(UTC):%Y-%m-%d %H:%M} UTC): "
+            "a window cannot take past time out of availability."
+        )
+    elif new_from_end is not None and new_from_end < earliest:
+        errors["ends_at"] = (
+            f"The longer window would cover time earlier than {grace} before now: "
+            "a window cannot take past time out of availability."
+        )
+    if end - start > MAX_LENGTH:
+        errors.setdefault(
+            "ends_at",
+            f"A window lasts at most {span_text(MAX_LENGTH)}; for longer work, add another when it ends.",
+        )
+    return errors
+
+
+def excluded(window: MaintenanceWindow, now: datetime, days: int = 90) -> timedelta:
+    """How much time the window has taken out of availability over the last `days` up to now
+    (for each endpoint it applies to)."""
+    start = now - timedelta(days=days)
+    spans = [(max(o.start, start), min(o.end, now)) for o in occurrences(window, start, now)]
+    return sum((b - a for a, b in _merge(spans) if b > a), timedelta())

@@ -234,6 +234,18 @@ class Scan(TeamOwned):
     # finished (scans/retention.py): per-request samples gone; grade, points, checks and each
     # level's figures kept, in the same JSON shape. None while the full report is kept.
     report_pruned_at = models.DateTimeField(null=True, blank=True)
+    # Read out of the report once, as it is stored (worker.report_columns), so that lists,
+    # charts and states never read a report (up to REPORT_MAX_BYTES each):
+    # the URL the scan reached (report.target.base_url): another URL is another server
+    target_url = models.CharField(max_length=500, blank=True, default="")
+    # the load it ran: {pf_<name>: text} for each of scans.profile.PLAN_PATHS, the text
+    # PostgreSQL's ->> gives (the rollups' `plan`); None when the scan stored no report
+    load_plan = models.JSONField(null=True, blank=True)
+    # why it was down or degraded (scans/state.py): report.preflight and failure_summary
+    preflight_stopped = models.BooleanField(default=False)
+    preflight_cause = models.TextField(blank=True, default="")
+    failure_summary = models.TextField(blank=True, default="")
+    preflight_warnings = models.JSONField(null=True, blank=True)
 
     team_lookup = "endpoint__team"
 

@@ -7,15 +7,24 @@ ranges are refused unless OUTBOUND_ALLOW names them ("loopback", "private").
 
 The `tokvera scan` command line does not use this guard: it scans what its user points it
 at. The guard protects the site, whose servers must not become a proxy into their network.
+
+What the site tells a person about a failed outbound connection is one of a few coarse classes
+(NOT_REACHABLE, TLS_ERROR, "HTTP <status>"): a refused address, a name that does not resolve,
+a closed, filtered or silent port all read "not reachable from this site", so no answer names
+where a name resolves or tells those ports apart. The detail goes to the server log only.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
+import ssl
 from urllib.parse import urlsplit
 
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 CGNAT = ipaddress.ip_network("100.64.0.0/10")
 # The 6to4 relay anycast prefix (RFC 3068, deprecated by RFC 7526): Python counts it global,
@@ -24,8 +33,17 @@ SIXTO4_RELAY = ipaddress.ip_network("192.88.99.0/24")
 SITE_LOCAL_V6 = ipaddress.ip_network("fec0::/10")  # deprecated, still routed inside some LANs
 
 
+NOT_REACHABLE = "not reachable from this site"
+TLS_ERROR = "TLS error"
+
+
 class OutboundRefused(Exception):
-    """A connection to an address the site may not reach."""
+    """A connection to an address the site may not reach. Its message is NOT_REACHABLE, never
+    the address (a name's internal address is not told); `detail` is for the server log."""
+
+    def __init__(self, detail: str = ""):
+        super().__init__(NOT_REACHABLE)
+        self.detail = detail or NOT_REACHABLE
 
 
 def classify(ip: str) -> str | None:
@@ -58,9 +76,7 @@ def check_address(ip: str, allow: frozenset[str] | None = None) -> None:
     allow = frozenset(settings.OUTBOUND_ALLOW) if allow is None else allow
     kind = classify(ip)
     if kind is not None and kind not in allow:
-        raise OutboundRefused(
-            f"refused to connect to {ip}: {kind} addresses are not reachable from this site"
-        )
+        raise OutboundRefused(f"refused to connect to {ip}: a {kind} address")
 
 
 def guard(host: str, port: int, ip: str) -> None:
@@ -83,9 +99,32 @@ def check_url(url: str) -> None:
 
 
 def refusal_in(measurement) -> str | None:
-    """The guard's refusal message if any request of the scan was refused by it."""
+    """NOT_REACHABLE if any request of the scan was refused by the guard (the record's own
+    error names the address: it goes to the server log only), else None."""
     for level in measurement.levels:
         for record in level.requests:
-            if record.error and "refused to connect to" in record.error:
-                return record.error
+            if record.error and NOT_REACHABLE in record.error:
+                log.info("outbound connection refused: %s", record.error)
+                return NOT_REACHABLE
     return None
+
+
+def failure_class(exc: BaseException) -> str:
+    """What a person is told of an outbound request that got no HTTP answer: TLS_ERROR when
+    the peer spoke and the TLS handshake failed (a certificate, plain HTTP on an https URL),
+    else NOT_REACHABLE (a refused address, no DNS answer, a closed, filtered or silent port,
+    a reset, a timeout: told apart, they would map ports and names the site can reach)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLError) and not isinstance(
+            current, ssl.SSLEOFError | ssl.SSLZeroReturnError  # closed without a word: silence
+        ):
+            return TLS_ERROR
+        linked = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        todo.extend(e for e in linked if isinstance(e, BaseException))
+    return NOT_REACHABLE

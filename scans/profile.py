@@ -349,6 +349,16 @@ def plan_annotations(report_field: str = "report") -> dict[str, Any]:
     return {f"pf_{name}": text(("plan", *path)) for name, path in PLAN_PATHS.items()}
 
 
+def plan_columns(prefix: str = "") -> dict[str, Any]:
+    """The same `pf_<name>` values as plan_annotations(), read from the scan's load_plan
+    column (written as the report was stored) instead of its report; `prefix` reaches the scan
+    across a relation ("scan__")."""
+    from django.db.models.fields.json import KeyTextTransform
+
+    return {f"pf_{name}": KeyTextTransform(f"pf_{name}", f"{prefix}load_plan")
+            for name in PLAN_PATHS}
+
+
 def _text_value(text: Any) -> Any:
     if not isinstance(text, str):
         return text

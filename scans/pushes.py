@@ -13,9 +13,19 @@ In the request, ``receive_report``, in the order that keeps a hostile upload che
    ``REPORT_REPLAY_LIMIT`` per endpoint per window (429 past it);
 4. rate: at most ``REPORT_PUSH_LIMIT`` new reports per endpoint per ``REPORT_PUSH_WINDOW_S``;
 5. budget: at most ``REPORT_TEAM_BYTES`` bytes of new reports per team per
-   ``REPORT_TEAM_BYTES_WINDOW_S`` (429 with Retry-After: a token can make many endpoints);
-6. the body is stored (``PushedReportBody``) with a queued pushed scan, and the proof task is
+   ``REPORT_TEAM_BYTES_WINDOW_S`` (429 with Retry-After: a token can make many endpoints), and
+   at most ``REPORT_ACCOUNT_BYTES`` per account per ``REPORT_ACCOUNT_BYTES_WINDOW_S``: the user
+   who pushes, or the account that made the token (an account can make teams, each with a
+   budget of its own; a token an operator made with ``createtoken`` has no account, and its
+   team's budget alone applies);
+6. the body is stored (``PushedReportBody``) with a queued pushed scan, and a proof turn is
    sent; the answer is 202 with the scan's URL.
+
+The queue ``proofs`` is shared by every team, so a message is a turn, not a report: each upload
+sends one, and the worker that runs it proves whichever queued report is due (``claim_turn``):
+the one of the team whose last proof started longest ago (or not within
+``REPORT_PROOF_GRACE_S``), that team's oldest first. Teams are served in turn, so one team's
+backlog never holds another team's report behind all of it.
 
 On a proof worker, ``prove_pending``: parse (JSON, nesting bounded), schema, model, origin (the
 report's ``target.base_url`` must be the endpoint's scheme://host:port), then the proof: every
@@ -40,6 +50,7 @@ from pathlib import Path
 import jsonschema
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
@@ -57,6 +68,7 @@ __all__ = [
     "PushesNotAccepted",
     "ReportRefused",
     "ReportTooLarge",
+    "claim_turn",
     "limit",
     "prove_pending",
     "receive_report",
@@ -86,6 +98,10 @@ DEFAULTS = {
     # minutes of proof), or a few thousand default-size ones.
     "REPORT_TEAM_BYTES": 256 * 1024 * 1024,
     "REPORT_TEAM_BYTES_WINDOW_S": 3600,
+    # Bytes of new reports per account, all its teams together: as much as one team's, so an
+    # account that makes more teams gets no more proof time.
+    "REPORT_ACCOUNT_BYTES": 256 * 1024 * 1024,
+    "REPORT_ACCOUNT_BYTES_WINDOW_S": 3600,
     # A pushed report no proof worker took within this long is errored by the reaper.
     "REPORT_PROOF_GRACE_S": 1800,
 }
@@ -166,11 +182,13 @@ def refuse_unwanted(endpoint: Endpoint) -> None:
         raise PushesNotAccepted()
 
 
-def receive_report(endpoint: Endpoint, body: bytes) -> Received:
+def receive_report(endpoint: Endpoint, body: bytes, account_id: int | None = None) -> Received:
     """The request's part: the cheap checks, then the body stored with a queued pushed scan and
-    its proof sent to the proof workers (see the module docstring for the order). Raises
-    ReportTooLarge, PushesNotAccepted, PushRateLimited or PushNotQueued; nothing is kept then.
-    Call it outside a transaction: the scan must be committed before a worker can see it."""
+    its proof sent to the proof workers (see the module docstring for the order). `account_id`
+    is the account the push is charged to (the user, or the token's creator; None for a token
+    no account made). Raises ReportTooLarge, PushesNotAccepted, PushRateLimited or
+    PushNotQueued; nothing is kept then. Call it outside a transaction: the scan must be
+    committed before a worker can see it."""
     if len(body) > limit("REPORT_MAX_BYTES"):
         raise ReportTooLarge(len(body))
     refuse_unwanted(endpoint)
@@ -195,6 +213,15 @@ def receive_report(endpoint: Endpoint, body: bytes) -> Received:
     if not allowed:
         raise PushRateLimited(f"at most {budget} bytes of pushed reports per {budget_window} s "
                               "for one team", retry_after)
+    if account_id is not None:
+        budget = limit("REPORT_ACCOUNT_BYTES")
+        budget_window = limit("REPORT_ACCOUNT_BYTES_WINDOW_S")
+        allowed, retry_after = ratelimit.allow_weighted("report-bytes-account", str(account_id),
+                                                        len(body), budget, budget_window)
+        if not allowed:
+            raise PushRateLimited(f"at most {budget} bytes of pushed reports per "
+                                  f"{budget_window} s for one account, all its teams together",
+                                  retry_after)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -219,7 +246,8 @@ def receive_report(endpoint: Endpoint, body: bytes) -> Received:
 
 
 def send_proof(scan_id: int) -> None:
-    # By name: the task module imports this one (the service its task runs).
+    """One proof turn for the report just stored (whichever report is due runs on it).
+    By name: the task module imports this one (the service its task runs)."""
     celery_app.tasks[PROVE_TASK].apply_async((scan_id,), queue=PROOF_QUEUE,
                                              routing_key=PROOF_QUEUE)
 
@@ -270,17 +298,50 @@ def prove(endpoint: Endpoint, body: bytes) -> dict:
         raise ReportRefused([str(exc)]) from None
 
 
-def prove_pending(scan_id: int) -> str:
-    """Prove one queued pushed report and store it (succeeded) or refuse it (refused, the
-    reasons one per line). Safe to run twice: the scan is claimed by a conditional UPDATE."""
+def _due(now, passed: list[int]) -> int | None:
+    """The queued pushed report whose turn it is: of the team whose last proof started longest
+    ago (a team with none within REPORT_PROOF_GRACE_S first), that team's oldest."""
+    # The proof workers serve every team: no team is known until the row is read.
+    since = now - timedelta(seconds=limit("REPORT_PROOF_GRACE_S"))
+    last_turn = (ALL_SCANS.filter(trigger=ScanTrigger.PUSH, started_at__gt=since,
+                                  endpoint__team_id=OuterRef("endpoint__team_id"))
+                 .order_by("-started_at").values("started_at")[:1])
+    return (ALL_SCANS.filter(status=ScanStatus.QUEUED, trigger=ScanTrigger.PUSH)
+            .exclude(pk__in=passed)
+            .annotate(last_turn=Subquery(last_turn))
+            .order_by(F("last_turn").asc(nulls_first=True), "queued_at", "pk")
+            .values_list("pk", flat=True).first())
+
+
+def claim_turn() -> int | None:
+    """Claim the queued pushed report whose turn it is (running, with its deadline), or None
+    when none is queued. Several workers may claim at once: the conditional UPDATE's row count
+    says who won a report, and a loser moves on to the next one due."""
     now = timezone.now()
-    # A proof worker's step: an id off our own queue names no team until the row is read.
-    claimed = ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED,
-                               trigger=ScanTrigger.PUSH).update(
-        status=ScanStatus.RUNNING, started_at=now, heartbeat_at=now,
-        deadline_at=now + PROOF_DEADLINE)
-    if not claimed:
+    passed: list[int] = []
+    while (scan_id := _due(now, passed)) is not None:
+        claimed = ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED,
+                                   trigger=ScanTrigger.PUSH).update(
+            status=ScanStatus.RUNNING, started_at=now, heartbeat_at=now,
+            deadline_at=now + PROOF_DEADLINE)
+        if claimed:
+            return scan_id
+        passed.append(scan_id)
+    return None
+
+
+def prove_pending(scan_id: int) -> str:
+    """One proof turn: prove the queued pushed report whose turn it is (claim_turn; the upload
+    that sent this turn, `scan_id`, or another team's report that is due first) and store it
+    (succeeded) or refuse it (refused, the reasons one per line). Each upload sends one turn,
+    so every queued report gets one. Safe to run twice: a report is claimed by a conditional
+    UPDATE, and a turn that finds none queued does nothing."""
+    due = claim_turn()
+    if due is None:
         return "not queued"
+    if due != scan_id:
+        log.info("proof turn of pushed scan %s went to pushed scan %s, due first", scan_id, due)
+    scan_id = due
     scan = ALL_SCANS.select_related("endpoint").get(pk=scan_id)
     team = scan.endpoint.team_id
     bodies = PushedReportBody.objects.for_team(team)

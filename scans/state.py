@@ -21,8 +21,9 @@ first match wins:
 Problems sort first (SEVERITY). "Since" is the first scan of the unbroken run of the same state
 ending at the latest scan (looked for among the last SINCE_SCANS finished scans).
 
-Everything a state needs is read in SQL: the report's failure summary and preflight fields by
-JSON path, the failing checks from CheckResult; reports are never loaded whole here.
+Everything a state needs is read in SQL: the report's failure summary and preflight fields
+from the columns written as it was stored, the failing checks from CheckResult; reports are
+never read here.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q
-from django.db.models.fields.json import KT
 
 from accounts.tenancy import scoped_to_teams
 from scans.grader import formatting as fmt
@@ -83,18 +83,20 @@ class EndpointState:
         return STATE_NUMBERS[self.state]
 
 
+# Columns written from the report as it was stored (scans/worker.py report_columns): a state
+# never reads a report.
 _FIELDS = {
-    "stopped": KT("report__preflight__stopped"),
-    "preflight_cause": KT("report__preflight__cause"),
-    "summary": KT("report__failure_summary__sentence"),
-    "warnings": F("report__preflight__warnings"),  # a small list, absent in older reports
+    "stopped": F("preflight_stopped"),
+    "cause": F("preflight_cause"),
+    "summary": F("failure_summary"),
+    "warnings": F("preflight_warnings"),  # a small list, absent in older reports
 }
 
 
 def _rows(scans) -> list[dict]:
-    return list(scans.annotate(**_FIELDS).values(
+    return list(scans.values(
         "pk", "public_id", "endpoint_id", "status", "error_reason", "grade", "points", "down",
-        "queued_at", *_FIELDS))
+        "queued_at", **_FIELDS))
 
 
 def _bad_checks(team_ids: Iterable[int], scan_pks: list[int]) -> dict[int, list[dict]]:
@@ -134,8 +136,8 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     if row["status"] == ScanStatus.ERRORED:
         return ERRORED, row["error_reason"] or "the scan errored on our side"
     if row["down"]:  # decided once, as the scan was stored (scans.grader.report.is_down)
-        if row["stopped"] in (True, "true"):
-            return DOWN, (row["preflight_cause"] or row["summary"]
+        if row["stopped"]:
+            return DOWN, (row["cause"] or row["summary"]
                           or "the preflight stopped the scan")
         return DOWN, row["summary"] or "no request succeeded"
     failing = [c for c in checks if c["status"] == "fail"

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 from accounts.tenancy import scoped_to_teams
+from accounts.validators import one_line
 from scans import maintenance, slo, state
 from scans.grader import formatting as fmt
 from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
@@ -433,7 +434,8 @@ def page_context(page: StatusPage, now: datetime) -> dict:
     grades = _latest_grades(page, endpoints)
     days = daily_availability(endpoints, DAYS, now)
     found = incidents(endpoints, now - timedelta(days=DAYS), now)
-    names = {e.endpoint_id: e.display_name for e in entries}
+    # Names stored before the one-line rule reach the public without their control characters.
+    names = {e.endpoint_id: one_line(e.display_name) for e in entries}
     rows, history = [], []
     for endpoint in endpoints:
         current = currents.get(endpoint.pk, states[endpoint.pk])
@@ -455,7 +457,7 @@ def page_context(page: StatusPage, now: datetime) -> dict:
     shown = [_incident_row(incident, name, now) for incident, name in history[:MAX_INCIDENTS]]
     worst = next((k for k in ("down", "degraded", "unknown") if any(r["state"] == k for r in rows)), "up")
     return {
-        "title": page.title,
+        "title": one_line(page.title),
         "rows": rows,
         "incidents": shown,
         "older_incidents": max(len(history) - MAX_INCIDENTS, 0),

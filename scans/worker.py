@@ -9,12 +9,14 @@ endpoint gives and the site's limits: scans/profile.py.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
@@ -43,8 +45,9 @@ from scans.models import (
     ScanTrigger,
 )
 from scans.origins import acquire_origin, origin_of, release_origin
-from scans.profile import plan_for, worst_case_duration
+from scans.profile import PLAN_PATHS, plan_for, worst_case_duration
 from scans.system_wide import ALL_ENDPOINTS, ALL_PUSHED_BODIES, ALL_SCANS
+from tokvera_site.system_passes import one_row
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +254,39 @@ def _figure(value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def report_columns(report: dict) -> dict:
+    """What lists, charts and states read of a report, as the Scan row's columns (written once,
+    as it is stored, so that none of them reads a report): the URL it reached, the load it ran
+    and why it was down. The load's values are the text PostgreSQL's ->> gives, as the
+    rollups and the migration that filled older scans read them (charts merge the two)."""
+    preflight = report.get("preflight")
+    preflight = preflight if isinstance(preflight, dict) else {}
+    warnings = preflight.get("warnings")
+    return {
+        "load_plan": {f"pf_{name}": _json_text(_at(report.get("plan"), path))
+                      for name, path in PLAN_PATHS.items()},
+        "target_url": (_json_text(_at(report.get("target"), ("base_url",))) or "")[:500],
+        "preflight_stopped": _json_text(preflight.get("stopped")) == "true",
+        "preflight_cause": _json_text(preflight.get("cause")) or "",
+        "failure_summary": _json_text(_at(report.get("failure_summary"), ("sentence",))) or "",
+        "preflight_warnings": warnings,
+    }
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    for step in path:
+        value = value.get(step) if isinstance(value, dict) else None
+    return value
+
+
+def _json_text(value: Any) -> str | None:
+    """A JSON value as PostgreSQL's ->> writes it: a string as itself, null as None, anything
+    else as its JSON text (jsonb's spacing: "[1, 4, 16]")."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
 def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     """Record a finished scan's report, its denormalized score and one row per check."""
     report = redact_report(report, endpoint_secrets(scan.endpoint))  # echoed keys stay out
@@ -274,6 +310,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             **({"location": "pushed"} if pushed else {}),  # measured inside the team's network
             tool_version=str(report.get("tool_version", ""))[:40],
             **capacity_fields(report),
+            **report_columns(report),
         )
         if not updated:
             scan.refresh_from_db()
@@ -322,17 +359,21 @@ def reap(now: datetime | None = None) -> int:
         .filter(Q(deadline_at__lt=now) | Q(deadline_at__isnull=True, queued_at__lt=now - QUEUED_GRACE))
         .values_list("pk", flat=True)
     )
-    count = 0
-    for scan_id in silent:
-        count += fail(scan_id, f"the worker stopped heartbeating (no sign of life for over "
-                               f"{silent_for} s): it died, or lost the database")
-    for scan_id in overdue:
-        count += fail(scan_id, "the worker stopped before the scan finished (it ran past its "
-                               "deadline: every request timing out in turn, plus 5 minutes)")
     pushed = set(ALL_SCANS.filter(pk__in=lost, trigger=ScanTrigger.PUSH).values_list("pk", flat=True))
-    for scan_id in lost:
-        count += fail(scan_id, "no proof worker took the pushed report in time; push it again"
-                      if scan_id in pushed else "no worker picked the scan up within 30 minutes")
+    reasons = [(scan_id, f"the worker stopped heartbeating (no sign of life for over "
+                         f"{silent_for} s): it died, or lost the database") for scan_id in silent]
+    reasons += [(scan_id, "the worker stopped before the scan finished (it ran past its "
+                          "deadline: every request timing out in turn, plus 5 minutes)")
+                for scan_id in overdue]
+    reasons += [(scan_id, "no proof worker took the pushed report in time; push it again"
+                 if scan_id in pushed else "no worker picked the scan up within 30 minutes")
+                for scan_id in lost]
+    count = 0
+    for scan_id, reason in reasons:
+        # A scan that cannot be failed (its team's alerts cannot be worked out) is logged and
+        # reaped again at the next pass; the other teams' scans are reaped all the same.
+        with one_row(log, f"scan {scan_id}"):
+            count += fail(scan_id, reason)
     # A pushed report's bytes are kept only while its proof is pending (a reaped one included).
     ALL_PUSHED_BODIES.exclude(scan__status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]).delete()
     # A dead scan's lock (or one its worker could not delete) would block its origin until it

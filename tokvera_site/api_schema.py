@@ -15,7 +15,13 @@ One mechanism instead of a decorator on every view:
   without DRF (the host heartbeat: benchmarks/host_wsgi.py answers it before Django).
   Such a view names, in its `openapi_view` attribute, a DRF view that describes it.
 - `refuse_nul_in_requests` (a postprocessing hook) states what tokvera_site/parsers.py
-  enforces for every JSON body: no string, and no object key, holds U+0000.
+  enforces for every JSON body: no string, and no object key, holds U+0000, at any depth of
+  a free-form value (`JsonValue`); a body's object holds its fields and no other member.
+- 400 answers a request the schema calls invalid; a request the schema calls valid that names
+  what the site cannot use (a catalog id it does not have, a URL the guard or the channel's
+  service refuses) is a 422 (`Unprocessable`), one that clashes with what is stored a 409
+  (`Conflict`); the operation documents either, and any 4xx it describes in words gets the
+  error body's schema.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 from drf_spectacular.generators import EndpointEnumerator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent, force_instance
-from rest_framework import permissions, serializers
+from rest_framework import exceptions, permissions, serializers
 
 from accounts.validators import validate_one_line
 
@@ -50,6 +56,18 @@ ERROR = {
         "code": {"type": "string"},
     },
     "required": ["detail"],
+}
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+# Any JSON the parser takes: no U+0000 in a string or a key, at any depth.
+JSON_VALUE = {
+    "description": "Any JSON value in which no string, and no object key, holds U+0000.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+        {"type": "object", "propertyNames": {"pattern": NO_NUL},
+         "additionalProperties": {"$ref": JSON_VALUE_REF}},
+    ],
 }
 VALIDATION_ERROR = {
     "type": "object",
@@ -81,6 +99,8 @@ DESCRIPTIONS = {
     "403": "The credentials are valid but may not do this (a read-only token or role, a "
            "secret that would move to another origin).",
     "404": "Not found, or not one of the caller's (a foreign object is never revealed).",
+    "422": "Refused: the request is well formed but names what this site cannot use (see the "
+           "messages); nothing was done.",
     "429": "Too many requests, or a budget is spent; nothing was done. Retry after "
            "`Retry-After` seconds.",
     "503": "Temporarily unavailable (the database or the task queue is unreachable, or no "
@@ -89,7 +109,28 @@ DESCRIPTIONS = {
 
 
 RESPONSE_NAMES = {"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidden",
-                  "404": "NotFound", "429": "TooManyRequests", "503": "Unavailable"}
+                  "404": "NotFound", "422": "Unprocessable", "429": "TooManyRequests",
+                  "503": "Unavailable"}
+
+
+class Unprocessable(exceptions.APIException):
+    """422: the request is what the schema describes, but names what this site cannot use (a
+    catalog id it does not have, a URL the guard or the channel's service refuses). `detail`
+    is the body, in a 400's shape ({field: [messages]}). Raised from a serializer's validate,
+    it passes through `is_valid`, which would turn a ValidationError into a 400."""
+
+    status_code = 422
+    default_detail = "The request names what this site cannot use."
+    default_code = "unprocessable"
+
+
+class Conflict(exceptions.APIException):
+    """409: the request is well formed but clashes with what is stored (a name taken, a kind
+    a channel keeps); `detail` is the body, in a 400's shape."""
+
+    status_code = 409
+    default_detail = "The request clashes with what is stored."
+    default_code = "conflict"
 
 
 # A summary for each operation that has none, so Redoc's menu and Swagger's list read as
@@ -136,7 +177,10 @@ class ErrorDocumentingSchema(AutoSchema):
         responses = super()._get_response_bodies(direction)
         if direction != "response":
             return responses
-        for code in self._error_codes():
+        codes = self._error_codes()
+        if "422" in responses:  # documented by the view: it can refuse what a body names
+            codes.append("422")
+        for code in codes:
             if code not in responses:  # the shared answer (components/responses)
                 responses[code] = self._shared_response(code)
                 continue
@@ -147,6 +191,10 @@ class ErrorDocumentingSchema(AutoSchema):
                 documented["content"] = {"application/json": {"schema": self._error_ref(code)}}
             for name, header in self._headers(code).items():
                 documented.setdefault("headers", {}).setdefault(name, header)
+        for code, documented in responses.items():  # e.g. a 409 a view describes in words
+            if code.startswith("4") and code not in codes and "$ref" not in documented \
+                    and not documented.get("content"):
+                documented["content"] = {"application/json": {"schema": self._error_ref(code)}}
         return dict(sorted(responses.items()))
 
     def _map_basic_serializer(self, serializer, direction):
@@ -237,7 +285,8 @@ class ErrorDocumentingSchema(AutoSchema):
         return component.ref
 
     def _error_ref(self, code: str) -> dict:
-        name, schema = ("ValidationError", VALIDATION_ERROR) if code == "400" else ("Error", ERROR)
+        name, schema = (("ValidationError", VALIDATION_ERROR) if code in {"400", "422"}
+                        else ("Error", ERROR))
         component = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA,
                                       object=f"tokvera_site.api_schema.{name}", schema=schema)
         self.registry.register_on_missing(component)
@@ -290,7 +339,8 @@ def add_plain_views(endpoints):
 def refuse_nul_in_requests(result, generator, request, public):
     """Postprocessing hook: every string a request body or query parameter may carry, and
     every key of a free-form object in a body, refuses U+0000 (tokvera_site/parsers.py)."""
-    rule = _NoNul(result.get("components", {}).get("schemas", {}))
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    rule = _NoNul(schemas)
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             if not isinstance(operation, dict):
@@ -300,6 +350,9 @@ def refuse_nul_in_requests(result, generator, request, public):
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") == "query":
                     rule.visit(parameter.get("schema"))
+    if rule.used_json_value:
+        schemas["JsonValue"] = JSON_VALUE
+        result["components"]["schemas"] = dict(sorted(schemas.items()))
     return result
 
 
@@ -310,6 +363,7 @@ class _NoNul:
     def __init__(self, schemas: dict):
         self.schemas = schemas
         self.seen: set[str] = set()
+        self.used_json_value = False
 
     def visit(self, node: Any) -> None:
         if not isinstance(node, dict):
@@ -337,7 +391,17 @@ class _NoNul:
         if "string" in types and not {"pattern", "enum"} & set(node) \
                 and node.get("format") not in self.PLAIN_FORMATS:
             node["pattern"] = NO_NUL
-        free_form = "object" in types and node.get("additionalProperties") not in (None, False)
-        anything = types == {None} and not node.keys() - self.ANNOTATIONS
-        if free_form or anything:
+        if "properties" in node:
+            # A body sends its fields and nothing else (a serializer ignores other members,
+            # but they are no part of the request).
+            node.setdefault("additionalProperties", False)
+        elif "object" in types and node.get("additionalProperties") in (None, True, {}):
+            # A free-form object's members: any JSON without NUL.
+            node["additionalProperties"] = {"$ref": JSON_VALUE_REF}
             node.setdefault("propertyNames", {"pattern": NO_NUL})
+            self.used_json_value = True
+        elif "object" in types and node.get("additionalProperties") is not False:
+            node.setdefault("propertyNames", {"pattern": NO_NUL})
+        elif types == {None} and not node.keys() - self.ANNOTATIONS:  # any JSON value
+            node["allOf"] = [{"$ref": JSON_VALUE_REF}]
+            self.used_json_value = True

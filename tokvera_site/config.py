@@ -189,6 +189,13 @@ def positive_integer(name: str, default: int) -> int:
     return value
 
 
+def non_negative_integer(name: str, default: int) -> int:
+    value = integer(name, default)
+    if value < 0:
+        raise ConfigError(f"{name}={value!r} is not valid: expected a whole number of at least 0")
+    return value
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

@@ -49,6 +49,10 @@ def _load():
         # (tokvera_site/auth_failures.py).
         "AUTH_FAILURE_LIMIT": config.positive_integer("AUTH_FAILURE_LIMIT", 30),
         "AUTH_FAILURE_WINDOW_S": config.positive_integer("AUTH_FAILURE_WINDOW_S", 60),
+        # Reverse proxies in front of the site, each appending to X-Forwarded-For: how the
+        # client address is read wherever something is counted per address (0: the
+        # connection's own; tokvera_site/client_address.py, docs/operations.md).
+        "TRUSTED_PROXY_COUNT": config.non_negative_integer("TRUSTED_PROXY_COUNT", 0),
         # The periodic tasks' routine lines (beat sending, workers receiving and finishing
         # them) are logged at this level and above only: WARNING keeps them out of the run
         # command's output; INFO shows them (tokvera_site/logging.py).
@@ -59,6 +63,9 @@ def _load():
         # Days a scan's full report.json is kept after it finished; then only its summary
         # stays (grade, points, checks, each level's figures: scans/retention.py). At least 1.
         "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
+        # Teams one account may own: each team has budgets of its own (pushed report bytes,
+        # job submissions), so making teams must not multiply them (accounts/teams.py).
+        "TEAMS_PER_ACCOUNT": config.positive_integer("TEAMS_PER_ACCOUNT", 10),
     }
 
 
@@ -85,8 +92,10 @@ SITE_URL: str
 SITE_METRICS_TOKEN: str
 AUTH_FAILURE_LIMIT: int
 AUTH_FAILURE_WINDOW_S: int
+TRUSTED_PROXY_COUNT: int
 SIGNUP_OPEN: bool
 REPORT_RETENTION_DAYS: int
+TEAMS_PER_ACCOUNT: int
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's root, even before collectstatic
 
 INSTALLED_APPS = [
@@ -166,6 +175,8 @@ AXES_LOCKOUT_CALLABLE = "tokvera_site.login_throttle.locked_out"
 AXES_VERBOSE = False
 # One count per account whichever identifier was typed (email or username).
 AXES_USERNAME_CALLABLE = "tokvera_site.login_throttle.account_key"
+# The client address as every other per-address count reads it (TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "tokvera_site.client_address.of_request"
 
 # Accounts: django-allauth (sign-up, email verification, password reset and change) and its
 # MFA (TOTP, WebAuthn, recovery codes). See docs/operations.md, "Accounts".
@@ -179,6 +190,12 @@ ACCOUNT_PREVENT_ENUMERATION = True  # reset and sign-up never say whether an add
 ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
 ACCOUNT_LOGIN_ON_PASSWORD_RESET = False  # a reset never signs in: the login (and its throttle) does
 ACCOUNT_CONFIRM_EMAIL_ON_GET = False
+# An address is proven by a code typed in the browser that signed up (or logged in), never by
+# a link that works wherever it is opened: the owner of an address someone else signed up with
+# would otherwise verify that person's account, password and all.
+ACCOUNT_EMAIL_VERIFICATION_BY_CODE_ENABLED = True
+# Sign-up costs the same whether or not the address has an account (accounts/forms.py).
+ACCOUNT_FORMS = {"signup": "accounts.forms.SignupForm"}
 ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Tokvera] "
 ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SITE_URL.startswith("https://") else "http"  # noqa: F821
 # Password failures are counted by axes (above, in the database); allauth's own per-key limit
@@ -286,6 +303,10 @@ CELERY_TASK_IGNORE_RESULT = True
 # bench_network.py's jobs phase, with 128 threads per process.
 CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ACKS_LATE = False  # opt in per task, only where the task is idempotent
+# A worker holds no message it cannot start at once: run_scan is acks_late, so each of a
+# worker's threads holds at most the scan it runs, and a queued scan sent while every thread
+# is busy waits in Redis, where the next worker takes it if this one is killed (a held message
+# would come back only after the visibility timeout, an hour, or the beat's redispatch).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 # The longest countdown/ETA any task may use must stay below this (see tokvera_site.celery).

@@ -1,3 +1,4 @@
+from allauth.account.decorators import secure_admin_login
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
@@ -10,6 +11,10 @@ from tokvera_site.metrics import site_metrics
 handler404 = errors.not_found
 handler400 = errors.bad_request
 handler500 = errors.server_error
+
+# The admin signs in through the site's login (allauth: throttling, two-factor), never with its
+# own password-only form, whose session would be a full site session.
+admin.site.login = secure_admin_login(admin.site.login)  # type: ignore[method-assign]
 
 urlpatterns = [
     # The network's calls first: hosts call them many times a second, and Django tries the

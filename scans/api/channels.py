@@ -12,8 +12,14 @@ outbound guard refuses, is a 400 under `url` and nothing is saved."""
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
-from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
-from rest_framework import exceptions, mixins, serializers
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -22,9 +28,19 @@ from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from scans.channels import delivery, kinds, service
 from scans.models import ChannelKind, Delivery, DeliveryStatus, NotificationChannel
+from tokvera_site.api_schema import Conflict, Unprocessable
 from tokvera_site.pagination import StrictCursorPagination
 
 NAME_TAKEN = "The team has a channel of this name already."
+
+
+def _account(request) -> str:
+    """Whose "Send test" limit a call counts against: the signed-in account, or for a team
+    token the account that made it (the token itself if that account is gone)."""
+    token = getattr(request.user, "token", None)
+    if token is None:
+        return f"user:{request.user.pk}"
+    return f"user:{token.created_by_id}" if token.created_by_id else f"token:{token.pk}"
 
 
 class ChannelSerializer(serializers.ModelSerializer):
@@ -71,7 +87,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         channel = self.instance or NotificationChannel()
         kind = attrs.get("kind", channel.kind)
         if self.instance is not None and kind != self.instance.kind:
-            raise serializers.ValidationError(
+            raise Conflict(
                 {"kind": ["A channel keeps its kind: add a new channel for another kind."]})
         change = service.ChannelChange(
             kind=kind,
@@ -87,12 +103,13 @@ class ChannelSerializer(serializers.ModelSerializer):
             # Applied to the channel in memory; saved by create/update. Nothing else can fail
             # after this but the name's uniqueness, which refuses the save as a whole.
             self.warnings = service.prepare(channel, change, can_manage)
+        # The schema cannot say what a kind's service reads or the guard refuses: a 422.
         except kinds.ChannelInvalid as exc:
-            raise serializers.ValidationError({"url": [str(exc)]}) from None
+            raise Unprocessable({"url": [str(exc)]}) from None
         except service.ChannelRefused as exc:
             raise exceptions.PermissionDenied(f"{exc.field}: {exc}") from None
         except service.ChannelFieldError as exc:
-            raise serializers.ValidationError({exc.field: [str(exc)]}) from None
+            raise Unprocessable({exc.field: [str(exc)]}) from None
         self.prepared = channel
         return attrs
 
@@ -101,7 +118,7 @@ class ChannelSerializer(serializers.ModelSerializer):
             with transaction.atomic():
                 return service.save(channel)
         except IntegrityError:
-            raise serializers.ValidationError({"name": [NAME_TAKEN]}) from None
+            raise Conflict({"name": [NAME_TAKEN]}) from None
 
     def create(self, validated):
         channel = self.prepared
@@ -155,6 +172,21 @@ class DeliveryPages(StrictCursorPagination):
     max_page_size = 500
 
 
+CLASHES = OpenApiResponse(description=(
+    "Refused, nothing saved: the team has a channel of this name already, or the channel "
+    'would change its kind (`{"name": ["…"]}`, `{"kind": ["…"]}`).'))
+UNUSABLE = OpenApiResponse(description=(
+    "Refused, nothing saved: a URL the kind's service cannot read or the outbound guard "
+    "refuses, none where the kind needs one, or a secret for a kind that is not signed "
+    '(`{"url": ["…"]}`, `{"secret": ["…"]}`).'))
+
+
+@extend_schema_view(
+    create=extend_schema(responses={201: ChannelSerializer, 409: CLASHES, 422: UNUSABLE}),
+    update=extend_schema(responses={200: ChannelSerializer, 409: CLASHES, 422: UNUSABLE}),
+    partial_update=extend_schema(responses={200: ChannelSerializer, 409: CLASHES,
+                                            422: UNUSABLE}),
+)
 class ChannelViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.UpdateModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet,
@@ -183,25 +215,35 @@ class ChannelViewSet(
 
     @extend_schema(
         request=None,
-        responses=inline_serializer("ChannelTest", {
+        responses={202: inline_serializer("ChannelTest", {
             "outcome": serializers.ChoiceField(
-                choices=["sent", "retry", "failed"],
-                help_text="sent: the service took it; retry: it did not arrive and is tried "
-                          "again at the delivery's next_attempt_at; failed: it did not arrive "
-                          "and no retry can help (last_error says why)"),
+                choices=["queued", "sent", "failed"],
+                help_text="queued: a worker sends it (the delivery's status says how it went, in "
+                          "the channel's deliveries); sent: the service took it already; failed: it "
+                          "did not arrive (last_error says why). A test message is tried once."),
             "delivery": DeliverySerializer(),
-        }),
+        })},
     )
     @action(detail=True, methods=["post"], url_path="test", url_name="test")
     def send_test(self, request, public_id=None):
-        """Send a test message now, in this request, and say how it went. The message is a
-        delivery like any alert's (in the channel's history), retried like one if it fails."""
+        """Send a test message: a worker sends it (this call does not wait on the service), once,
+        never retried; it is a delivery in the channel's history. Limited per team and per
+        account (429 with Retry-After); 503 with Retry-After, nothing saved, while the task
+        queue is unreachable."""
         channel = self.get_object()
-        row = delivery.send_test(channel, queue=False)
-        outcome = delivery.attempt(row.pk)
+        try:
+            row = delivery.start_test(channel, account=_account(request))
+        except delivery.TooManyTests as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
+                            headers={"Retry-After": str(exc.retry_after_s)})
+        except delivery.QueueUnreachable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            headers={"Retry-After": str(exc.retry_after_s)})
         row = (Delivery.objects.for_team(channel.team_id)
                .select_related("event__endpoint", "event__scan").get(pk=row.pk))
-        return Response({"outcome": outcome, "delivery": DeliverySerializer(row).data})
+        outcome = "queued" if row.status == DeliveryStatus.PENDING else row.status
+        return Response({"outcome": outcome, "delivery": DeliverySerializer(row).data},
+                        status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(responses=DeliverySerializer(many=True))
     @action(detail=True, methods=["get"], url_path="deliveries")

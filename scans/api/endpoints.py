@@ -9,8 +9,10 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
+    extend_schema_view,
     inline_serializer,
 )
 from rest_framework import exceptions, mixins, serializers, status
@@ -24,6 +26,7 @@ from scans import dispatch, endpoint_limits, endpoints, profile, pushes, schedul
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.api.slo import EndpointSloSerializer, endpoint_slo
+from scans.grader import scoring
 from scans.grader.plan import PlanError
 from scans.grader.slo import MAX_SEARCH_LEVELS
 from scans.grader.workload import DatasetError
@@ -38,12 +41,14 @@ from scans.models import (
     ScanStatus,
     ScanTrigger,
 )
+from tokvera_site.api_schema import Unprocessable
 from tokvera_site.pagination import StrictCursorPagination
 
 DEFAULT_HISTORY_POINTS = 500
 
 
 MAX_HISTORY_POINTS = 5000
+MAX_POINTS_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_HISTORY_POINTS}
 
 
 class ChannelIdsField(serializers.ListField):
@@ -51,6 +56,27 @@ class ChannelIdsField(serializers.ListField):
 
     def to_representation(self, data):
         return [str(channel.public_id) for channel in data.all()]  # prefetched by the view
+
+
+_IPV4 = (r"(?:0|25[0-5]|2[0-4][0-9]|1[0-9]?[0-9]?|[1-9][0-9]?)"
+         r"(?:\.(?:0|25[0-5]|2[0-4][0-9]|1[0-9]?[0-9]?|[1-9][0-9]?)){3}")
+_H16 = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join([
+    f"(?:{_H16}:){{7}}{_H16}", f"(?:{_H16}:){{1,7}}:", f"(?:{_H16}:){{1,6}}:{_H16}",
+    *(f"(?:{_H16}:){{1,{n}}}(?::{_H16}){{1,{7 - n}}}" for n in range(5, 0, -1)),
+    f":(?:(?::{_H16}){{1,7}}|:)"])
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,%d}[A-Za-z0-9])?"
+# A name of at most 253 characters: a first label up to 63, up to four more of up to 40, and
+# a top-level one.
+_HOSTNAME = f"{_LABEL % 61}(?:\\.{_LABEL % 38}){{0,4}}\\.[A-Za-z]{{2,24}}"
+_PORT = "(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_PATH_CHAR = '[!"$->@-~]'  # printable ASCII but space, "?" and "#"
+# What endpoints.clean_base_url and the scan plan accept (Django's URLValidator, http or
+# https; a port up to 65535, no query or fragment: scans/grader/plan.py), in a form a
+# client can check before sending: every URL this matches is accepted. An IDN host or a
+# non-ASCII path, which they also take, are left out.
+BASE_URL_PATTERN = (f"^https?://(?:{_IPV4}|\\[(?:{_IPV6})\\]|localhost|{_HOSTNAME})"
+                    f"(?::{_PORT})?(?:/{_PATH_CHAR}*)?$")
 
 
 class EndpointSerializer(serializers.ModelSerializer):
@@ -64,7 +90,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     api_key = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                     trim_whitespace=True, max_length=4000)
     # Where its alerts go: every channel of the team (all_channels), or these (their ids, as
-    # the channels page names them); an id of no channel of the endpoint's team is a 400.
+    # the channels page names them); an id of no channel of the endpoint's team is a 422.
     channels = ChannelIdsField(child=serializers.UUIDField(), required=False, max_length=100)
     has_api_key = serializers.BooleanField(read_only=True)
     has_prompt_sample = serializers.BooleanField(read_only=True)
@@ -85,6 +111,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     # Limits enforced by validate_profile (answered as `scan_profile`) and the validate_<field>
     # methods below, stated for the API schema only (tokvera_site/api_schema.py).
     schema_limits = {
+        "base_url": {"pattern": BASE_URL_PATTERN},
         "levels": {"maxItems": profile.SITE_MAX_LEVELS,
                    "items": {"minimum": 1, "maximum": profile.SITE_MAX_LEVEL}},
         "requests_per_level": {"minimum": 1, "maximum": profile.SITE_MAX_REQUESTS_PER_SCAN},
@@ -128,8 +155,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     def _channels(self, ids, team_id) -> list[NotificationChannel]:
         found = list(NotificationChannel.objects.for_team(team_id).filter(public_id__in=ids))
         if len(found) != len(set(ids)):
-            raise serializers.ValidationError(
-                {"channels": ["no such channel in the endpoint's team"]})
+            raise Unprocessable({"channels": ["no such channel in the endpoint's team"]})
         return found
 
     @extend_schema_field({"type": "object", "properties": {
@@ -166,8 +192,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     def validate_locations(self, value):
         try:
             return scheduling.clean_locations(value)
-        except scheduling.UnknownLocation as exc:
-            raise serializers.ValidationError(str(exc)) from None
+        except scheduling.UnknownLocation as exc:  # the site's settings say which (a 422)
+            raise Unprocessable({"locations": [str(exc)]}) from None
 
     def validate_base_url(self, value):
         try:
@@ -179,16 +205,16 @@ class EndpointSerializer(serializers.ModelSerializer):
         if value:
             try:
                 profile.parse_load_dataset(value)
-            except DatasetError as exc:
-                raise serializers.ValidationError(str(exc)) from None
+            except DatasetError as exc:  # text the schema takes, not JSONL a scan can use
+                raise Unprocessable({"load_dataset": [str(exc)]}) from None
         return value
 
     def validate(self, attrs):
         self._check_url_changes(attrs)
         try:
             endpoints.check_profile({**self._current(), **attrs})
-        except PlanError as exc:
-            raise serializers.ValidationError({"scan_profile": [str(exc)]}) from None
+        except PlanError as exc:  # a combination no schema states (a 422, not a 400)
+            raise Unprocessable({"scan_profile": [str(exc)]}) from None
         return attrs
 
     def _check_url_changes(self, attrs) -> None:
@@ -200,7 +226,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         changes = endpoints.url_changes(
             self.instance,
             {name: attrs[name] for name in ("base_url",) if name in attrs},
-            {f"{name}_encrypted" for name in ("api_key",) if name in attrs},
+            {f"{name}_encrypted" for name in ("api_key", "load_dataset") if name in attrs},
             Access.for_request(request).can_manage(self.instance.team_id))
         if changes.refused:
             name, message = next(iter(changes.refused.items()))
@@ -309,12 +335,34 @@ def _latest_capacity(endpoint) -> dict | None:
             "slo": found.get("slo") if isinstance(found.get("slo"), dict) else None}
 
 
+def _account_of(request) -> int | None:
+    """The account a push is charged to: the signed-in user, or the account that made the team
+    token (None for a token an operator made, which has none: its team's budget applies)."""
+    token = Access.for_request(request).token
+    if token is not None:
+        return getattr(token, "created_by_id", None)
+    return request.user.pk
+
+
 class EndpointPages(StrictCursorPagination):
     ordering = "created_at"
     page_size = 100
     max_page_size = 500
 
 
+PROFILE_UNUSABLE = OpenApiResponse(description=(
+    'Refused, nothing saved: the scan profile as a whole cannot run (`{"scan_profile": '
+    '["…"]}`: levels not ascending from 1, a capacity alert without the capacity search, a '
+    "workload over the site's limits, and the like), a load dataset that is not JSONL a scan "
+    "can use, a location this site does not scan from, or a channel id of no channel of the "
+    "endpoint's team."))
+
+
+@extend_schema_view(
+    create=extend_schema(responses={201: EndpointSerializer, 422: PROFILE_UNUSABLE}),
+    update=extend_schema(responses={200: EndpointSerializer, 422: PROFILE_UNUSABLE}),
+    partial_update=extend_schema(responses={200: EndpointSerializer, 422: PROFILE_UNUSABLE}),
+)
 class EndpointViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     mixins.UpdateModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet,
@@ -371,7 +419,8 @@ class EndpointViewSet(
         page: list[Scan] | None = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(ScanSerializer(page, many=True).data)
 
-    @extend_schema(request=None, responses={202: ScanSerializer})
+    @extend_schema(request=None, responses={202: ScanSerializer, 409: OpenApiResponse(
+        description="The endpoint is pushed: its scans are uploaded, not started here.")})
     @scans.mapping.post
     def trigger_scan(self, request, public_id=None):
         """Start a scan now (rate-limited per endpoint; 429 with Retry-After when too soon;
@@ -379,8 +428,9 @@ class EndpointViewSet(
         endpoint = self.get_object()
         try:
             scan = dispatch.scan_now(endpoint, ScanTrigger.API)
-        except dispatch.NotScannable as exc:
-            raise exceptions.ValidationError({"mode": [str(exc)]}) from None
+        except dispatch.NotScannable as exc:  # the endpoint's mode, not the request: 409
+            return Response({"detail": str(exc), "code": "pushed"},
+                            status=status.HTTP_409_CONFLICT)
         except dispatch.ScanRateLimited as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": str(exc.retry_after_s)})
@@ -391,11 +441,11 @@ class EndpointViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("check", str, required=True,
+            OpenApiParameter("check", str, required=True, enum=[c.id for c in scoring.CHECKS],
                              description="a check id, e.g. ttft_p95_at_concurrency_1"),
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
-            OpenApiParameter("max_points", int, description=(
+            OpenApiParameter("max_points", MAX_POINTS_SCHEMA, description=(
                 f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
                 f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
         ],
@@ -432,7 +482,7 @@ class EndpointViewSet(
         parameters=[
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
-            OpenApiParameter("max_points", int, description=(
+            OpenApiParameter("max_points", MAX_POINTS_SCHEMA, description=(
                 f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
                 f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
         ],
@@ -489,13 +539,14 @@ class EndpointViewSet(
         `refused` with the reasons in `error_reason`, one per line. 200: this exact report was
         already received (its scan, whatever its status). 409: a scheduled endpoint without
         `accepts_pushes`. 413: over the size limit. 429: too many reports for this endpoint,
-        too many replays, or the team's bytes per hour spent (Retry-After). 503: the task
+        too many replays, or the team's or the account's bytes per hour spent (Retry-After; the
+        account is the user, or the one that made the token). 503: the task
         queue is unreachable; nothing was kept (Retry-After)."""
         endpoint = self.get_object()
         try:
             pushes.refuse_oversized(request.META.get("CONTENT_LENGTH"))  # before reading it
             pushes.refuse_unwanted(endpoint)  # before reading it
-            received = pushes.receive_report(endpoint, request.body)
+            received = pushes.receive_report(endpoint, request.body, _account_of(request))
         except pushes.ReportTooLarge as exc:
             return Response({"report": [str(exc)]},
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)

@@ -7,6 +7,10 @@ sends the rows that are due again, so a retry survives any worker's restart. Eac
 its row with a conditional UPDATE (the row count says who won), moving `next_attempt_at` a
 CLAIM_S ahead: two workers never send one row at once, and a worker that dies mid-send leaves a
 row that is due again after CLAIM_S. A row is sent at least once, in rare cases twice.
+
+A test message ("Send test", `start_test`) is limited per team and per account, handed to a
+worker (no web thread waits on a receiver), and tried once: a failure or an interrupted try
+fails the row, never a retry (a test is for the person waiting on it, not for later).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from celery import shared_task
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
 from scans.channels import kinds, messages
@@ -31,6 +36,7 @@ from scans.models import (
     NotificationChannel,
     Scan,
 )
+from tokvera_site import ratelimit
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,13 @@ RETRY_DELAYS_S = (60, 5 * 60, 15 * 60, 60 * 60, 3 * 60 * 60)
 MAX_ATTEMPTS = len(RETRY_DELAYS_S) + 1
 CLAIM_S = 120  # longer than any one send (mail, or a 10 s HTTP timeout per connection)
 DUE_BATCH = 500
+
+# "Send test": each test holds a worker for up to a send's timeout and reaches a third party.
+TESTS_PER_WINDOW = 5  # per team
+ACCOUNT_TESTS_PER_WINDOW = 10  # per account, across its teams (teams are cheap to make)
+TEST_WINDOW_S = 60
+BROKER_RETRY_AFTER_S = 30  # what a test answers while the task queue is unreachable
+TEST_INTERRUPTED = "the test was interrupted; a test message is not tried again"
 
 # Code that serves every team (the beat's retry pass, ids off our own queue).
 ALL_DELIVERIES = Delivery.dangerously_unscoped
@@ -92,9 +105,50 @@ def record(endpoint: Endpoint, scan: Scan, kind: str, payload: dict) -> AlertEve
     return event
 
 
+class TooManyTests(Exception):
+    def __init__(self, whose: str, limit: int, retry_after_s: int):
+        super().__init__(
+            f"Too many test messages from {whose} (at most {limit} a minute); try again in {retry_after_s} s."
+        )
+        self.retry_after_s = retry_after_s
+
+
+class QueueUnreachable(Exception):
+    """The task queue could not take the test: nothing was saved and nothing was sent."""
+
+    retry_after_s = BROKER_RETRY_AFTER_S
+
+
+def start_test(channel: NotificationChannel, account: str) -> Delivery:
+    """"Send test" from the page or the API: counted per team and per `account` (raises
+    TooManyTests past either limit), recorded, and handed to a worker, which tries it once.
+    Call it outside a transaction (the row must be committed before a worker can see it).
+    Raises QueueUnreachable, with nothing saved, when the broker is unreachable."""
+    limits = (
+        ("channel-test", str(channel.team_id), TESTS_PER_WINDOW, "this team"),
+        ("channel-test-account", account, ACCOUNT_TESTS_PER_WINDOW, "your account"),
+    )
+    for scope, key, limit, whose in limits:
+        allowed, retry_after = ratelimit.allow(scope, key, limit, TEST_WINDOW_S)
+        if not allowed:
+            raise TooManyTests(whose, limit, retry_after)
+    row = send_test(channel, queue=False)
+    try:
+        deliver_notification.delay(row.pk)
+    except BrokerUnreachable as exc:
+        log.warning("test message to channel %s not queued: the broker is unreachable (%s)", channel.pk, exc)
+        with transaction.atomic():
+            AlertEvent.objects.for_team(channel.team_id).filter(pk=row.event_id).delete()
+        raise QueueUnreachable(
+            "The task queue is unreachable, so the test message was not sent (nothing was saved); "
+            f"try again in {BROKER_RETRY_AFTER_S} s."
+        ) from None
+    return row
+
+
 def send_test(channel: NotificationChannel, queue: bool = True) -> Delivery:
-    """A test message to one channel, delivered (and retried) like any alert; with
-    queue=False no worker is asked to try it now (the caller does: the channels page)."""
+    """A test message to one channel, recorded as a delivery (tried once: never retried); with
+    queue=False no worker is asked to try it (the caller does: start_test)."""
     payload = {
         "event": "test",
         "channel": channel.name,
@@ -131,13 +185,17 @@ def attempt(delivery_id: int) -> str:
     delivery = ALL_DELIVERIES.select_related("channel", "channel__team", "event").get(pk=delivery_id)
     rows = Delivery.objects.for_team(delivery.channel.team_id).filter(pk=delivery_id)
     channel = delivery.channel
+    is_test = delivery.event.kind == "test"
+    if is_test and delivery.attempts > 1:  # its one try was claimed and never finished
+        rows.update(status=DeliveryStatus.FAILED, last_error=TEST_INTERRUPTED, next_attempt_at=None)
+        return "failed"
     try:
         if not channel.enabled:
             raise kinds.DeliveryFailed("the channel is turned off", retry=False)
         config = json.loads(encryption.decrypt(channel.config_encrypted) or "{}")
         kinds.send(channel.kind, channel.team_id, config, messages.render(delivery.event.message))
     except (kinds.DeliveryFailed, encryption.UnreadableSecret) as exc:
-        retry = getattr(exc, "retry", False) and delivery.attempts < MAX_ATTEMPTS
+        retry = getattr(exc, "retry", False) and delivery.attempts < MAX_ATTEMPTS and not is_test
         error = str(exc)[:500]
         if retry:
             rows.update(
@@ -152,7 +210,7 @@ def attempt(delivery_id: int) -> str:
             channel.pk,
             channel.kind,
             delivery.attempts,
-            error,
+            getattr(exc, "detail", error)[:2000],
         )
         return "retry" if retry else "failed"
     rows.update(status=DeliveryStatus.SENT, sent_at=timezone.now(), next_attempt_at=None, last_error="")

@@ -8,6 +8,11 @@ connection is then made to the address that was judged, so a name cannot resolve
 address for the check and an internal one for the connect. Redirects open new connections and
 pass through here too.
 
+While guarded, every request `requests` sends is also observed: the HTTP status it got, or
+the coarse class (scans.outbound.failure_class) of the error it ended in, so a failed send is
+told as "HTTP 503" or "not reachable from this site" whatever words Apprise chose; the
+error's own text goes to the server log only.
+
 The guard is held in a context variable: other threads and other code using urllib3 are not
 affected, and Apprise's own executor (which copies the context) still is.
 
@@ -30,14 +35,18 @@ from dataclasses import dataclass, field
 import requests
 import urllib3.util.connection as urllib3_connection
 from django.conf import settings
+from requests.adapters import HTTPAdapter
 
-from scans.outbound import OutboundRefused, check_address
+from scans.outbound import OutboundRefused, check_address, failure_class
 
 
 @dataclass
 class _Guarded:
     hosts: frozenset[str]  # the only hosts this send may reach (lower case)
-    refused: list[str] = field(default_factory=list)  # why connections were refused
+    refused: list[str] = field(default_factory=list)  # why connections were refused (log only)
+    # What each request got: "HTTP <status>", or the coarse class of its error.
+    outcomes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the errors' own text (log only)
 
 
 _current: contextvars.ContextVar[_Guarded | None] = contextvars.ContextVar(
@@ -96,7 +105,7 @@ def _guarded_create_connection(
         for ip, _ in targets:
             check_address(ip)
     except OutboundRefused as exc:
-        guarded.refused.append(str(exc))
+        guarded.refused.append(exc.detail)
         # An OSError, so urllib3 and requests report it as a failed connection.
         raise ConnectionRefusedError(str(exc)) from None
     last: OSError | None = None
@@ -109,6 +118,24 @@ def _guarded_create_connection(
 
 
 urllib3_connection.create_connection = _guarded_create_connection
+_original_send = HTTPAdapter.send
+
+
+def _observed_send(self, request, *args, **kwargs):
+    guarded = _current.get()
+    if guarded is None:
+        return _original_send(self, request, *args, **kwargs)
+    try:
+        response = _original_send(self, request, *args, **kwargs)
+    except requests.RequestException as exc:
+        guarded.outcomes.append(failure_class(exc))
+        guarded.errors.append(f"{type(exc).__name__}: {exc}")
+        raise
+    guarded.outcomes.append(f"HTTP {response.status_code}")
+    return response
+
+
+HTTPAdapter.send = _observed_send  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

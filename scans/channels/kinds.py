@@ -15,6 +15,10 @@ and send one message (`send`).
   guarded client (guarded_http.post_json): Apprise closes only alerts it remembers in its own
   per-process store, by id, so an alert is created with the key as its alias and closed by
   alias (POST /v2/alerts/{alias}/close?identifierType=alias).
+- A failed send is told in coarse classes (scans/outbound.py): "not reachable from this site"
+  (a refused address, no DNS answer, a closed, filtered or silent port), "TLS error", or the
+  HTTP status the service answered; the error's own words go to the server log, not to the
+  delivery row a team member reads.
 """
 
 from __future__ import annotations
@@ -45,14 +49,15 @@ from accounts.validators import one_line
 from scans.channels.guarded_http import check_host, guarded_connections, post_json
 from scans.grader.transport import ScanTransport
 from scans.models import ChannelKind
-from scans.outbound import OutboundRefused, check_url, guard
+from scans.outbound import NOT_REACHABLE, OutboundRefused, check_url, failure_class, guard
 
 SIGNATURE_HEADER = "X-Tokvera-Signature"
 MAX_URL_CHARS = 2000
 SEND_TIMEOUT_S = 10
 
 # Apprise logs what it sends at DEBUG (tokens in URLs among it) and its failures at WARNING;
-# the failures are kept on the delivery row instead (redacted), so none reach our logs.
+# its failures reach our log redacted, through DeliveryFailed.detail, and nothing else does.
+log = logging.getLogger(__name__)
 _apprise_log = logging.getLogger("apprise")
 _apprise_log.setLevel(logging.WARNING)
 _apprise_log.addHandler(logging.NullHandler())
@@ -63,13 +68,19 @@ class ChannelInvalid(Exception):
     """What a channel was given cannot be used: the message names the field's fix."""
 
 
-class DeliveryFailed(Exception):
-    """A send that did not arrive. `retry` is False when trying again cannot help (a refused
-    address, a 4xx answer, no recipient)."""
+class ChannelUnreachable(ChannelInvalid):
+    """The guard refuses where the channel's URL leads (the message never says where)."""
 
-    def __init__(self, message: str, retry: bool = True):
+
+class DeliveryFailed(Exception):
+    """A send that did not arrive: the message is what the delivery row says (a coarse class
+    for network failures), `detail` what the server log says (tokens redacted). `retry` is
+    False when trying again cannot help (a refused address, a 4xx answer, no recipient)."""
+
+    def __init__(self, message: str, retry: bool = True, detail: str = ""):
         super().__init__(message)
         self.retry = retry
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -174,7 +185,8 @@ def _refused_is_invalid(check) -> None:
     try:
         check()
     except OutboundRefused as exc:
-        raise ChannelInvalid(f"Not reachable from this site: {exc}.") from None
+        log.info("channel URL refused: %s", exc.detail)
+        raise ChannelUnreachable("Not reachable from this site.") from None
 
 
 def _apprise_plugin(kind: str, url: str):
@@ -191,6 +203,11 @@ def _apprise_plugin(kind: str, url: str):
     if host:
         _refused_is_invalid(lambda: check_host(host, port))
     return plugin
+
+
+def _invalid_now(exc: ChannelInvalid) -> str:
+    """What a delivery row says of a channel found unusable when sending."""
+    return NOT_REACHABLE if isinstance(exc, ChannelUnreachable) else str(exc)
 
 
 def _own_host(kind: str, plugin) -> tuple[str, int]:
@@ -262,7 +279,7 @@ def _send_webhook(url: str, secret: str, payload: dict) -> None:
     try:
         check_url(url)  # a clear refusal up front
     except OutboundRefused as exc:
-        raise DeliveryFailed(str(exc), retry=False) from None
+        raise DeliveryFailed(NOT_REACHABLE, retry=False, detail=exc.detail) from None
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     headers = {"Content-Type": "application/json"}
     if secret:
@@ -279,9 +296,10 @@ def _send_webhook(url: str, secret: str, payload: dict) -> None:
     try:
         status = asyncio.run(post())
     except OutboundRefused as exc:
-        raise DeliveryFailed(str(exc), retry=False) from None
+        raise DeliveryFailed(NOT_REACHABLE, retry=False, detail=exc.detail) from None
     except (httpx.HTTPError, OSError) as exc:
-        raise DeliveryFailed(f"{type(exc).__name__}: {redact(str(exc), [url, secret])}") from None
+        detail = f"{type(exc).__name__}: {redact(str(exc), [url, secret])}"
+        raise DeliveryFailed(failure_class(exc), detail=detail) from None
     if 200 <= status < 300:
         return
     raise DeliveryFailed(f"the receiver answered HTTP {status}", retry=status >= 500 or status in (408, 429))
@@ -291,7 +309,7 @@ def _send_apprise(kind: str, url: str, message: Message) -> None:
     try:
         plugin = _apprise_plugin(kind, url)  # checked again: DNS may have moved since saving
     except ChannelInvalid as exc:
-        raise DeliveryFailed(str(exc), retry=False) from None
+        raise DeliveryFailed(_invalid_now(exc), retry=False) from None
     if isinstance(plugin, NotifyPagerDuty):
         # Raise, or resolve, the incident of our key; never Apprise's own "map" guess.
         plugin.action = PagerDutyAction.RESOLVE if message.resolves else PagerDutyAction.TRIGGER
@@ -309,12 +327,20 @@ def _send_apprise(kind: str, url: str, message: Message) -> None:
             log_level=logging.WARNING,
         )
     if guarded.refused:
-        raise DeliveryFailed(guarded.refused[0], retry=False)
+        raise DeliveryFailed(NOT_REACHABLE, retry=False, detail=guarded.refused[0])
     if not result:
-        said = "; ".join(str(e.message) for e in entries)  # WARNING and above (log_level)
-        raise DeliveryFailed(
-            redact(said, _url_secrets(url)) or f"{ChannelKind(kind).label} did not take the message"
-        )
+        said = "; ".join([*guarded.errors, *(str(e.message) for e in entries)])  # WARNING and above
+        detail = redact(said, _url_secrets(url))
+        answered = guarded.outcomes[-1] if guarded.outcomes else ""
+        if answered.startswith("HTTP "):
+            status = int(answered.removeprefix("HTTP "))
+            raise DeliveryFailed(
+                f"{ChannelKind(kind).label} answered {answered}",
+                retry=status >= 500 or status in (408, 429),
+                detail=detail,
+            )
+        # A network failure's class; with no request sent, Apprise refused the message itself.
+        raise DeliveryFailed(answered or f"{ChannelKind(kind).label} did not take the message", detail=detail)
 
 
 OPSGENIE_MESSAGE_CHARS = 130  # the Alert API's limits
@@ -329,7 +355,7 @@ def _send_opsgenie(url: str, message: Message) -> None:
     try:
         plugin = _apprise_plugin(ChannelKind.OPSGENIE, url)
     except ChannelInvalid as exc:
-        raise DeliveryFailed(str(exc), retry=False) from None
+        raise DeliveryFailed(_invalid_now(exc), retry=False) from None
     alerts = OPSGENIE_API_LOOKUP[plugin.region_name]
     headers = {"Authorization": f"GenieKey {plugin.apikey}"}
     params = None
@@ -362,9 +388,10 @@ def _send_opsgenie(url: str, message: Message) -> None:
         hosts = _hosts(ChannelKind.OPSGENIE, plugin)
         response = post_json(hosts, target, body, headers, params, SEND_TIMEOUT_S)
     except OutboundRefused as exc:
-        raise DeliveryFailed(str(exc), retry=False) from None
+        raise DeliveryFailed(NOT_REACHABLE, retry=False, detail=exc.detail) from None
     except requests.RequestException as exc:
-        raise DeliveryFailed(f"{type(exc).__name__}: {redact(str(exc), _url_secrets(url))}") from None
+        detail = f"{type(exc).__name__}: {redact(str(exc), _url_secrets(url))}"
+        raise DeliveryFailed(failure_class(exc), detail=detail) from None
     if response.status_code in (200, 202):
         return
     raise DeliveryFailed(

@@ -14,7 +14,6 @@ from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
@@ -213,22 +212,28 @@ def channel_delete(request, public_id):
 @login_required
 @require_POST
 def channel_test(request, public_id):
-    """Send a test message now, in this request, so the page can say how it went; a failure
-    is retried like any alert's."""
+    """Hand a test message to a worker and come back to the channel's card: no web thread
+    waits on the receiver. Limited per team and per account (429 with Retry-After); 503 with
+    Retry-After, nothing saved, while the task queue is unreachable."""
     channel = _channel_or_404(request, public_id)
     require_write(request, channel)
-    row = delivery.send_test(channel, queue=False)
-    outcome = delivery.attempt(row.pk)
-    row.refresh_from_db()
-    if outcome == "sent":
+    try:
+        row = delivery.start_test(channel, account=f"user:{request.user.pk}")
+    except (delivery.TooManyTests, delivery.QueueUnreachable) as exc:
+        status = 429 if isinstance(exc, delivery.TooManyTests) else 503
+        context = {"channel": channel, "reason": str(exc)}
+        response = render(request, "scans/channel_test_not_sent.html", context, status=status)
+        response["Retry-After"] = str(exc.retry_after_s)
+        return response
+    row.refresh_from_db()  # a worker may have settled it already
+    if row.status == DeliveryStatus.SENT:
         messages.success(request, f"Test message sent to {channel.name}.")
-    elif outcome == "retry":
-        messages.warning(
-            request,
-            f"The test message to {channel.name} did not arrive "
-            f"({row.last_error}); it is tried again at "
-            f"{timezone.localtime(row.next_attempt_at):%H:%M %Z}.",
-        )
+    elif row.status == DeliveryStatus.FAILED:
+        messages.error(request, f"The test message to {channel.name} failed: {row.last_error.rstrip('.')}.")
     else:
-        messages.error(request, f"The test message to {channel.name} failed: {row.last_error}")
+        messages.info(
+            request,
+            f"Test message to {channel.name} handed to a worker: how it went shows under Recent "
+            "deliveries (reload the page).",
+        )
     return redirect(reverse("team-channels", args=[channel.team.slug]) + f"#channel-{channel.public_id}")

@@ -190,14 +190,15 @@ def endpoint_detail(request, public_id):
                        "chart": charts.check_chart(points, check_id, since, until,
                                                    reasons=reasons, maintenance=held)})
     windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
-    page = Paginator(endpoint.scans.order_by("-queued_at").annotate(
-        **load_profile.plan_annotations()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
-    for scan in page.object_list:  # the load each grade came from, read from its own report
+    # A list never loads reports (each up to REPORT_MAX_BYTES): the load is a column.
+    page = Paginator(endpoint.scans.order_by("-queued_at").defer("report").annotate(
+        **load_profile.plan_columns()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
+    for scan in page.object_list:  # the load each grade came from, as stored with its report
         setattr(scan, "load_profile",  # noqa: B010 - a page-only attribute, not a field
                 load_profile.profile_of_row(vars(scan))
                 if scan.status == ScanStatus.SUCCEEDED else None)
     latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
-              .annotate(**load_profile.plan_annotations())
+              .annotate(**load_profile.plan_columns())
               .only("grade", "provisional", "pushed", "queued_at", "down").first())
     if latest is not None:
         setattr(latest, "load_profile",  # noqa: B010 - a page-only attribute, not a field
@@ -262,7 +263,8 @@ def _capacity(endpoint: Endpoint, since, until, location=None, changes=(), held=
     """Capacity within the SLO (issue 22): what the latest scan that searched found, in words,
     and its trend over the range (a scan where no level met the SLO serves 0 streams)."""
     latest = history.latest_capacity(endpoint)
-    found = ((latest.report or {}).get("capacity") or {}) if latest is not None else {}
+    found = getattr(latest, "capacity_found", None) if latest is not None else None
+    found = found if isinstance(found, dict) else {}
     points = history.capacity_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
                                       location=location)
     series = [charts.Series("capacity", "streams within the SLO", "#3451d1", "", [

@@ -316,6 +316,10 @@ class EndpointForm(forms.ModelForm):
         given = set()
         if cleaned.get("api_key") or cleaned.get("clear_api_key"):
             given.add("api_key_encrypted")
+        if cleaned.get("load_dataset") or cleaned.get("clear_load_dataset"):
+            given.add("load_dataset_encrypted")
+        if cleaned.get("prompt_sample"):
+            given.add("prompt_sample_encrypted")
         changes = endpoints.url_changes(
             self.instance,
             {"base_url": cleaned["base_url"]},

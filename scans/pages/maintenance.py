@@ -3,12 +3,14 @@
 Reads need membership (outsiders get 404), writes a writing role (viewers get 403). Times are
 typed in the window's own timezone (the creator's profile timezone by default) and stored in
 UTC with that zone's name. Bad input (an end before the start, a weekly window with no day, a
-duration of zero or less) is an error at the field and nothing is saved."""
+duration of zero or less, a one-off window outside scans.maintenance's bounds) is an error at
+the field and nothing is saved. The list says how much time each window has taken out of
+availability over the status page's days."""
 
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import forms
 from django.contrib import messages
@@ -20,7 +22,7 @@ from accounts.models import Profile
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from accounts.validators import validate_one_line
 from accounts.views import team_for_request, team_to_create_in
-from scans import maintenance
+from scans import maintenance, status_page
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
 
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
@@ -36,12 +38,15 @@ class MaintenanceForm(forms.Form):
     starts_at = forms.DateTimeField(
         label="Starts",
         required=False,
+        help_text=f"No earlier than {maintenance.span_text(maintenance.PAST_GRACE)} before now: "
+        "a window cannot take past time out of availability.",
         input_formats=[LOCAL_FORMAT],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_FORMAT),
     )
     ends_at = forms.DateTimeField(
         label="Ends",
         required=False,
+        help_text=f"At most {maintenance.span_text(maintenance.MAX_LENGTH)} after the start.",
         input_formats=[LOCAL_FORMAT],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_FORMAT),
     )
@@ -63,8 +68,9 @@ class MaintenanceForm(forms.Form):
         help_text="Off: scans still run (their time is left out of the SLO either way).",
     )
 
-    def __init__(self, *args, team, **kwargs):
+    def __init__(self, *args, team, window: MaintenanceWindow | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.window = window  # the stored window being edited, if any
         endpoints = Endpoint.objects.for_team(team).order_by("name")
         self.endpoints = {str(e.public_id): e for e in endpoints}
         choices = [("", "Every endpoint of the team")]
@@ -88,6 +94,10 @@ class MaintenanceForm(forms.Form):
             start, end = cleaned.get("starts_at"), cleaned.get("ends_at")
             if start and end and end <= start:
                 self.add_error("ends_at", "The window ends before it starts: give a later end.")
+            elif start and end:
+                refused = maintenance.span_errors(start, end, timezone.now(), self._covered())
+                for field, message in refused.items():
+                    self.add_error(field, message)
         elif kind == MaintenanceKind.WEEKLY:
             if not cleaned.get("weekdays"):
                 self.add_error("weekdays", "Pick at least one day.")
@@ -101,6 +111,20 @@ class MaintenanceForm(forms.Form):
             elif minutes is not None and minutes > 7 * 24 * 60:
                 self.add_error("duration_minutes", "At most a week (10,080 minutes).")
         return cleaned
+
+    def _covered(self) -> tuple[datetime, datetime] | None:
+        """The span the edited window covers already, when the edit keeps what it applies to
+        (moved to other endpoints, all of its time would be new to them)."""
+        window = self.window
+        if window is None or window.kind != MaintenanceKind.ONCE:
+            return None
+        if window.starts_at is None or window.ends_at is None:
+            return None
+        chosen = self.endpoints.get(self.cleaned_data.get("endpoint") or "")
+        if (chosen.pk if chosen else None) != window.endpoint_id:
+            return None
+        # The form shows whole minutes: a stored start with seconds comes back a little earlier.
+        return window.starts_at.replace(second=0, microsecond=0), window.ends_at
 
     def apply(self, window: MaintenanceWindow) -> MaintenanceWindow:
         c = self.cleaned_data
@@ -143,6 +167,12 @@ def _user_zone(request) -> str:
     return str(zone or "UTC")
 
 
+def _excluded_text(span: timedelta) -> str:
+    minutes = int(span.total_seconds() // 60)
+    taken = maintenance.duration_text(minutes) if minutes else "no time"
+    return f"took {taken} out of availability in the last {status_page.DAYS} days"
+
+
 @login_required
 def maintenance_list(request, slug):
     team = team_for_request(request, slug)
@@ -155,6 +185,7 @@ def maintenance_list(request, slug):
             "when": maintenance.describe(w),
             "next": nexts.get(w.pk),
             "now": bool(nexts.get(w.pk) and nexts[w.pk].covers(now)),
+            "excluded": _excluded_text(maintenance.excluded(w, now, status_page.DAYS)),
         }
         for w in windows
     ]
@@ -187,7 +218,7 @@ def maintenance_edit(request, public_id):
     window = get_visible_or_404(request, MaintenanceWindow, public_id=public_id)
     require_write(request, window)
     team = window.team
-    form = MaintenanceForm(request.POST or None, team=team, initial=_initial(window))
+    form = MaintenanceForm(request.POST or None, team=team, window=window, initial=_initial(window))
     if request.method == "POST" and form.is_valid():
         form.apply(window).save()
         messages.success(request, f"Maintenance window {window.name} saved.")

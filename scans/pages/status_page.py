@@ -13,6 +13,7 @@ from django.views.decorators.http import require_safe
 from accounts.middleware import same_for_everyone
 from accounts.models import Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
+from accounts.validators import validate_one_line
 from scans import status_page
 from scans.models import Endpoint, StatusPageEndpoint
 
@@ -92,11 +93,17 @@ def status_page_settings(request, slug):
             except ValidationError as exc:
                 errors["slug"] = exc.messages[0]
         title = posted.get("title", "").strip()
-        if len(title) > 100:
-            errors["title"] = "At most 100 characters."
-        for row in rows:
-            if len(row["name"]) > 100:
-                errors[f"name_{row['key']}"] = "At most 100 characters."
+        names = {"title": title, **{f"name_{row['key']}": row["name"] for row in rows}}
+        for field, text in names.items():
+            # Shown to the public: the same rule as every other name (no control or bidi
+            # character), so it reads as it was written.
+            if len(text) > 100:
+                errors[field] = "At most 100 characters."
+                continue
+            try:
+                validate_one_line(text)
+            except ValidationError as exc:
+                errors[field] = exc.messages[0]
         if not errors:
             try:
                 status_page.save_settings(

@@ -4,11 +4,14 @@ sign-up switch, through the pages a person uses (django-allauth; mail in Django'
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+import time_machine
 from django.core import mail
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.models import Membership
 from tests.conftest import build_world, make_user
@@ -28,7 +31,16 @@ def _log_in(client: Client, login: str, password: str):
     return client.post(reverse("account_login"), {"login": login, "password": password})
 
 
-def test_sign_up_sends_a_verification_mail_and_the_account_logs_in_once_verified():
+def _code() -> str:
+    """The verification code of the last mail (a code to type, never a link)."""
+    body = mail.outbox[-1].body
+    assert "/confirm-email/" not in body
+    found = re.search(r"^([A-Z0-9]{4}-[A-Z0-9]{4})$", body, re.MULTILINE)
+    assert found, body
+    return found.group(1)
+
+
+def test_sign_up_sends_a_verification_code_and_the_account_logs_in_once_verified():
     visitor = Client(REMOTE_ADDR="192.0.2.11")
     signup = visitor.get(reverse("account_signup"))
     assert signup.status_code == 200 and 'name="email"' in signup.content.decode()
@@ -38,17 +50,22 @@ def test_sign_up_sends_a_verification_mail_and_the_account_logs_in_once_verified
     assert answer["Location"] == reverse("account_email_verification_sent")
     assert "_auth_user_id" not in visitor.session  # not before the address is proven
     assert mail.outbox[-1].to == ["newcomer@example.test"]
-    confirm = _link(r"/confirm-email/[^/\s]+/")
+    code = _code()
+    page = visitor.get(answer["Location"])
+    assert page.status_code == 200 and 'name="code"' in page.content.decode()
 
-    # Logging in before the link is followed only sends the mail again.
-    early = Client(REMOTE_ADDR="192.0.2.12")
-    assert _log_in(early, "newcomer@example.test", PASSWORD)["Location"] == reverse(
-        "account_email_verification_sent")
-    assert "_auth_user_id" not in early.session
+    # Logging in elsewhere before the code is typed only mails another code (one per 10 s).
+    with time_machine.travel(timezone.now() + timedelta(minutes=1)):
+        early = Client(REMOTE_ADDR="192.0.2.12")
+        assert _log_in(early, "newcomer@example.test", PASSWORD)["Location"] == reverse(
+            "account_email_verification_sent")
+        assert "_auth_user_id" not in early.session
+        assert early.post(reverse("account_email_verification_sent"), {"code": code}).status_code == 200
+        assert "_auth_user_id" not in early.session  # the code works in its own browser only
 
-    mailbox = Client(REMOTE_ADDR="192.0.2.13")  # the link opened from the mail program
-    assert mailbox.get(confirm).status_code == 200
-    assert mailbox.post(confirm).status_code == 302
+    done = visitor.post(reverse("account_email_verification_sent"), {"code": code})
+    assert done.status_code == 302 and done["Location"] == reverse("home")
+    assert "_auth_user_id" in visitor.session
 
     later = Client(REMOTE_ADDR="192.0.2.14")
     answer = _log_in(later, "newcomer@example.test", PASSWORD)

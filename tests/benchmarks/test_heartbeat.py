@@ -67,10 +67,10 @@ def test_a_host_with_no_ewma_yet_is_online_and_counted(net):
     assert Host.dangerously_unscoped.online_for("tiny-q4").count() == 1
 
 
-def test_unknown_catalog_ids_are_refused_with_400_naming_them(net):
+def test_unknown_catalog_ids_are_refused_with_422_naming_them(net):
     host, token = net.host("h1", heartbeat=False)
     response = net.heartbeat(token, ["tiny-q4", "nope-1", "also-not"])
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert response.json()["unknown_models"] == ["also-not", "nope-1"]
     assert "also-not, nope-1" in response.json()["detail"]
     host.refresh_from_db()

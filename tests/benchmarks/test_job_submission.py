@@ -53,9 +53,10 @@ def test_a_host_token_cannot_read_a_buyers_job(net):
 def test_unknown_or_inactive_models_and_too_many_tokens_are_refused(net):
     make_catalog("retired-q4", active=False)
     make_catalog("short-q4", context_len=128)
-    assert net.submit(model="nope").status_code == 400
-    assert net.submit(model="retired-q4").status_code == 400
-    assert net.submit(model="short-q4", max_tokens=129).status_code == 400
+    # Well formed, but naming what the catalog does not have (or cannot take): 422.
+    assert net.submit(model="nope").status_code == 422
+    assert net.submit(model="retired-q4").status_code == 422
+    assert net.submit(model="short-q4", max_tokens=129).status_code == 422
     assert net.submit(model="short-q4", max_tokens=128).status_code == 202
     assert Job.dangerously_unscoped.count() == 1
 

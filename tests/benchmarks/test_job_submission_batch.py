@@ -62,7 +62,7 @@ def test_an_unknown_model_or_too_many_tokens_in_one_item_refuses_the_whole_batch
     response = _batch(net, [_item(), _item(model="nope"), _item(model="short-q4", max_tokens=129),
                             _item(model="retired-q4")])
 
-    assert response.status_code == 400
+    assert response.status_code == 422
     # Each refused item under its index, as the serializer's own item errors are.
     assert response.json() == {"jobs": {
         "1": {"model": ["unknown or inactive catalog id: nope"]},

@@ -229,3 +229,21 @@ def webhook_receiver() -> Iterator[tuple[str, list[tuple[dict, bytes]]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class SilentReceiver:
+    """A raw server's handler (`raw_server(receiver.handler)`) that takes every connection, reads
+    what is sent and never answers: a stalling receiver. It counts the connections it took and
+    those the other side gave up on (closed)."""
+
+    def __init__(self):
+        self.accepted = 0
+        self.closed = 0
+
+    async def handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while await reader.read(65536):
+                pass
+        finally:
+            self.closed += 1

@@ -80,6 +80,7 @@ def _ts(epoch: float) -> str:
 
 def build(hosts: int, jobs: int, days: int, rebuild: bool) -> None:
     from django.db import connection
+    from django.test import override_settings
 
     from accounts import teams
     from benchmarks.models import CatalogModel, Host, Job
@@ -96,10 +97,13 @@ def build(hosts: int, jobs: int, days: int, rebuild: bool) -> None:
 
     from accounts.models import Team
     owner = make_user(f"bench-{uuid.uuid4().hex[:6]}")
-    operators = [Team.dangerously_unscoped.filter(slug=f"bench-ops-{i}").first()
-                 or teams.create_team(f"bench-ops-{i}", f"Bench ops {i}", owner=owner) for i in range(100)]
-    buyers = [Team.dangerously_unscoped.filter(slug=f"bench-buyer-{i}").first()
-              or teams.create_team(f"bench-buyer-{i}", f"Bench buyer {i}", owner=owner) for i in range(50)]
+    with override_settings(TEAMS_PER_ACCOUNT=150):  # one bench account owns every team
+        operators = [Team.dangerously_unscoped.filter(slug=f"bench-ops-{i}").first()
+                     or teams.create_team(f"bench-ops-{i}", f"Bench ops {i}", owner=owner)
+                     for i in range(100)]
+        buyers = [Team.dangerously_unscoped.filter(slug=f"bench-buyer-{i}").first()
+                  or teams.create_team(f"bench-buyer-{i}", f"Bench buyer {i}", owner=owner)
+                  for i in range(50)]
     catalog = [CatalogModel(id=f"model-{i:02d}-q4", display_name=f"Model {i:02d}", quant="Q4_K_M",
                             context_len=8192 * (1 + i % 4)) for i in range(MODELS)]
     catalog += [CatalogModel(id=f"retired-{i}", display_name=f"Retired {i}", quant="Q8_0",

@@ -41,9 +41,10 @@ APPRISE_KINDS = ("slack", "teams", "discord", "telegram", "pagerduty", "opsgenie
 
 
 @pytest.fixture
-def services(tmp_path, settings, monkeypatch):
+def services(tmp_path, settings, monkeypatch, eager_tasks):
     """The stand-ins, reachable: loopback allowed, the fixed hosts resolved to them, their CA
-    trusted by requests (as REQUESTS_CA_BUNDLE does for any deployment's own CA)."""
+    trusted by requests (as REQUESTS_CA_BUNDLE does for any deployment's own CA). A test message
+    is sent by a worker: here, in the test's process (eager_tasks)."""
     with running_services(tmp_path) as stand_ins:
         settings.OUTBOUND_ALLOW = ["loopback"]
         settings.OUTBOUND_RESOLVE = stand_ins.resolve()
@@ -130,7 +131,7 @@ def test_a_channel_of_each_kind_sends_its_test_message_to_the_service(world, ser
         assert secret not in page  # the list shows where it sends, never a token
 
 
-def test_email_and_signed_webhook_channels_send_their_test_messages(world, settings):
+def test_email_and_signed_webhook_channels_send_their_test_messages(world, settings, eager_tasks):
     settings.OUTBOUND_ALLOW = ["loopback"]
     owner = _client(world.owner)
     email = _channel(world, service.EMAIL_CHANNEL_NAME)  # every new team has it
@@ -154,9 +155,9 @@ def test_email_and_signed_webhook_channels_send_their_test_messages(world, setti
         ("slack", "no such thing", "Apprise cannot read this as a Slack URL"),
         ("slack", "https://discord.com/api/webhooks/1234/abcd", "This is a Discord URL, not a Slack one"),
         ("telegram", "mailto://someone:pw@example.test", "not a Telegram one"),
-        ("ntfy", "ntfy://10.1.2.3/topic", "Not reachable from this site: refused to connect to 10.1.2.3"),
-        ("teams", "workflows://169.254.169.254:443/wf/sig", "link-local addresses are not reachable"),
-        ("webhook", "http://127.0.0.1:9/hook", "loopback addresses are not reachable"),
+        ("ntfy", "ntfy://10.1.2.3/topic", "Not reachable from this site."),
+        ("teams", "workflows://169.254.169.254:443/wf/sig", "Not reachable from this site."),
+        ("webhook", "http://127.0.0.1:9/hook", "Not reachable from this site."),
         ("webhook", "ftp://hooks.example.test/x", "Expected an http(s) URL"),
         ("discord", "", "Give the URL this channel sends to."),
     ],
@@ -189,7 +190,7 @@ def test_apprise_connects_only_to_the_kinds_hosts_and_only_where_the_guard_allow
     row = delivery.send_test(channel, queue=False)
     assert delivery.attempt(row.pk) == "failed"
     row.refresh_from_db()
-    assert row.last_error.startswith("refused to connect to 127.0.0.1: loopback addresses")
+    assert row.last_error == "not reachable from this site"  # never the address it resolved to
     assert services.of("slack") == []
 
     # The check the channel form makes of a host the URL names, with the same verdict.
@@ -240,8 +241,12 @@ def test_a_failing_receiver_leaves_a_retry_row_that_a_later_run_delivers(
 
 def test_a_delivery_out_of_tries_fails_and_says_why(world, services):
     channel = make_channel(world.team, "ntfy", name="ntfy", url=channel_urls(services.port)["ntfy"])
+    endpoint = make_endpoint(world.team, alert_email=False)
+    endpoint.channels.set([channel])
     services.fail_next("ntfy", delivery.MAX_ATTEMPTS)
-    row = delivery.send_test(channel, queue=False)
+    scan = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger=ScanTrigger.SCHEDULE)
+    event = delivery.record(endpoint, scan, "down", alerts.payload(endpoint, scan, "down", "no answer"))
+    (row,) = event.deliveries.all()
     outcomes = []
     for _ in range(delivery.MAX_ATTEMPTS):
         Delivery.dangerously_unscoped.filter(pk=row.pk, status="pending").update(

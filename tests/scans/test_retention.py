@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 
 from accounts.tenancy import UnscopedQuery
 from scans import history, retention, rollups, status_page
+from scans import worker as scan_worker
 from scans.models import (
     CheckResult,
     CheckRollup,
@@ -270,7 +271,8 @@ def _history_of(endpoint, hours: int, step_minutes: int, *, versions=("0.9.0",))
                          status=ScanStatus.SUCCEEDED, report=report, grade=grade,
                          points=points, uncapped_grade=uncapped,
                          scoring_version=versions[(i * len(versions)) // count],
-                         provisional=i % 4 == 0, down=grade == ""))
+                         provisional=i % 4 == 0, down=grade == "",
+                         **scan_worker.report_columns(report)))
     scans = Scan.dangerously_unscoped.bulk_create(rows)
     with connection.cursor() as cursor:  # queued_at is auto_now_add: the times, in one go
         cursor.execute(

@@ -134,7 +134,7 @@ def test_the_api_takes_a_workload_and_a_write_only_dataset(world, api):
     url = reverse("api-endpoint-detail", kwargs={"public_id": body["id"]})
     refused = api.patch(url, {"load_dataset": DATASET}, format="json",
                         **bearer(world.read_write_token))
-    assert refused.status_code == 400  # a dataset and a prompt length exclude each other
+    assert refused.status_code == 422  # a dataset and a prompt length exclude each other
     assert "exclude each other" in " ".join(refused.json()["scan_profile"])
     done = api.patch(url, {"load_dataset": DATASET, "input_tokens": None,
                            "shared_prefix_tokens": None}, format="json",
@@ -158,7 +158,7 @@ def test_the_api_refuses_over_limit_workloads_as_scan_profile(world, api, fields
     response = api.post(reverse("api-endpoint-list"), {
         "name": "prod", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
         "levels": [1, 4], **fields}, format="json", **bearer(world.read_write_token))
-    assert response.status_code == 400
+    assert response.status_code == 422  # well formed, but the profile cannot run here
     assert message in " ".join(response.json()["scan_profile"])
 
 
@@ -167,7 +167,7 @@ def test_a_bad_dataset_is_refused_by_the_api_naming_the_line(world, api):
         "name": "prod", "base_url": "http://127.0.0.1:8080/v1", "model": "tiny",
         "load_dataset": '{"prompt": "ok"}\n{"nope": 1}\n'}, format="json",
         **bearer(world.read_write_token))
-    assert response.status_code == 400
+    assert response.status_code == 422  # text the schema takes, not JSONL a scan can use
     assert "line 2" in " ".join(response.json()["load_dataset"])
 
 

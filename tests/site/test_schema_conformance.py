@@ -6,6 +6,10 @@ Loopback only: the site listens on 127.0.0.1 and is the only thing Schemathesis 
 the site itself runs with OUTBOUND_ALLOW=loopback and a broker nobody consumes (a folder of
 its own), so a scan triggered for a fuzzed URL is queued and never run.
 
+A request generated as valid (positive) must not be refused with 400: what the API refuses,
+the schema states (a pattern, an enum, a bound); what no schema can state (a catalog id the site
+does not have, a URL the outbound guard refuses) is a documented 422.
+
 Each operation gets a bounded number of generated requests, positive (valid by the schema)
 and negative (invalid), half of those with the ids of real objects (an endpoint, a scan, the
 team, a job) so that more than the 404 path is exercised; the whole module takes well under a
@@ -30,6 +34,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
@@ -47,8 +52,23 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 # Cases per operation and mode (derandomized: every run sends the same cases). Time grows with
 # cases x operations; 12/6 keeps this test from being one of the suite's slowest as the API grows.
 EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 6}
+
+
+def schema_valid_request_accepted(ctx: schemathesis.CheckContext, response: schemathesis.Response,
+                                   case: schemathesis.Case) -> bool | None:
+    """Schemathesis's positive_data_acceptance: a request the schema calls valid is never
+    refused with 400 (the schema states what is refused: a pattern, an enum, a bound). A
+    documented 422 passes: the request is well formed but names what the site cannot use (a
+    catalog id it does not have, a URL the guard refuses), which no schema can list; its body
+    is checked against the documented one like any answer."""
+    if response.status_code == 422 and "422" in case.operation.definition.raw.get("responses", {}):
+        return None
+    return positive_data_acceptance(ctx, response, case)
+
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_headers_conformance, response_schema_conformance]
+          response_headers_conformance, response_schema_conformance,
+          schema_valid_request_accepted]
 
 
 @contextmanager

@@ -26,13 +26,15 @@ EXPECTED_SLO = {
     "models": [
         {"id": "alpha-q4", "online_hosts": 4, "windows": {
             "7d": {"completed": 4, "failed": 1, "success_rate": 0.8,
-                   "latency": {"p50_ms": 300, "p95_ms": 812}},
+                   "latency": {"p50_ms": 300, "p95_ms": 812}, "no_host": 0},
             "30d": {"completed": 6, "failed": 3, "success_rate": 0.666667,
-                    "latency": {"p50_ms": 500, "p95_ms": 2000}},
+                    "latency": {"p50_ms": 500, "p95_ms": 2000}, "no_host": 0},
         }},
         {"id": "beta-q8", "online_hosts": 2, "windows": {
-            "7d": {"completed": 0, "failed": 0, "success_rate": None, "latency": NULL_LATENCY},
-            "30d": {"completed": 0, "failed": 1, "success_rate": 0.0, "latency": NULL_LATENCY},
+            "7d": {"completed": 0, "failed": 0, "success_rate": None, "latency": NULL_LATENCY,
+                   "no_host": 0},
+            "30d": {"completed": 0, "failed": 1, "success_rate": 0.0, "latency": NULL_LATENCY,
+                    "no_host": 0},
         }},
     ],
 }

@@ -114,5 +114,6 @@ def test_postgresql_has_the_covering_index_the_job_windows_query_reads(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'job_public_windows_idx'")
         (definition,) = cursor.fetchone()
-    assert "(model_id, settled_at) INCLUDE (status, created_at, completed_at)" in definition
+    assert ("(model_id, settled_at) INCLUDE (status, created_at, completed_at, failure_reason)"
+            in definition)
     assert "WHERE (settled_at IS NOT NULL)" in definition

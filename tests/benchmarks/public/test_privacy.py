@@ -21,8 +21,8 @@ URLS = ("/v1/slo", "/v1/stats", "/benchmarks", "/benchmarks/methodology")
 # Every key the JSON may carry. A new key must be added here on purpose, after asking whether it
 # could name a host, an account or a team.
 JSON_KEYS = {"generated_at", "models", "id", "online_hosts", "windows", "7d", "30d", "completed",
-             "failed", "success_rate", "latency", "p50_ms", "p95_ms", "providers", "hardware",
-             "gpu", "hosts"}
+             "failed", "success_rate", "latency", "p50_ms", "p95_ms", "no_host", "providers",
+             "hardware", "gpu", "hosts"}
 BODY_COLUMNS = ("request_json", "result_json")
 
 

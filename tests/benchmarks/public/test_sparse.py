@@ -50,7 +50,7 @@ def test_a_network_with_no_host_and_no_job_shows_the_banner_and_only_dashes(ops)
     assert not re.search(r"\b0\s*ms|100(\.0)?\s*%|\b0(\.0)?\s*%", html.replace("\u00a0", " "))
     assert slo["models"][0]["windows"]["7d"] == {
         "completed": 0, "failed": 0, "success_rate": None,
-        "latency": {"p50_ms": None, "p95_ms": None}}
+        "latency": {"p50_ms": None, "p95_ms": None}, "no_host": 0}
 
 
 def test_jobs_settled_more_than_7_days_ago_do_not_lift_the_banner(ops):

@@ -35,7 +35,7 @@ def _fits(page) -> bool:
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
 def test_a_member_adds_a_channel_sends_a_test_and_sees_it_delivered(
-    browser, live_server, settings, tmp_path, monkeypatch, width
+    browser, live_server, settings, tmp_path, monkeypatch, width, eager_tasks
 ):
     world = build_world()
     with running_services(tmp_path) as services:

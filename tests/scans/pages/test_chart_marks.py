@@ -208,7 +208,7 @@ def test_the_key_never_touches_the_zones_caption():
 
 def _move(scan: Scan, url: str) -> None:
     report = {**scan.report, "target": {**scan.report["target"], "base_url": url}}
-    Scan.dangerously_unscoped.filter(pk=scan.pk).update(report=report)
+    Scan.dangerously_unscoped.filter(pk=scan.pk).update(report=report, target_url=url)
 
 
 @pytest.mark.django_db

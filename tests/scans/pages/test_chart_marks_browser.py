@@ -65,7 +65,8 @@ def site(settings):
         scan = scan_at(endpoint, now - timedelta(minutes=minutes), (GRADE_A, GRADE_B, CAPPED_C)[i % 3])
         if minutes < 120:
             report = {**scan.report, "target": {**scan.report["target"], "base_url": "http://10.9.9.9/v1"}}
-            Scan.dangerously_unscoped.filter(pk=scan.pk).update(report=report)
+            Scan.dangerously_unscoped.filter(pk=scan.pk).update(report=report,
+                                                                target_url="http://10.9.9.9/v1")
     MaintenanceWindow.dangerously_unscoped.create(
         team=world.team, endpoint=endpoint, name="driver update",
         starts_at=now - timedelta(hours=3, minutes=10), ends_at=now - timedelta(hours=2, minutes=10))

@@ -31,9 +31,11 @@ def test_addresses_are_classified_by_range(ip, kind):
     assert classify(ip) == kind
 
 
-def test_a_forbidden_address_is_refused_with_a_clear_reason():
-    with pytest.raises(OutboundRefused, match="169.254.169.254: link-local"):
+def test_a_forbidden_address_is_refused_saying_only_that_it_is_not_reachable():
+    with pytest.raises(OutboundRefused) as refused:
         check_address("169.254.169.254", allow=frozenset())
+    assert str(refused.value) == "not reachable from this site"
+    assert "169.254.169.254: a link-local address" in refused.value.detail  # for the server log
 
 
 def test_loopback_is_reachable_only_when_allowed():
@@ -46,8 +48,9 @@ def test_loopback_is_reachable_only_when_allowed():
 
 def test_a_name_is_judged_by_the_address_it_resolves_to(settings):
     settings.OUTBOUND_ALLOW = []
-    with pytest.raises(OutboundRefused, match="loopback"):
+    with pytest.raises(OutboundRefused) as refused:
         check_url("http://localhost:8080/v1")  # resolves locally; nothing is sent
+    assert "loopback" in refused.value.detail
 
 
 @pytest.mark.django_db
@@ -63,4 +66,4 @@ def test_a_scan_of_the_6to4_relay_anycast_is_refused_before_any_connection(world
     assert scan_worker.execute(scan) == "errored"
     scan.refresh_from_db()
     assert scan.status == ScanStatus.ERRORED
-    assert "192.88.99.1: reserved addresses are not reachable" in scan.error_reason
+    assert scan.error_reason == "not reachable from this site"  # the address is not told
