@@ -294,7 +294,8 @@ def check_figures(job: Job, figures: Figures, now: datetime) -> None:
     held_ms = (now - (job.leased_at or now)).total_seconds() * 1000
     if elapsed > held_ms + ELAPSED_SLACK_MS:
         raise BadFigures("elapsed_ms is longer than the host has held the job")
-    if elapsed > 0 and tokens / (elapsed / 1000) > MAX_PLAUSIBLE_TPS:
+    # Multiplied, not divided: a denormal elapsed time divides by zero once scaled to seconds.
+    if elapsed > 0 and tokens > MAX_PLAUSIBLE_TPS * elapsed / 1000:
         raise BadFigures("completion_tokens / elapsed_ms is not a plausible speed")
 
 

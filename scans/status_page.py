@@ -41,7 +41,7 @@ from accounts.validators import one_line
 from scans import maintenance, slo, state
 from scans.grader import formatting as fmt
 from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
-from scans.profile import plan_annotations, profile_of_row
+from scans.profile import plan_columns, profile_of_row
 
 __all__ = [
     "CACHE_S",
@@ -384,8 +384,8 @@ def _latest_grades(page: StatusPage, endpoints: list[Endpoint]) -> dict[int, dic
     rows = (
         scans.order_by("endpoint_id", "-queued_at", "-pk")
         .distinct("endpoint_id")
-        .annotate(**plan_annotations())
-        .values("endpoint_id", "grade", "provisional", "queued_at", *plan_annotations().keys())
+        .annotate(**plan_columns())
+        .values("endpoint_id", "grade", "provisional", "queued_at", *plan_columns().keys())
     )
     result = {}
     for row in rows:

@@ -176,7 +176,8 @@ class EndpointSerializer(serializers.ModelSerializer):
         if latest is not None:  # a list page: fetched for the whole page in one query
             scan = latest.get(endpoint.pk)
         else:
-            scan = endpoint.scans.exclude(status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]).first()
+            scan = (endpoint.scans.exclude(status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING])
+                    .defer("report").first())
         return ScanSerializer(scan).data if scan else None
 
     def validate_slo_objective(self, value):
@@ -393,7 +394,8 @@ class EndpointViewSet(
         pairs = (Endpoint.objects.visible_to(access).filter(pk__in=[e.pk for e in endpoints])
                  .annotate(latest=Subquery(latest)).values_list("pk", "latest"))
         pairs = [(endpoint_id, scan_id) for endpoint_id, scan_id in pairs if scan_id]
-        scans = (Scan.objects.visible_to(access).select_related("endpoint")
+        # A list never needs report.json (megabytes per scan): its summary is in columns.
+        scans = (Scan.objects.visible_to(access).select_related("endpoint").defer("report")
                  .in_bulk([scan_id for _, scan_id in pairs]))
         return {endpoint_id: scans[scan_id] for endpoint_id, scan_id in pairs}
 
@@ -410,7 +412,7 @@ class EndpointViewSet(
     def scans(self, request, public_id=None):
         """The endpoint's scans, newest first (cursor-paginated; filter with since/until)."""
         endpoint = self.get_object()
-        queryset = endpoint.scans.select_related("endpoint")
+        queryset = endpoint.scans.select_related("endpoint").defer("report")
         if (since := time_param(request, "since")) is not None:
             queryset = queryset.filter(queued_at__gte=since)
         if (until := time_param(request, "until")) is not None:

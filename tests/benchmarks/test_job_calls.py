@@ -119,6 +119,7 @@ def test_a_rotated_token_replaces_the_old_one(net):
         ({"completion_tokens": 10_000}, "tokens far above max_tokens"),
         ({"elapsed_ms": 3_600_000}, "longer than the lease has existed"),
         ({"completion_tokens": 60, "elapsed_ms": 1, "ttft_ms": 1}, "impossible speed"),
+        ({"completion_tokens": 10, "elapsed_ms": 5e-324, "ttft_ms": 0}, "a denormal elapsed time"),
         ({"ttft_ms": "100"}, "a string"),
         ({"completion_tokens": True}, "a boolean"),
         ({"completion_tokens": 2.5}, "fractional tokens"),

@@ -112,3 +112,20 @@ def test_the_columns_hold_what_the_report_says_as_the_rollups_read_it(world):
     assert scan.preflight_cause == "the server refused the connection"
     assert scan.failure_summary == "every request was refused"
     assert scan.preflight_warnings == [{"kind": "model_not_listed", "model": "m"}]
+
+
+def test_the_apis_lists_of_endpoints_and_scans_load_no_report(world, api):
+    from tests.conftest import bearer
+
+    endpoint = make_endpoint(world.team, name="big reports")
+    for hours_ago in (3, 2, 1):
+        stored_scan(endpoint, big_report("http://127.0.0.1:8080/v1", [1, 4]), hours_ago)
+    loaded = re.compile(r'"scans_scan"\."report"\s*(,|FROM)')
+    for url in (reverse("api-endpoint-list"),
+                reverse("api-endpoint-scans", kwargs={"public_id": endpoint.public_id}),
+                reverse("api-endpoint-detail", kwargs={"public_id": endpoint.public_id})):
+        with CaptureQueriesContext(connection) as queries:
+            response = api.get(url, **bearer(world.read_only_token))
+        assert response.status_code == 200, url
+        assert [q["sql"] for q in queries.captured_queries if loaded.search(q["sql"])] == [], url
+        assert str(endpoint.public_id) in response.content.decode()
