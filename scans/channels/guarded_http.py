@@ -31,6 +31,7 @@ import contextvars
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import requests
 import urllib3.util.connection as urllib3_connection
@@ -129,7 +130,10 @@ def _observed_send(self, request, *args, **kwargs):
         response = _original_send(self, request, *args, **kwargs)
     except requests.RequestException as exc:
         guarded.outcomes.append(failure_class(exc))
-        guarded.errors.append(f"{type(exc).__name__}: {exc}")
+        # The class and the host only: the error's own text holds the request's URL, and some
+        # services put their token in it.
+        host = urlsplit(request.url).hostname or "?"
+        guarded.errors.append(f"{type(exc).__name__} talking to {host}")
         raise
     guarded.outcomes.append(f"HTTP {response.status_code}")
     return response

@@ -408,6 +408,8 @@ def _url_secrets(url: str) -> list[str]:
         parts.username,
         parts.password,
         parts.hostname,
+        # A token may sit where a port would (tgram://<id>:<secret>/…): every piece of the netloc.
+        *re.split(r"[@:]", parts.netloc),
         *parts.path.split("/"),
         *re.split(r"[&=]", parts.query),
     ]

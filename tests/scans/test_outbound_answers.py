@@ -145,3 +145,20 @@ def test_a_plain_http_receiver_on_an_https_url_is_a_tls_error(world, settings, e
         _client(world.member).post(reverse("channel-test", args=[channel.public_id]))
     (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
     assert row.last_error == "TLS error"
+
+
+def test_a_telegram_bots_token_never_reaches_the_log_or_the_delivery(world, settings, eager_tasks,
+                                                                      caplog):
+    """A failed request's own error text holds its URL, and Telegram's URL holds the bot's
+    token (/bot<id>:<secret>/sendMessage): neither the log nor the delivery may keep it."""
+    caplog.set_level(logging.DEBUG)
+    settings.OUTBOUND_ALLOW = ["loopback"]
+    settings.OUTBOUND_RESOLVE = [f"api.telegram.org:443=127.0.0.1:{free_port()}"]  # closed
+    secret = "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    channel = make_channel(world.team, "telegram", name="bot",
+                           url=f"tgram://123456789:{secret}/987654321")
+    _client(world.member).post(reverse("channel-test", args=[channel.public_id]))
+    (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
+    assert row.last_error == "not reachable from this site"
+    assert secret not in caplog.text and secret not in row.last_error
+    assert "api.telegram.org" in caplog.text  # the operator still sees where it failed
