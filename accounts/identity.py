@@ -29,6 +29,23 @@ def has_verified_email(user, email: str) -> bool:
     return EmailAddress.objects.filter(user=user, email__iexact=email.strip(), verified=True).exists()
 
 
+def is_unclaimed_sign_up(user, email: str) -> bool:
+    """Whether `user` is a self sign-up with `email` that nobody has used yet: its address is
+    recorded but never proven, it never signed in, it belongs to no team, it is not staff and
+    has no second factor. Only such an account may have its password set by whoever proves the
+    mailbox (an invitation link); any other account is someone's, and its owner logs in."""
+    from allauth.mfa.models import Authenticator
+
+    return (
+        EmailAddress.objects.filter(user=user, email__iexact=email.strip()).exists()
+        and not has_verified_email(user, email)
+        and user.last_login is None
+        and not (user.is_staff or user.is_superuser)
+        and not user.memberships.exists()
+        and not Authenticator.objects.filter(user=user).exists()
+    )
+
+
 def profile_of(user) -> Profile:
     profile, _ = Profile.objects.get_or_create(user=user)
     return profile

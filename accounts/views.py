@@ -357,9 +357,11 @@ def invite_accept(request, secret):
     logging in first); someone without an account sets a password and joins in one step
     (the new account's email is the invited address). Any other account is refused.
 
-    An account whose address was never proven (anyone can sign up with any address) is not
-    yet anyone's: the link, which reached that mailbox, proves it, and the form sets the
-    password, replacing whatever its sign-up chose."""
+    A self sign-up whose address was never proven and that was never used (anyone can sign up
+    with any address) is not yet anyone's: the link, which reached that mailbox, proves it, and
+    the form sets the password, replacing whatever its sign-up chose. Every other account
+    (staff, a second factor, a team, a past login) logs in first: a mailbox alone never opens
+    an account that is someone's."""
     invitation = teams.find_invitation(secret)
     if invitation is None:
         return render(request, "accounts/invite_invalid.html", status=404)
@@ -369,7 +371,7 @@ def invite_accept(request, secret):
     form = None
     if not request.user.is_authenticated:
         existing = teams.user_by_email(invitation.email)
-        if existing is not None and identity.has_verified_email(existing, invitation.email):
+        if existing is not None and not identity.is_unclaimed_sign_up(existing, invitation.email):
             messages.info(request, "Log in to accept the invitation.")
             return redirect(f"{reverse('account_login')}?next={request.path}")
         # Works whether or not self sign-up is open: the link is the permission.

@@ -103,3 +103,43 @@ def test_the_verification_mail_cannot_prove_an_address_for_another_browser(victi
     assert answer["Location"] == reverse("account_email_verification_sent")
     assert attacker.get(reverse("home")).status_code == 302
     assert "_auth_user_id" not in attacker.session
+
+
+@pytest.mark.parametrize("kind", ["staff", "two_factor", "member", "signed_in"])
+def test_an_invitation_link_never_sets_the_password_of_an_account_that_is_someones(
+        world, victim, kind):
+    """An account without a proven address row can still be someone's (an operator's
+    `createsuperuser`, an account with a second factor, a team member, one that has signed in):
+    a mailbox and an invitation link must not replace its password; its owner logs in."""
+    from allauth.account.models import EmailAddress
+    from allauth.mfa.models import Authenticator
+    from django.contrib.auth import get_user_model
+
+    from accounts import teams
+
+    user = get_user_model().objects.create_user(username=f"u-{uuid.uuid4().hex[:8]}",
+                                                email=victim, password=VICTIMS)
+    if kind == "staff":
+        user.is_staff = user.is_superuser = True
+        user.save()
+    else:  # a sign-up's unproven address row
+        EmailAddress.objects.create(user=user, email=victim, verified=False, primary=True)
+    if kind == "two_factor":
+        Authenticator.objects.create(user=user, type=Authenticator.Type.TOTP, data={})
+    elif kind == "member":
+        teams.create_team(f"t-{uuid.uuid4().hex[:6]}", "Theirs", owner=user)
+    elif kind == "signed_in":
+        user.last_login = timezone.now()
+        user.save(update_fields=["last_login"])
+    invitation_url, _ = invite_link(world, victim, role=Role.ADMIN)
+
+    mailbox = Client(REMOTE_ADDR="203.0.113.81")  # whoever reads that mailbox
+    page = mailbox.get(invitation_url)
+    assert page.status_code == 302 and page["Location"].startswith(reverse("account_login"))
+    taken = mailbox.post(invitation_url, {"name": "x", "new_password1": ATTACKERS,
+                                          "new_password2": ATTACKERS})
+    assert taken.status_code == 302 and taken["Location"].startswith(reverse("account_login"))
+    assert "_auth_user_id" not in mailbox.session
+    user.refresh_from_db()
+    assert user.check_password(VICTIMS) and not user.check_password(ATTACKERS)
+    assert not Membership.dangerously_unscoped.filter(team=world.team, user=user).exists()
