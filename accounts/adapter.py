@@ -3,7 +3,7 @@
 - Self sign-up follows the SIGNUP_OPEN setting; invitations make accounts either way
   (accounts.views.invite_accept does not go through allauth's sign-up).
 - Password failures are counted once, by django-axes in the database
-  (tokvera_site/login_throttle.py); allauth's own per-key counter is left to two-factor codes.
+  (common/login_throttle.py); allauth's own per-key counter is left to two-factor codes.
 - Two-factor secrets (the TOTP key, the recovery codes' seed) are encrypted at rest like the
   other secrets (accounts/encryption.py).
 - allauth's rate limits and its record of used TOTP codes live in the shared cache; while that
@@ -23,8 +23,8 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
 from accounts import encryption
-from tokvera_site import client_address
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
+from common import client_address
+from common.cache_outage import CACHE_ERRORS, warn
 
 
 class AccountAdapter(DefaultAccountAdapter):
@@ -56,10 +56,12 @@ class FallbackCache:
 
     For allauth's rate limits and used-code marks: failing the login over them (a 500) would
     lock everyone out during an outage, and ignoring them would lift the limits. Counted per
-    process meanwhile, a limit is looser (one count per web process), never gone."""
+    process meanwhile, a limit is looser (one count per web process), never gone. Each user
+    gets a store of its own (`name`): rate-limit keys, which anyone can make by the thousand,
+    must not evict the used-code marks (a code pushed out could be used again)."""
 
-    def __init__(self) -> None:
-        self.local = LocMemCache("allauth-fallback", {"OPTIONS": {"MAX_ENTRIES": 10_000}})
+    def __init__(self, name: str, max_entries: int) -> None:
+        self.local = LocMemCache(name, {"OPTIONS": {"MAX_ENTRIES": max_entries}})
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -87,8 +89,13 @@ def use_fallback_cache() -> None:
     from allauth.core.internal import ratelimit
     from allauth.mfa.totp.internal import auth as totp
 
-    fallback = FallbackCache()
-    for module in (ratelimit, totp):
+    stores = (
+        (ratelimit, FallbackCache("allauth-fallback-ratelimit", 10_000)),
+        # A mark is written only for a code that checked out and lives for the code's validity
+        # (half a minute by default), so this store fills only with real sign-ins.
+        (totp, FallbackCache("allauth-fallback-totp-used", 100_000)),
+    )
+    for module, fallback in stores:
         # Loudly, should an allauth upgrade stop reading the cache through this name.
         if not hasattr(module, "cache"):
             raise ImproperlyConfigured(f"{module.__name__} has no `cache`: see accounts/adapter.py")

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.utils import timezone
 
 from accounts.models import ApiToken, Invitation, Membership, Team
-from tokvera_site.admin_display import time_column
+from common.admin_display import time_column
 
 
 class MembershipInline(admin.TabularInline):

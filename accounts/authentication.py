@@ -9,13 +9,14 @@ from rest_framework import authentication
 
 from accounts import credentials
 from accounts.models import ApiToken
-from tokvera_site import auth_failures
+from common import auth_failures
 
 
 class TeamTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer tkv_…`. Malformed, unknown, revoked or expired: 401, counted
     per address; such a failure from an address over its failure limit: 429. A valid token is
-    answered from any address (tokvera_site/auth_failures.py)."""
+    answered from any address; past the address's ceiling, only one that checked out within
+    the window is looked up (common/auth_failures.py)."""
 
     keyword = "Bearer"
 
@@ -28,6 +29,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
         token = credentials.split_bearer(header, "tkv")
         if token is None:
             raise auth_failures.failed(request, "Malformed API token.")
+        auth_failures.refuse_unlooked(request, token)  # a flood past its ceiling: no lookup
         row = (
             # Found by its prefix: the token is what says which team the request is for.
             ApiToken.dangerously_unscoped.select_related("team", "created_by")
@@ -38,6 +40,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
             raise auth_failures.failed(request, "Invalid API token.")
         if not row.is_active:
             raise auth_failures.failed(request, "This API token is revoked or expired.")
+        auth_failures.mark_valid(token)
         now = timezone.now()
         # Record use at most once a minute per token, without a write on every request.
         if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:

@@ -43,20 +43,24 @@ def _one_line(label: str, value: str) -> None:
 
 
 class TeamCapReached(TeamRuleError):
-    """The account already owns as many teams as one account may (TEAMS_PER_ACCOUNT)."""
+    """The account already owns or administers as many teams as one account may
+    (TEAMS_PER_ACCOUNT)."""
 
 
 def _refuse_past_cap(owner) -> None:
     """Each team has budgets of its own (pushed report bytes, job submissions): one account
-    owns at most TEAMS_PER_ACCOUNT teams, so making teams does not multiply them. The account's
-    row is locked first, so two creations at once are counted one after the other."""
+    owns or administers at most TEAMS_PER_ACCOUNT teams, so making teams does not multiply
+    them. Admins count too: an owner who hands ownership to a second account and stays admin
+    keeps full use of the team. The account's row is locked first, so two creations at once
+    are counted one after the other."""
     get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
     cap = settings.TEAMS_PER_ACCOUNT
-    owned = owner.memberships.filter(role=Role.OWNER).count()
-    if owned >= cap:
+    held = owner.memberships.filter(role__in=(Role.OWNER, Role.ADMIN)).count()
+    if held >= cap:
         raise TeamCapReached(
-            f"You already own {owned} team{'s' if owned != 1 else ''}, the most one account may "
-            f"own ({cap}): delete one you no longer use, or ask to be invited to an existing team.")
+            f"You already own or administer {held} team{'s' if held != 1 else ''}, the most one "
+            f"account may ({cap}): delete or leave one you no longer use, or ask to be invited "
+            f"to an existing team.")
 
 
 @transaction.atomic

@@ -20,7 +20,7 @@ from accounts.validators import validate_one_line
 from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
-from tokvera_site.admin_display import figure, time_column, when
+from common.admin_display import figure, time_column, when
 
 RECENT_DAYS = 7
 RECENT_JOBS_SHOWN = 20

@@ -39,8 +39,8 @@ from benchmarks import host_calls, hosts, jobs, policy, services
 from benchmarks.authentication import HostTokenAuthentication, IsHost
 from benchmarks.heartbeat import answer_heartbeat
 from benchmarks.models import Job, JobStatus
-from tokvera_site import client_address, ratelimit
-from tokvera_site.api_schema import Unprocessable
+from common import client_address, ratelimit
+from common.errors import Unprocessable
 
 MAX_MESSAGES = 256
 

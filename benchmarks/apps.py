@@ -5,7 +5,7 @@ from django.db.models.signals import post_delete, post_save, pre_delete
 class BenchmarksConfig(AppConfig):
     name = "benchmarks"
     verbose_name = "Network and public benchmarks"
-    # Collected by scans.periodic_tasks.all_periodic_tasks (name shown in the admin, task, every N s).
+    # Collected by common.periodic_tasks (name shown in the admin, task, every N s).
     periodic_tasks = (
         # Lease expiry, queue deadline and an assignment pass, even when no host calls in.
         ("Network: expire leases and assign jobs", "benchmarks.tasks.network_tick", 5),

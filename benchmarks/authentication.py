@@ -3,7 +3,7 @@
 Host views use only this class, and buyer views never use it: a host token cannot act for a
 team, and a team token cannot act as a host. Malformed, unknown or revoked tokens get 401, counted per
 address, or 429 from an address over its failure limit; a valid token is answered from any
-address (tokvera_site/auth_failures.py).
+address (common/auth_failures.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rest_framework import authentication, permissions
 
 from accounts import credentials
 from benchmarks import hosts
-from tokvera_site import auth_failures
+from common import auth_failures
 
 
 class HostPrincipal:
@@ -43,9 +43,11 @@ class HostTokenAuthentication(authentication.BaseAuthentication):
         token = credentials.split_bearer(header, hosts.TOKEN_KIND)
         if token is None:
             raise auth_failures.failed(request, "Malformed host token.")
+        auth_failures.refuse_unlooked(request, token)  # a flood past its ceiling: no lookup
         host = hosts.authenticate(token)
         if host is None:
             raise auth_failures.failed(request, "Invalid or revoked host token.")
+        auth_failures.mark_valid(token)
         return (HostPrincipal(host), host)
 
     def authenticate_header(self, request):

@@ -9,7 +9,7 @@ from django.db import transaction
 from benchmarks import audit
 from benchmarks.models import CatalogModel
 from benchmarks.system_wide import ALL_HOSTS
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
+from common.cache_outage import CACHE_ERRORS, warn
 
 _CATALOG_IDS_KEY = "benchmarks:catalog-ids"
 

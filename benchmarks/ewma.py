@@ -41,8 +41,8 @@ from django.utils import timezone
 
 from benchmarks.models import Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
+from common.system_passes import PASS_ENDING_ERRORS, one_row
 from scans.grader.stats import ewma
-from tokvera_site.system_passes import PASS_ENDING_ERRORS, one_row
 
 log = logging.getLogger(__name__)
 

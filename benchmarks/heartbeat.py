@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from accounts import credentials
 from benchmarks import hosts, policy, services
-from tokvera_site import auth_failures, parsers
+from common import auth_failures, parsers
 
 
 def parse_body(raw: bytes) -> dict:
@@ -62,7 +62,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     round trip (the address's failed authentications and the token's rate limit together)
     before any write. The body is read after the token's form passed, at most
     HEARTBEAT_MAX_BYTES of it (`read_body(limit)` gives None for a longer one). Failed
-    authentications are counted per `address` (the client's: tokvera_site/client_address.py),
+    authentications are counted per `address` (the client's: common/client_address.py),
     and a failure from an address over that limit is answered 429; a valid token is answered
     from any address (its token is checked before the refusal). `steady_tried`: the caller already tried
     the steady UPDATE for this call (the heartbeat server's batch), so it is not tried again.
@@ -92,10 +92,13 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     # prefix kept the real host offline). Garbage tokens fail and count against their address,
     # which is checked in the same round trip (a blocked address's call still counts for
     # its token: only the token's holder can send it). From a blocked address only a token
-    # that checks out goes on: one indexed read, no body read, no write for garbage.
+    # that checks out goes on: one indexed read, no body read, no write for garbage; past the
+    # address's ceiling, only a token that checked out within the window is looked up at all.
     blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
         address, "heartbeat", credentials.digest(token), limit, window)
-    if blocked_for is not None and hosts.authenticate(token) is None:
+    if blocked_for is not None and (
+            auth_failures.refused_unlooked(address, token) is not None
+            or hosts.authenticate(token) is None):
         return _blocked(blocked_for)
     if not allowed:
         return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
@@ -116,6 +119,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
         if (blocked_for := auth_failures.record(address)) is not None:
             return _blocked(blocked_for)
         return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
+    auth_failures.mark_valid(token)
     return 200, answer_body(recorded), {}
 
 

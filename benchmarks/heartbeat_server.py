@@ -29,7 +29,7 @@ WAITING_MAX calls waiting for a batch, or FULL_PATH_WAITING_MAX for the threads,
 answered 503 at once (Retry-After) instead of queueing without end.
 
 The failed authentications' limit counts the client address as the site reads it
-everywhere (tokvera_site/client_address.py: TRUSTED_PROXY_COUNT says which hop of
+everywhere (common/client_address.py: TRUSTED_PROXY_COUNT says which hop of
 X-Forwarded-For is the client). Run uvicorn with --no-proxy-headers, so that the connection's
 own address is what it falls back to, not uvicorn's reading of the header (docs/operations.md).
 """
@@ -51,7 +51,7 @@ from django.utils import timezone
 from accounts import credentials
 from benchmarks import heartbeat, hosts
 from benchmarks.host_wsgi import HEARTBEAT, HEARTBEATS, JSON_HEADERS, Answer, answer_safely
-from tokvera_site import client_address, errors
+from common import client_address, errors
 
 log = logging.getLogger("django.request")
 

@@ -49,7 +49,7 @@ from rest_framework.renderers import JSONRenderer
 from accounts import credentials
 from benchmarks import host_calls, hosts, jobs, policy, services
 from benchmarks.heartbeat import answer_heartbeat
-from tokvera_site import auth_failures, client_address, errors, parsers
+from common import auth_failures, client_address, errors, parsers
 
 HEARTBEAT = "/v1/hosts/heartbeat"
 LEASE = "/v1/hosts/lease"
@@ -160,9 +160,11 @@ def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answ
 
     The limits come first, in one cache round trip and before the body is read: a call from an
     address over its failure limit goes to Django, whose authenticator answers its token (a
-    valid one is served there, a failure refused with 429). A lease is counted here once (the
-    retry after a dropped connection does not count it again); one this path hands to Django is
-    counted there too (DRF counts a lease before it reads the body)."""
+    valid one is served there, a failure refused with 429), unless the address is past its
+    ceiling and the token has not checked out within the window: then it is answered 429 here,
+    after one more cache read and no database work (common/auth_failures.py). A lease is
+    counted here once (the retry after a dropped connection does not count it again); one this
+    path hands to Django is counted there too (DRF counts a lease before it reads the body)."""
     token = credentials.split_bearer(environ.get("HTTP_AUTHORIZATION", ""), hosts.TOKEN_KIND)
     if token is None or not _negotiates_json(environ):
         return None
@@ -171,9 +173,13 @@ def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answ
         blocked_for, allowed, _ = auth_failures.blocked_then_count(
             address, "lease", host_calls.lease_limit_key(token),
             policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S"))
-        if blocked_for is not None or not allowed:
+        if not allowed:
             return None
-    elif auth_failures.blocked(address) is not None:
+    else:
+        blocked_for = auth_failures.blocked(address)
+    if blocked_for is not None:
+        if (refused_for := auth_failures.refused_unlooked(address, token)) is not None:
+            return lambda: _auth_refused(refused_for)
         return None
     data = _json_body(environ, empty_is={} if call == "lease" else None)
     if data is _NOT_SERVED:
@@ -186,6 +192,13 @@ def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answ
         return None if completion is None else _complete(token, job_id, completion)
     parsed = host_calls.completions_options(data)
     return None if parsed is None else lambda: _complete_many(token, *parsed)
+
+
+def _auth_refused(retry_after: int) -> Answer:
+    """What DRF answers the authenticator's Throttled with: its detail (the wait added) and
+    Retry-After."""
+    return 429, {"detail": auth_failures.throttled(retry_after).detail}, {
+        "Retry-After": str(retry_after)}
 
 
 def _negotiates_json(environ: dict) -> bool:
@@ -208,6 +221,7 @@ def _lease(token: str, options: host_calls.LeaseOptions) -> Callable[[], Answer 
         host = hosts.authenticate(token)
         if host is None:
             return None
+        auth_failures.mark_valid(token)
         job = services.lease(host, start=options.start, wait_s=wait_left())
         return (204, None, {}) if job is None else (200, host_calls.job_for_host(job), {})
     return serve
@@ -220,6 +234,7 @@ def _complete(token: str, job_id, completion: host_calls.Completion) -> Callable
         host = hosts.authenticate(token)
         if host is None:
             return None
+        auth_failures.mark_valid(token)
         try:
             job, following = services.complete(
                 host, job_id, completion.figures, completion.result,
@@ -235,6 +250,7 @@ def _complete_many(token: str, reports: list, lease_next: bool) -> Answer | None
     host = hosts.authenticate(token)
     if host is None:
         return None
+    auth_failures.mark_valid(token)
     settled, following = services.complete_many(host, reports, lease_next=lease_next)
     return 200, host_calls.completed_many([job_id for job_id, _, _ in reports], settled,
                                           following, lease_next), {}

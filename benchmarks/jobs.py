@@ -35,8 +35,8 @@ from accounts.models import Team
 from benchmarks import ewma, policy, rows
 from benchmarks.models import ACTIVE, CatalogModel, Host, Job, JobStatus
 from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
-from tokvera_site.system_passes import one_row
+from common.cache_outage import CACHE_ERRORS, warn
+from common.system_passes import one_row
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from benchmarks import ewma, jobs, public_cache, routing
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
+from common.cache_outage import CACHE_ERRORS, warn
 
 FOLD_PENDING_KEY = "benchmarks:fold-pending"
 # Assignment passes run on a queue of their own, served by a worker of their own in production

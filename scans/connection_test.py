@@ -21,12 +21,12 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
+from common import ratelimit
 from scans import endpoints, outbound
 from scans.grader import PlanError, ScanPlan, run_scan
 from scans.grader.measurement import ModelsListing
 from scans.grader.redaction import redact_text
 from scans.grader.runner import list_models
-from tokvera_site import ratelimit
 
 __all__ = [
     "MAX_TIMEOUT_S",

@@ -12,16 +12,16 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from celery import current_app as celery_app  # the site's app (tokvera_site/celery.py)
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
+from common.system_passes import one_row
 from scans import maintenance, progress, scheduling
 from scans.models import Endpoint, EndpointMode, OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.origins import origin_of
 from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
-from tokvera_site.celery import app as celery_app
-from tokvera_site.system_passes import one_row
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ __all__ = [
     "PAST_GRACE",
     "Occurrence",
     "covering_for",
+    "covering_now",
     "excluded",
     "in_maintenance",
     "intervals_for",
@@ -43,6 +44,7 @@ __all__ = [
     "span_errors",
     "span_text",
     "upcoming",
+    "window_errors",
     "windows_covering",
     "windows_of",
 ]
@@ -157,6 +159,32 @@ def maintenance_intervals(
 ) -> list[tuple[datetime, datetime]]:
     """The endpoint's maintenance time within [start, end), merged, clipped, in time order."""
     return intervals_for([endpoint], start, end)[endpoint.pk]
+
+
+def covering_now(endpoints: Iterable[Endpoint], at: datetime) -> dict[int, Occurrence]:
+    """Per endpoint id covered by a window at the instant `at`: the covering occurrence that
+    ends last (its own windows and the team-wide ones); one query for all the endpoints
+    (fetched through the scoping layer by the caller). Endpoints not covered are absent."""
+    endpoints = list(endpoints)
+    if not endpoints:
+        return {}
+    teams: dict[int, list[int]] = {}
+    for e in endpoints:
+        teams.setdefault(e.team_id, []).append(e.pk)
+    ids = [e.pk for e in endpoints]
+    windows = scoped_to_teams(MaintenanceWindow, set(teams)).filter(
+        Q(endpoint__isnull=True) | Q(endpoint__in=ids)
+    )
+    found: dict[int, Occurrence] = {}
+    for window in windows:
+        applies = teams[window.team_id] if window.endpoint_id is None else [window.endpoint_id]
+        for occurrence in occurrences(window, at, at + timedelta(microseconds=1)):
+            if not occurrence.covers(at):
+                continue
+            for pk in applies:
+                if pk not in found or occurrence.end > found[pk].end:
+                    found[pk] = occurrence
+    return found
 
 
 def windows_covering(endpoint: Endpoint, at: datetime) -> list[MaintenanceWindow]:
@@ -276,6 +304,49 @@ def span_errors(
             "ends_at",
             f"A window lasts at most {span_text(MAX_LENGTH)}; for longer work, add another when it ends.",
         )
+    return errors
+
+
+# A weekly window lasts at most a week: longer, it would overlap its own next occurrence.
+MAX_WEEKLY_MINUTES = 7 * 24 * 60
+
+
+def window_errors(
+    kind: str,
+    *,
+    starts_at: datetime | None,
+    ends_at: datetime | None,
+    weekdays: list[int] | None,
+    start_time: object | None,
+    duration_minutes: int | None,
+    now: datetime,
+    before: tuple[datetime, datetime] | None = None,
+) -> dict[str, str]:
+    """Why a window may not be saved, by field; empty when it may. The one place for the
+    rules: the page's form and the API's serializer only parse and hand their values here.
+    `before` as for span_errors."""
+    errors: dict[str, str] = {}
+    if kind == MaintenanceKind.ONCE:
+        for name, value in (("starts_at", starts_at), ("ends_at", ends_at)):
+            if value is None:
+                errors[name] = "Give a date and time."
+        if starts_at is None or ends_at is None:
+            return errors
+        if ends_at <= starts_at:
+            return {"ends_at": "The window ends before it starts: give a later end."}
+        return span_errors(starts_at, ends_at, now, before)
+    if not weekdays:
+        errors["weekdays"] = "Pick at least one day."
+    elif any(d not in range(7) for d in weekdays):
+        errors["weekdays"] = "Days are 0 (Monday) to 6 (Sunday)."
+    if start_time is None:
+        errors["start_time"] = "Give a time of day."
+    if duration_minutes is None:
+        errors["duration_minutes"] = "Give how long it lasts, in minutes."
+    elif duration_minutes <= 0:
+        errors["duration_minutes"] = "The window must last at least a minute."
+    elif duration_minutes > MAX_WEEKLY_MINUTES:
+        errors["duration_minutes"] = f"At most a week ({MAX_WEEKLY_MINUTES:,} minutes)."
     return errors
 
 

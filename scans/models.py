@@ -218,6 +218,12 @@ class Scan(TeamOwned):
     scoring_version = models.CharField(max_length=20, blank=True, default="")
     provisional = models.BooleanField(default=True)
     pushed = models.BooleanField(default=False)
+    # A pushed scan's team (its endpoint's), copied so that the proof workers pick the next
+    # team and its oldest queued report from one partial index of queued pushed scans
+    # (scan_proof_waiting; scans/pushes.py). The endpoint's foreign key is the integrity: the
+    # scan goes with its endpoint, so this copy needs no constraint of its own.
+    proof_team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                   db_constraint=False, db_index=False, related_name="+")
     # SHA-256 of a pushed report as uploaded: a retried upload finds its scan instead of
     # storing the report twice.
     report_digest = models.CharField(max_length=64, blank=True, default="")
@@ -305,6 +311,22 @@ class PushedReportBody(TeamOwned):
 
     def __str__(self) -> str:
         return f"pushed report of scan {self.scan_id}"
+
+
+class ProofTurn(TeamOwned):
+    """When a team's last pushed-report proof started: the proof workers serve the team whose
+    last proof started longest ago first (scans/pushes.py, claim_turn), and write this in the
+    transaction that claims the report."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, primary_key=True,
+                                related_name="+")
+    last_started_at = models.DateTimeField()
+
+    class Meta(TeamOwned.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return f"last proof of team {self.team_id} at {self.last_started_at}"
 
 
 class CheckResult(TeamOwned):

@@ -23,7 +23,7 @@ import uuid
 
 from django.core.cache import cache
 
-from tokvera_site.cache_outage import CACHE_ERRORS
+from common.cache_outage import CACHE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -43,23 +43,31 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 
 import jsonschema
+from celery import current_app as celery_app  # the site's app (tokvera_site/celery.py)
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db import IntegrityError, connection, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
+from common import parsers, ratelimit
 from scans import dispatch, origins, worker
 from scans.grader import proof
-from scans.models import Endpoint, EndpointMode, PushedReportBody, Scan, ScanStatus, ScanTrigger
-from scans.system_wide import ALL_SCANS
-from tokvera_site import parsers, ratelimit
-from tokvera_site.celery import app as celery_app
+from scans.models import (
+    Endpoint,
+    EndpointMode,
+    ProofTurn,
+    PushedReportBody,
+    Scan,
+    ScanStatus,
+    ScanTrigger,
+)
+from scans.system_wide import ALL_ENDPOINTS, ALL_SCANS
 
 __all__ = [
     "PROOF_QUEUE",
@@ -227,7 +235,7 @@ def receive_report(endpoint: Endpoint, body: bytes, account_id: int | None = Non
         with transaction.atomic():
             scan = Scan.objects.for_team(endpoint.team_id).create(
                 endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest,
-                location="pushed", pushed=True,
+                location="pushed", pushed=True, proof_team_id=endpoint.team_id,
                 deadline_at=now + timedelta(seconds=limit("REPORT_PROOF_GRACE_S")))
             PushedReportBody.objects.for_team(endpoint.team_id).create(scan=scan, body=body)
     except IntegrityError:  # the same upload, racing this one, won
@@ -237,8 +245,15 @@ def receive_report(endpoint: Endpoint, body: bytes, account_id: int | None = Non
     except BrokerUnreachable as exc:
         log.warning("pushed report for endpoint %s not queued: the broker is unreachable (%s)",
                     endpoint.pk, exc)
-        Scan.objects.for_team(endpoint.team_id).filter(
+        # Any turn may prove any queued report: one may have claimed this one meanwhile. A
+        # claimed report is kept (and proven on that turn); only an unclaimed one goes.
+        deleted, _ = Scan.objects.for_team(endpoint.team_id).filter(
             pk=scan.pk, status=ScanStatus.QUEUED).delete()
+        if not deleted:
+            log.info("pushed scan %s was claimed by a proof turn before its own turn failed "
+                     "to send: kept", scan.pk)
+            scan.refresh_from_db()
+            return Received(scan, created=True)
         raise PushNotQueued("The task queue is unreachable, so the report was not taken "
                             "(nothing was kept); try again in "
                             f"{PushNotQueued.retry_after_s} s.") from None
@@ -298,34 +313,78 @@ def prove(endpoint: Endpoint, body: bytes) -> dict:
         raise ReportRefused([str(exc)]) from None
 
 
-def _due(now, passed: list[int]) -> int | None:
-    """The queued pushed report whose turn it is: of the team whose last proof started longest
-    ago (a team with none within REPORT_PROOF_GRACE_S first), that team's oldest."""
-    # The proof workers serve every team: no team is known until the row is read.
+# The queued pushed report whose turn it is, read from the partial index scan_proof_waiting
+# (scans/migrations/0025): the distinct waiting teams by skipping through it (one probe per
+# team), each team's oldest report as its first entry, and each team's last start from
+# ProofTurn. What it reads grows with the number of waiting teams, never with their backlogs.
+# A team whose last proof started before %(since)s counts as never served; ties go to the
+# oldest report. Raw SQL: the ORM has no recursive query.
+_DUE_SQL = """
+WITH RECURSIVE waiting(team_id) AS (
+    (SELECT s.proof_team_id FROM scans_scan AS s
+     WHERE s.status = 'queued' AND s.trigger = 'push' AND s.proof_team_id IS NOT NULL
+     ORDER BY s.proof_team_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.proof_team_id FROM scans_scan AS s
+            WHERE s.status = 'queued' AND s.trigger = 'push' AND s.proof_team_id > w.team_id
+            ORDER BY s.proof_team_id LIMIT 1)
+    FROM waiting AS w WHERE w.team_id IS NOT NULL
+)
+SELECT oldest.id, w.team_id
+FROM waiting AS w
+CROSS JOIN LATERAL (
+    SELECT s.id, s.queued_at FROM scans_scan AS s
+    WHERE s.status = 'queued' AND s.trigger = 'push' AND s.proof_team_id = w.team_id
+          AND s.id <> ALL(%(passed)s)
+    ORDER BY s.queued_at, s.id LIMIT 1
+) AS oldest
+LEFT JOIN scans_proofturn AS turn
+    ON turn.team_id = w.team_id AND turn.last_started_at > %(since)s
+ORDER BY turn.last_started_at ASC NULLS FIRST, oldest.queued_at, oldest.id
+LIMIT 1
+"""
+
+
+def _adopt_unmarked() -> None:
+    """Give a queued pushed scan stored without proof_team (before the column, or by a web
+    process of the previous release) its endpoint's team, so that a turn can choose it. The
+    partial index finds none in one probe when there is none."""
+    ALL_SCANS.filter(status=ScanStatus.QUEUED, trigger=ScanTrigger.PUSH,
+                     proof_team__isnull=True).update(
+        proof_team_id=Subquery(ALL_ENDPOINTS.filter(pk=OuterRef("endpoint_id")).values("team_id")[:1]))
+
+
+def _due(now: datetime, passed: list[int]) -> tuple[int, int] | None:
+    """(scan id, team id) of the queued pushed report whose turn it is: of the team whose last
+    proof started longest ago (a team with none within REPORT_PROOF_GRACE_S first), that team's
+    oldest; None when none is queued (but those in `passed`)."""
     since = now - timedelta(seconds=limit("REPORT_PROOF_GRACE_S"))
-    last_turn = (ALL_SCANS.filter(trigger=ScanTrigger.PUSH, started_at__gt=since,
-                                  endpoint__team_id=OuterRef("endpoint__team_id"))
-                 .order_by("-started_at").values("started_at")[:1])
-    return (ALL_SCANS.filter(status=ScanStatus.QUEUED, trigger=ScanTrigger.PUSH)
-            .exclude(pk__in=passed)
-            .annotate(last_turn=Subquery(last_turn))
-            .order_by(F("last_turn").asc(nulls_first=True), "queued_at", "pk")
-            .values_list("pk", flat=True).first())
+    with connection.cursor() as cursor:
+        cursor.execute(_DUE_SQL, {"passed": passed, "since": since})
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
 
 
 def claim_turn() -> int | None:
     """Claim the queued pushed report whose turn it is (running, with its deadline), or None
     when none is queued. Several workers may claim at once: the conditional UPDATE's row count
-    says who won a report, and a loser moves on to the next one due."""
+    says who won a report, and a loser moves on to the next one due. The team's last start is
+    written in the claim's transaction, so the next turn sees it as soon as the claim holds."""
     now = timezone.now()
+    _adopt_unmarked()
     passed: list[int] = []
-    while (scan_id := _due(now, passed)) is not None:
-        claimed = ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED,
-                                   trigger=ScanTrigger.PUSH).update(
-            status=ScanStatus.RUNNING, started_at=now, heartbeat_at=now,
-            deadline_at=now + PROOF_DEADLINE)
-        if claimed:
-            return scan_id
+    while (due := _due(now, passed)) is not None:
+        scan_id, team_id = due
+        with transaction.atomic():
+            claimed = ALL_SCANS.filter(pk=scan_id, status=ScanStatus.QUEUED,
+                                       trigger=ScanTrigger.PUSH).update(
+                status=ScanStatus.RUNNING, started_at=now, heartbeat_at=now,
+                deadline_at=now + PROOF_DEADLINE)
+            if claimed:
+                ProofTurn.objects.for_team(team_id).bulk_create(
+                    [ProofTurn(team_id=team_id, last_started_at=now)], update_conflicts=True,
+                    unique_fields=["team"], update_fields=["last_started_at"])
+                return scan_id
         passed.append(scan_id)
     return None
 

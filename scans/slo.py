@@ -25,9 +25,10 @@ Time, not scan counts (DECISIONS.md, "SLO windows in time"):
   breaching when a fast pair fires (1 h and 5 min both at 14.4x or more, or 6 h and 30 min
   at 6x) or the good share of the covered time is under the objective; at risk when a slow
   pair fires (24 h and 2 h at 3x, or 3 d and 6 h at 1x); no data when nothing is covered, or
-  under MEETING_MIN_COVERED_S with nothing wrong; else meeting. A pair fires only once its
-  long span holds at least its short span's length of covered time (one scan of a new
-  endpoint is not a trend). The pairs are also the alerts: fast pages, slow is a ticket.
+  ("too little data yet") under MEETING_MIN_COVERED_S with nothing wrong, or a good share
+  under the objective before `judged_after_s` is covered; else meeting. A pair fires only
+  once half of its long span is covered (JUDGE_SHARE: a few minutes of a new endpoint are not
+  a trend). The pairs are also the alerts: fast pages, slow is a ticket.
 
 No scan count is ever divided: every share is a ratio of times. Each window carries the scoring
 versions of the scans it counted (grades of different versions are not comparable).
@@ -77,6 +78,24 @@ class BurnPair:
     def label(self) -> str:
         return f"{span_text(self.long_s)} and {span_text(self.short_s)}"
 
+    @property
+    def needs_covered_s(self) -> float:
+        """Covered time its long span must hold before it may fire (JUDGE_SHARE of it)."""
+        return float(self.long_s * JUDGE_SHARE)
+
+    def can_fire(self, objective: float) -> bool:
+        """Its threshold is reachable at `objective`: the highest rate is 1 / (1 - objective)
+        (every covered minute bad), so at 90 % a 14.4x pair never fires."""
+        budget_share = 1 - _exact(objective)
+        return budget_share > 0 and Fraction(str(self.threshold)) * budget_share <= 1
+
+    @property
+    def meaning(self) -> str:
+        """The pair in plain words, beside its SRE terms."""
+        return (f"{self.level} ({LEVEL_WORDS[self.level]}) when the last {span_text(self.long_s)} "
+                f"and the last {span_text(self.short_s)} both spend the budget at least "
+                f"{self.threshold:g} times as fast as the objective allows")
+
 
 # 14.4x for 1 h spends 2 % of a 30-day budget, 6x for 6 h 5 %, 3x for 24 h and 1x for 3 d 10 %.
 BURN_PAIRS = (
@@ -88,9 +107,17 @@ BURN_PAIRS = (
 BURN_SPANS_S = tuple(sorted({s for p in BURN_PAIRS for s in (p.long_s, p.short_s)}))
 # Less covered time than this, with nothing wrong in it, is too little to say "meeting".
 MEETING_MIN_COVERED_S = HOUR
+# A pair may fire only once at least this share of its long span is covered: more of the span
+# measured than not, so a firing pair rests on at least half of the budget use it stands for
+# (DECISIONS.md, "SLO status only with enough data"). The status says breaching for a good
+# share under the objective only with as much covered time as the fastest pair that can fire
+# at the endpoint's objective needs.
+JUDGE_SHARE = Fraction(1, 2)
+LEVEL_WORDS = {"page": "someone should look now", "ticket": "look within the working day"}
 BREACHING, AT_RISK, MEETING, NO_DATA = "breaching", "at_risk", "meeting", "no_data"
 STATUS_LABELS = {BREACHING: "breaching", AT_RISK: "at risk", MEETING: "meeting",
                  NO_DATA: "no data"}
+TOO_LITTLE_LABEL = "too little data yet"  # no_data with something covered, not enough to judge
 TTFT_CHECK = "ttft_p95_at_concurrency_1"
 ERROR_RATE_CHECK = "error_rate"
 LETTERS = scoring.GRADES
@@ -228,7 +255,21 @@ class SloWindow:
         short_rate, _ = rates.get(pair.short_s, (None, 0.0))
         return (long_rate is not None and short_rate is not None
                 and long_rate >= pair.threshold and short_rate >= pair.threshold
-                and (long_covered >= pair.short_s or not need_coverage))
+                and (long_covered >= pair.needs_covered_s or not need_coverage))
+
+    def _long_covered(self, pair: BurnPair) -> float:
+        return next((covered for span, _, covered in self.burn_rates if span == pair.long_s), 0.0)
+
+    @property
+    def judged_after_s(self) -> float:
+        """Covered time the window needs before its good share may call it breaching: what the
+        fastest pair able to fire at this objective needs (the fastest pair at 100 %)."""
+        able = [p for p in BURN_PAIRS if p.can_fire(self.objective)] or [BURN_PAIRS[0]]
+        return min(p.needs_covered_s for p in able)
+
+    @property
+    def judged(self) -> bool:
+        return self.covered_s >= self.judged_after_s
 
     @property
     def still_burning(self) -> bool:
@@ -246,8 +287,12 @@ class SloWindow:
                  "rates_text": (f"{rate_text(self.burn_rate.get(p.long_s))} · "
                                 f"{rate_text(self.burn_rate.get(p.short_s))}"),
                  "firing": self._fires(p),
-                 # both rates reach it, but the long span does not hold the short one's time yet
+                 # both rates reach it, but its long span is not covered enough yet
                  "waiting": self._fires(p, need_coverage=False) and not self._fires(p),
+                 "waiting_text": (f"not yet: {duration_text(self._long_covered(p))} of the "
+                                  f"{duration_text(p.needs_covered_s)} of the last "
+                                  f"{span_text(p.long_s)} it needs covered"),
+                 "meaning": p.meaning,
                  "short_text": span_text(p.short_s)} for p in BURN_PAIRS]
 
     @property
@@ -261,17 +306,42 @@ class SloWindow:
         """breaching, at_risk, meeting or no_data, from the covered time only."""
         if not self.enough:
             return NO_DATA
-        if self.alert_level == "page" or self.below_objective:
+        if self.alert_level == "page" or (self.below_objective and self.judged):
             return BREACHING
         if self.alert_level == "ticket":
             return AT_RISK
-        if self.covered_s < MEETING_MIN_COVERED_S:
-            return NO_DATA
+        if self.below_objective or self.covered_s < MEETING_MIN_COVERED_S:
+            return NO_DATA  # too little data yet
         return MEETING
 
     @property
     def status_label(self) -> str:
+        if self.status == NO_DATA and self.enough:
+            return TOO_LITTLE_LABEL
         return STATUS_LABELS[self.status]
+
+    @property
+    def status_meaning(self) -> str:
+        """The status in plain words, beside its SRE term."""
+        status = self.status
+        firing = [p for p in BURN_PAIRS if self._fires(p)
+                  and (status == AT_RISK or p.level == "page")]
+        if status in (BREACHING, AT_RISK) and firing:
+            pair = firing[0]
+            rate = self.burn_rate.get(pair.long_s) or pair.threshold
+            return (f"the error budget is being spent {rate:.3g} times as fast as the objective "
+                    f"allows: at this pace the {self.days} days' budget is gone in "
+                    f"{duration_text(self.window_s / rate)}; {LEVEL_WORDS[pair.level]}")
+        if status == BREACHING:
+            return ("less of the measured time met every target than the objective asks: the "
+                    "window misses its objective unless the rest of it goes better")
+        if status == MEETING:
+            return ("the measured time meets the objective and the error budget is not being "
+                    "spent faster than it may")
+        if self.enough:
+            return ("too little of the window is measured to call it either way; the status "
+                    "waits rather than guess")
+        return "nothing in the window is measured yet"
 
     @property
     def below_objective(self) -> bool:
@@ -286,8 +356,11 @@ class SloWindow:
         if status == NO_DATA:
             if not self.enough:
                 return self.empty_message
-            return (f"only {duration_text(self.covered_s)} covered, nothing wrong in it: too "
-                    f"little to say it meets")
+            needed = self.judged_after_s if self.below_objective else MEETING_MIN_COVERED_S
+            so_far = (", nothing wrong in it" if not self.bad_s else
+                      f", {self.share:.1%} of it good so far")
+            return (f"{TOO_LITTLE_LABEL}: {duration_text(self.covered_s)} of "
+                    f"{duration_text(needed)} covered{so_far}")
         firing = [p for p in BURN_PAIRS if self._fires(p)]
         pages = [p for p in firing if p.level == "page"]
         if status == BREACHING:

@@ -30,25 +30,30 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import F, Q
 
 from accounts.tenancy import scoped_to_teams
+from scans import maintenance
 from scans.grader import formatting as fmt
 from scans.grader.scoring import CHECK_LABELS, CHECKS, is_below_floor
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
-__all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "headline", "of_scan",
-           "state_history", "states_for"]
+__all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "during_maintenance",
+           "headline", "of_scan", "state_history", "states_for"]
 
 UP, DEGRADED, DOWN, BELOW_FLOOR, NOT_SCANNED, ERRORED = (
     "up", "degraded", "down", "below_floor", "not_scanned", "errored")
 LABELS = {UP: "up", DEGRADED: "degraded", DOWN: "down", BELOW_FLOOR: "below floor",
           NOT_SCANNED: "not yet scanned", ERRORED: "errored on our side"}
+# Shown by the pages only (during_maintenance), never read from a scan: while a maintenance
+# window covers the endpoint it is in maintenance, whatever its scans say.
+MAINTENANCE = "maintenance"
+SHOWN_LABELS = {**LABELS, MAINTENANCE: "in maintenance"}
 # Worst first: the dashboard lists problems first in this order.
-SEVERITY = (DOWN, BELOW_FLOOR, DEGRADED, ERRORED, NOT_SCANNED, UP)
+SEVERITY = (DOWN, BELOW_FLOOR, DEGRADED, ERRORED, MAINTENANCE, NOT_SCANNED, UP)
 # A number per state for Prometheus (0 is good, higher is worse; documented in docs/metrics.md).
 STATE_NUMBERS = {UP: 0, DEGRADED: 1, BELOW_FLOOR: 2, DOWN: 3, ERRORED: 4, NOT_SCANNED: 5}
 SINCE_SCANS = 200
@@ -65,10 +70,11 @@ class EndpointState:
     since: datetime | None = None  # first scan of the current run of this state
     grade: str = ""
     points: float | None = None
+    measured: EndpointState | None = None  # in maintenance: the state its latest scan gave
 
     @property
     def label(self) -> str:
-        return LABELS[self.state]
+        return SHOWN_LABELS[self.state]
 
     @property
     def is_problem(self) -> bool:
@@ -219,6 +225,28 @@ def current(endpoint: Endpoint) -> EndpointState:
     first = states[0]
     return EndpointState(first.state, first.cause, first.scan_id, first.at, since, first.grade,
                          first.points)
+
+
+def during_maintenance(endpoints: Iterable[Endpoint], states: dict[int, EndpointState],
+                       now: datetime) -> dict[int, EndpointState]:
+    """`states` with each endpoint a maintenance window covers at `now` shown as in
+    maintenance (since the window began), its measured state kept beside it in the cause:
+    work that was announced is not an outage on the pages (alerts are held the same way)."""
+    covered = maintenance.covering_now(endpoints, now)
+    result = dict(states)
+    for pk, occurrence in covered.items():
+        measured = states.get(pk)
+        if measured is None:
+            continue
+        cause = (f"maintenance window “{occurrence.window.name}” until "
+                 f"{occurrence.end.astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+        if measured.state != NOT_SCANNED:
+            cause += f"; latest scan: {measured.label}"
+            if measured.cause:
+                cause += f" ({measured.cause})"
+        result[pk] = EndpointState(MAINTENANCE, cause, measured.scan_id, measured.at,
+                                   occurrence.start, measured.grade, measured.points, measured)
+    return result
 
 
 # --- the headline numbers of the latest graded scan -------------------------------------------

@@ -23,9 +23,8 @@ its slug alone for CACHE_S; a change of settings deletes the entry at once.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
 from django.core.cache import cache
@@ -38,6 +37,7 @@ from django.utils import timezone
 from accounts.models import Team
 from accounts.tenancy import scoped_to_teams
 from accounts.validators import one_line
+from common.stale_cache import StaleWhileRebuild, Unavailable
 from scans import maintenance, slo, state
 from scans.grader import formatting as fmt
 from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
@@ -101,6 +101,7 @@ PUBLIC_STATES = {
     state.DOWN: ("down", "Down"),
     state.ERRORED: ("unknown", "Unknown"),
     state.NOT_SCANNED: ("unknown", "No data yet"),
+    state.MAINTENANCE: ("maintenance", "Maintenance"),
 }
 
 
@@ -173,7 +174,7 @@ def forget(*slugs: str) -> None:
     try:
         cache.delete_many([_key(s) for s in slugs])
     except Exception as exc:  # noqa: BLE001 - the entry then lapses within CACHE_S
-        from tokvera_site.cache_outage import warn
+        from common.cache_outage import warn
 
         warn("status page cache entry not dropped", exc)
 
@@ -188,6 +189,7 @@ class Incident:
     ended_at: datetime | None  # the first scan after it that was not down (None: still down)
     down_scans: int
     before_window: bool = False  # the run was already going when the window began
+    until_maintenance: bool = False  # still down when a maintenance window began: ends there
 
     @property
     def ongoing(self) -> bool:
@@ -211,12 +213,15 @@ def incidents(
 ) -> dict[int, list[Incident]]:
     """Each endpoint's down runs among its succeeded scans in (since, now], newest first, in
     one query: consecutive scans with the same `down` flag form a run (errored scans are left
-    out: they say nothing of the endpoint); a down run ends at the next run's first scan."""
+    out: they say nothing of the endpoint; so are scans started in one of the endpoint's
+    maintenance windows: announced work is no incident); a down run ends at the next run's
+    first scan."""
     endpoints = list(endpoints)
     result: dict[int, list[Incident]] = {e.pk: [] for e in endpoints}
     if not endpoints:
         return result
     now = now or timezone.now()
+    free_rows, free_params = slo.free_values(maintenance.intervals_for(endpoints, since, now))
     scans = (
         _finished(endpoints, since, now)
         .filter(status=ScanStatus.SUCCEEDED)
@@ -225,12 +230,15 @@ def incidents(
     )
     inner_sql, inner_params = scans.query.sql_with_params()
     sql = f"""
-        WITH flips AS (
-            SELECT endpoint_id, queued_at, down, id,
+        WITH free (endpoint_id, free_start, free_end) AS (VALUES {free_rows}),
+        flips AS (
+            SELECT s.endpoint_id, queued_at, down, id,
                    CASE WHEN down IS DISTINCT FROM LAG(down) OVER w THEN 1 ELSE 0 END AS flip,
                    ROW_NUMBER() OVER w AS nth
             FROM ({inner_sql}) AS s
-            WINDOW w AS (PARTITION BY endpoint_id ORDER BY queued_at, id)
+            JOIN free f ON f.endpoint_id = s.endpoint_id
+                AND s.queued_at >= f.free_start AND s.queued_at < f.free_end
+            WINDOW w AS (PARTITION BY s.endpoint_id ORDER BY queued_at, id)
         ), numbered AS (
             SELECT *, SUM(flip) OVER (PARTITION BY endpoint_id ORDER BY queued_at, id) AS run
             FROM flips
@@ -246,7 +254,7 @@ def incidents(
         ORDER BY endpoint_id, started DESC
     """  # noqa: S608 - only the ORM's own SQL is formatted in; values are parameters
     with connection.cursor() as cursor:
-        cursor.execute(sql, inner_params)
+        cursor.execute(sql, [*free_params, *inner_params])
         rows = cursor.fetchall()
     intervals = {e.pk: timedelta(minutes=e.interval_minutes) for e in endpoints}
     for endpoint_id, started, ended, count, first_run in rows:
@@ -431,6 +439,8 @@ def page_context(page: StatusPage, now: datetime) -> dict:
     endpoints = [e.endpoint for e in entries if e.team_of_endpoint == page.team_id]
     states = state.states_for(endpoints)
     currents = {e.pk: state.current(e) for e in endpoints if states[e.pk].state != state.UP}
+    # Announced work shows as maintenance, never as down or an ongoing incident.
+    currents = state.during_maintenance(endpoints, {**states, **currents}, now)
     grades = _latest_grades(page, endpoints)
     days = daily_availability(endpoints, DAYS, now)
     found = incidents(endpoints, now - timedelta(days=DAYS), now)
@@ -452,10 +462,17 @@ def page_context(page: StatusPage, now: datetime) -> dict:
             }
         )
         for incident in found[endpoint.pk]:
+            if incident.ongoing and current.state == state.MAINTENANCE and current.since:
+                # down when the window began: the incident ends there, the rest is maintenance
+                incident = replace(incident, ended_at=max(current.since, incident.started_at),
+                                   until_maintenance=True)
             history.append((incident, names[endpoint.pk]))
     history.sort(key=lambda pair: pair[0].started_at, reverse=True)
     shown = [_incident_row(incident, name, now) for incident, name in history[:MAX_INCIDENTS]]
-    worst = next((k for k in ("down", "degraded", "unknown") if any(r["state"] == k for r in rows)), "up")
+    worst = next(
+        (k for k in ("down", "degraded", "unknown", "maintenance") if any(r["state"] == k for r in rows)),
+        "up",
+    )
     return {
         "title": one_line(page.title),
         "rows": rows,
@@ -466,6 +483,7 @@ def page_context(page: StatusPage, now: datetime) -> dict:
             "down": "Some systems are down",
             "degraded": "Some systems are degraded",
             "unknown": "Some systems have no recent data",
+            "maintenance": "Maintenance in progress",
             "up": "All systems are up",
         }[worst]
         if rows
@@ -482,6 +500,10 @@ def _incident_row(incident: Incident, name: str, now: datetime) -> dict:
     if incident.ongoing:
         headline = f"{since} {_when(incident.started_at)}"
         detail = f"ongoing, {slo.duration_text(incident.duration_s(now))} so far"
+    elif incident.until_maintenance:
+        headline = f"Down for {slo.duration_text(incident.duration_s(now))}, then maintenance"
+        detail = (f"down from {_when(incident.started_at)} until maintenance began at "
+                  f"{_when(incident.ended_at or now)}")
     else:
         headline = f"Recovered after {slo.duration_text(incident.duration_s(now))}"
         detail = f"down from {_when(incident.started_at)} to {_when(incident.ended_at or now)}"
@@ -517,35 +539,15 @@ def _build(slug: str, now: datetime) -> dict:
     return {"built_at": now, "html": render(page, now) if page else None}
 
 
-def _fresh(entry, max_age_s: float, now: datetime) -> bool:
-    return isinstance(entry, dict) and timedelta(0) <= now - entry["built_at"] <= timedelta(seconds=max_age_s)
+# Rebuilt by one request while the others are served the previous copy (common/stale_cache.py);
+# through a cache outage each request builds from the database, and never serves an old copy.
+_CACHE = StaleWhileRebuild(max_age_s=CACHE_S, lock_s=BUILD_LOCK_S, cold_wait_steps=1, keep_last=False)
 
 
 def cached_page(slug: str) -> str | None:
     """The page's HTML (None: no such page, or it is off), from the shared cache when fresh;
     else one request rebuilds it while the others are served the previous copy."""
-    from django.db import Error as DatabaseError
-
-    from tokvera_site.cache_outage import CACHE_ERRORS, warn
-
-    key, now = _key(slug), timezone.now()
     try:
-        entry = cache.get(key)
-        if _fresh(entry, CACHE_S, now):
-            return entry["html"]
-        if cache.add(f"{key}:lock", 1, timeout=BUILD_LOCK_S):
-            try:
-                entry = _build(slug, now)
-                cache.set(key, entry, timeout=CACHE_S + BUILD_LOCK_S)
-                return entry["html"]
-            finally:
-                cache.delete(f"{key}:lock")
-        if _fresh(entry, CACHE_S + BUILD_LOCK_S, now):
-            return entry["html"]  # another request is rebuilding it
-        time.sleep(0.05)
-    except CACHE_ERRORS as exc:
-        warn(f"{key} served without the cache", exc)
-    try:
-        return _build(slug, timezone.now())["html"]
-    except DatabaseError as exc:
+        return _CACHE.get(_key(slug), lambda now: _build(slug, now))["html"]
+    except Unavailable as exc:
         raise StatusPageUnavailable from exc

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.utils import timezone
 
-from accounts.models import Invitation
 from scans import dispatch, pushes, retention, rollups, scheduling, worker
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
@@ -16,20 +14,11 @@ from scans.alerts import send_alert, send_webhook
 from scans.channels.delivery import deliver_due_notifications, deliver_notification
 
 __all__ = ["deliver_due_notifications", "deliver_notification",
-           "delete_expired_invitations", "enqueue_due_scans", "prove_pushed_report",
+           "enqueue_due_scans", "prove_pushed_report",
            "prune_reports", "reap_scans", "roll_up_scans", "run_scan", "send_alert",
            "send_webhook"]
 
 log = logging.getLogger(__name__)
-
-
-@shared_task(acks_late=True)  # idempotent: deleting what is expired twice deletes nothing more
-def delete_expired_invitations() -> int:
-    # System-wide cleanup: every team's expired invitations.
-    deleted, _ = Invitation.dangerously_unscoped.filter(
-        accepted_at__isnull=True, expires_at__lt=timezone.now()
-    ).delete()
-    return deleted
 
 
 @shared_task

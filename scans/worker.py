@@ -25,6 +25,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
+from common.system_passes import one_row
 from scans import alerts, outbound
 from scans import progress as live
 from scans.dispatch import QUEUED_GRACE, hand_off
@@ -47,7 +48,6 @@ from scans.models import (
 from scans.origins import acquire_origin, origin_of, release_origin
 from scans.profile import PLAN_PATHS, plan_for, worst_case_duration
 from scans.system_wide import ALL_ENDPOINTS, ALL_PUSHED_BODIES, ALL_SCANS
-from tokvera_site.system_passes import one_row
 
 log = logging.getLogger(__name__)
 

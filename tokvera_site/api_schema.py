@@ -14,14 +14,14 @@ One mechanism instead of a decorator on every view:
 - `add_plain_views` (a preprocessing hook) documents plain Django views that the API serves
   without DRF (the host heartbeat: benchmarks/host_wsgi.py answers it before Django).
   Such a view names, in its `openapi_view` attribute, a DRF view that describes it.
-- `refuse_nul_in_requests` (a postprocessing hook) states what tokvera_site/parsers.py
+- `refuse_nul_in_requests` (a postprocessing hook) states what common/parsers.py
   enforces for every JSON body: no string, and no object key, holds U+0000, at any depth of
   a free-form value (`JsonValue`); a body's object holds its fields and no other member.
 - 400 answers a request the schema calls invalid; a request the schema calls valid that names
   what the site cannot use (a catalog id it does not have, a URL the guard or the channel's
   service refuses) is a 422 (`Unprocessable`), one that clashes with what is stored a 409
-  (`Conflict`); the operation documents either, and any 4xx it describes in words gets the
-  error body's schema.
+  (`Conflict`; both in common/errors.py); the operation documents either, and any 4xx it
+  describes in words gets the error body's schema.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from drf_spectacular.generators import EndpointEnumerator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent, force_instance
-from rest_framework import exceptions, permissions, serializers
+from rest_framework import permissions, serializers
 
 from accounts.validators import validate_one_line
 
@@ -111,26 +111,6 @@ DESCRIPTIONS = {
 RESPONSE_NAMES = {"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidden",
                   "404": "NotFound", "422": "Unprocessable", "429": "TooManyRequests",
                   "503": "Unavailable"}
-
-
-class Unprocessable(exceptions.APIException):
-    """422: the request is what the schema describes, but names what this site cannot use (a
-    catalog id it does not have, a URL the guard or the channel's service refuses). `detail`
-    is the body, in a 400's shape ({field: [messages]}). Raised from a serializer's validate,
-    it passes through `is_valid`, which would turn a ValidationError into a 400."""
-
-    status_code = 422
-    default_detail = "The request names what this site cannot use."
-    default_code = "unprocessable"
-
-
-class Conflict(exceptions.APIException):
-    """409: the request is well formed but clashes with what is stored (a name taken, a kind
-    a channel keeps); `detail` is the body, in a 400's shape."""
-
-    status_code = 409
-    default_detail = "The request clashes with what is stored."
-    default_code = "conflict"
 
 
 # A summary for each operation that has none, so Redoc's menu and Swagger's list read as
@@ -243,7 +223,7 @@ class ErrorDocumentingSchema(AutoSchema):
         if "{" in self.path or self._body_names_a_team():
             codes.append("404")
         # POSTs carry the rate limits and budgets; any call with a token can be refused while
-        # its address is over the failed-authentication limit (tokvera_site/auth_failures.py).
+        # its address is over the failed-authentication limit (common/auth_failures.py).
         if self.method == "POST" or self._needs_credentials():
             codes.append("429")
         if self.path.startswith(API_PREFIXES):
@@ -338,7 +318,7 @@ def add_plain_views(endpoints):
 
 def refuse_nul_in_requests(result, generator, request, public):
     """Postprocessing hook: every string a request body or query parameter may carry, and
-    every key of a free-form object in a body, refuses U+0000 (tokvera_site/parsers.py)."""
+    every key of a free-form object in a body, refuses U+0000 (common/parsers.py)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     rule = _NoNul(schemas)
     for operations in result.get("paths", {}).values():

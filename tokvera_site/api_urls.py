@@ -11,6 +11,7 @@ from rest_framework.routers import SimpleRouter
 from accounts import api
 from scans.api.channels import ChannelViewSet
 from scans.api.endpoints import EndpointViewSet
+from scans.api.maintenance import MaintenanceWindowViewSet
 from scans.api.metrics import TeamMetricsView
 from scans.api.scans import ScanViewSet
 
@@ -21,6 +22,7 @@ router.register("teams", api.TeamViewSet, basename="api-team")
 router.register("endpoints", EndpointViewSet, basename="api-endpoint")
 router.register("scans", ScanViewSet, basename="api-scan")
 router.register("channels", ChannelViewSet, basename="api-channel")
+router.register("maintenance-windows", MaintenanceWindowViewSet, basename="api-maintenance-window")
 
 # The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
 RESOURCES = {
@@ -30,6 +32,8 @@ RESOURCES = {
                                        "capacity and reports (a scan: /api/v1/scans/<id>/)"),
     "channels": ("api-channel-list", "the teams' notification channels; per channel a test "
                                      "message and its delivery history"),
+    "maintenance-windows": ("api-maintenance-window-list",
+                            "the teams' maintenance windows: alerts held, time left out of the SLO"),
     "metrics": ("api-metrics", "Prometheus text: per-endpoint gauges of the token's team"),
     "schema": ("api-schema", "the OpenAPI 3 schema"),
     "docs": ("api-docs", "Swagger UI"),

@@ -12,6 +12,9 @@ from scans.grader.runner import GC_GEN0_THRESHOLD  # the grader is Django-free: 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 
 app = Celery("tokvera")
+# Every thread's `celery.current_app`: the apps send tasks by name through it, without
+# importing this wiring module (a thread of its own would otherwise get Celery's bare default).
+app.set_default()
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
@@ -34,7 +37,7 @@ def check_countdown(seconds: float) -> float:
 
 @signals.task_postrun.connect
 def _count_task(sender=None, state=None, **_):
-    from tokvera_site.metrics import TASKS
+    from common.metrics import TASKS
 
     TASKS.labels(task=getattr(sender, "name", "unknown"), state=state or "UNKNOWN").inc()
 

@@ -11,7 +11,7 @@ loads the grader, `tokvera host-agent` the agent, and neither loads Django or Ce
 `tokvera --version` reads the scoring version from scans/grader/version.py without importing
 the grader. The dispatcher stays in tokvera_site (the console script `tokvera_site.cli:main`,
 and `python -m tokvera_site.cli`) because importing the package is itself Django-free: its
-__init__ no longer loads the Celery app, which Django processes load in ScansConfig.ready()
+__init__ no longer loads the Celery app, which Django processes load in SiteConfig.ready()
 and `celery -A tokvera_site` finds as tokvera_site.celery. An import contract in
 pyproject.toml and tests/scans/grader/test_cli_startup.py (which sees importlib's imports too)
 keep it so.

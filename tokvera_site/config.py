@@ -13,8 +13,8 @@ from urllib.parse import unquote, urlsplit
 
 import environ
 
+from common.paths import VAR_DIR  # noqa: F401 - settings read it from here
 from tokvera_site.devservices import DATABASE_NAME, DEFAULT_DATA_DIR, EmbeddedPostgres, ServiceError
-from tokvera_site.paths import VAR_DIR  # noqa: F401 - settings read it from here
 
 
 class ConfigError(Exception):
@@ -114,7 +114,7 @@ def cache() -> dict:
     except Exception as exc:
         raise ConfigError(f"CACHE_URL is not valid: {exc}") from exc
     if config["BACKEND"].endswith("RedisCache"):
-        config["BACKEND"] = "tokvera_site.redis_cache.RedisCache"  # Django's, keeping its client
+        config["BACKEND"] = "common.redis_cache.RedisCache"  # Django's, keeping its client
         # django-environ lower-cases every query key for Django's Redis backend, the cache's own
         # settings too: `?key_prefix=…` came out as "key_prefix", which Django ignores (the keys
         # then had no prefix at all). Those settings are upper case; the rest are client options.

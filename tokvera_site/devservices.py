@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 from urllib.parse import quote
 
-from tokvera_site.paths import VAR_DIR
+from common.paths import VAR_DIR
 
 DEFAULT_DATA_DIR = VAR_DIR / "postgres"
 DATABASE_NAME = "tokvera"

@@ -46,16 +46,16 @@ def _load():
         "SCAN_CONCURRENCY_PER_WORKER": config.positive_integer("SCAN_CONCURRENCY_PER_WORKER", 32),
         "SCAN_STREAMS_PER_WORKER": config.positive_integer("SCAN_STREAMS_PER_WORKER", 64),
         # Failed token authentications per client address and window, before 429
-        # (tokvera_site/auth_failures.py).
+        # (common/auth_failures.py).
         "AUTH_FAILURE_LIMIT": config.positive_integer("AUTH_FAILURE_LIMIT", 30),
         "AUTH_FAILURE_WINDOW_S": config.positive_integer("AUTH_FAILURE_WINDOW_S", 60),
         # Reverse proxies in front of the site, each appending to X-Forwarded-For: how the
         # client address is read wherever something is counted per address (0: the
-        # connection's own; tokvera_site/client_address.py, docs/operations.md).
+        # connection's own; common/client_address.py, docs/operations.md).
         "TRUSTED_PROXY_COUNT": config.non_negative_integer("TRUSTED_PROXY_COUNT", 0),
         # The periodic tasks' routine lines (beat sending, workers receiving and finishing
         # them) are logged at this level and above only: WARNING keeps them out of the run
-        # command's output; INFO shows them (tokvera_site/logging.py).
+        # command's output; INFO shows them (common/logging.py).
         "PERIODIC_TASK_LOG_LEVEL": config.log_level("TOKVERA_PERIODIC_LOG_LEVEL", "WARNING"),
         # Anyone may create an account at /signup/ (off for private installs: only invitations
         # make accounts then). docs/operations.md, "Accounts".
@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "django_prometheus",
     "axes",
+    "tokvera_site.apps.SiteConfig",  # site-wide start-up; its static/ is found as an app's
     "accounts",
     "scans",
     "benchmarks",
@@ -126,7 +127,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "tokvera_site.errors.ApiNotFoundAsJson",  # after Common: its slash redirect still applies
+    "common.errors.ApiNotFoundAsJson",  # after Common: its slash redirect still applies
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "allauth.account.middleware.AccountMiddleware",
@@ -159,11 +160,11 @@ TEMPLATES = [
     },
 ]
 
-# Login throttling (tokvera_site/login_throttle.py, docs/operations.md): after 10 failures for
+# Login throttling (common/login_throttle.py, docs/operations.md): after 10 failures for
 # one username or from one address, sign-ins for it are refused for 15 minutes, right password
 # included. Counted in the database (django-axes), per account and per address separately.
 AUTHENTICATION_BACKENDS = [
-    "tokvera_site.login_throttle.LoginThrottleBackend",
+    "common.login_throttle.LoginThrottleBackend",
     "allauth.account.auth_backends.AuthenticationBackend",  # email or username
     "django.contrib.auth.backends.ModelBackend",
 ]
@@ -171,12 +172,12 @@ AXES_FAILURE_LIMIT = 10
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "tokvera_site.login_throttle.locked_out"
+AXES_LOCKOUT_CALLABLE = "common.login_throttle.locked_out"
 AXES_VERBOSE = False
 # One count per account whichever identifier was typed (email or username).
-AXES_USERNAME_CALLABLE = "tokvera_site.login_throttle.account_key"
+AXES_USERNAME_CALLABLE = "common.login_throttle.account_key"
 # The client address as every other per-address count reads it (TRUSTED_PROXY_COUNT).
-AXES_CLIENT_IP_CALLABLE = "tokvera_site.client_address.of_request"
+AXES_CLIENT_IP_CALLABLE = "common.client_address.of_request"
 
 # Accounts: django-allauth (sign-up, email verification, password reset and change) and its
 # MFA (TOTP, WebAuthn, recovery codes). See docs/operations.md, "Accounts".
@@ -216,11 +217,11 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 # One way to show a date or time where no format is given (the admin's read-only fields too).
-FORMAT_MODULE_PATH = ["tokvera_site.formats"]
+FORMAT_MODULE_PATH = ["common.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [SITE_DIR / "static"] if (SITE_DIR / "static").is_dir() else []
+# static/ is found through the site app (tokvera_site/static), like any app's.
 # Hashed, compressed file names once `collectstatic` has written its manifest (production, see
 # docs/operations.md); until then the files are served as they are, so every page and command
 # works on a fresh clone with DEBUG off.
@@ -252,7 +253,7 @@ if SITE_URL.startswith("https://"):  # noqa: F821 - set by _load() above
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     CSRF_TRUSTED_ORIGINS = [SITE_URL]  # noqa: F821
-EMAIL_BACKEND = config.env.str("EMAIL_BACKEND", default="tokvera_site.mail.ConsoleEmailBackend")
+EMAIL_BACKEND = config.env.str("EMAIL_BACKEND", default="common.mail.ConsoleEmailBackend")
 DEFAULT_FROM_EMAIL = config.env.str("DEFAULT_FROM_EMAIL", default="tokvera@localhost")
 
 REST_FRAMEWORK = {
@@ -261,8 +262,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # JSON only, and only text a database can store (see tokvera_site/parsers.py).
-    "DEFAULT_PARSER_CLASSES": ["tokvera_site.parsers.StrictJSONParser"],
+    # JSON only, and only text a database can store (see common/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.StrictJSONParser"],
     # Every operation's error answers, documented in one place (tokvera_site/api_schema.py).
     "DEFAULT_SCHEMA_CLASS": "tokvera_site.api_schema.ErrorDocumentingSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -379,10 +380,13 @@ CELERY_TASK_QUEUES = [
     for name in ("celery", "passes", f"scans.{SCAN_DEFAULT_LOCATION}")
 ]
 
+# The one list of credential patterns, masked in every log line and console mail
+# (common/logging.py) as in stored scan text.
+LOG_REDACTOR = "scans.grader.redaction.redact_patterns"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "tokvera_site.logging.RedactSecretsFilter"}},
+    "filters": {"redact": {"()": "common.logging.RedactSecretsFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "filters": ["redact"]},
     },

@@ -3,10 +3,10 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from tokvera_site import errors
+from common import errors
+from common.metrics import site_metrics
 from tokvera_site.api_docs import OfflineRedocView, SwaggerView
 from tokvera_site.health import healthz
-from tokvera_site.metrics import site_metrics
 
 handler404 = errors.not_found
 handler400 = errors.bad_request

@@ -1,5 +1,5 @@
 """The public snapshot's periodic rebuild moved from benchmarks.public_tasks to benchmarks.tasks:
-point an existing beat row at the new name (new installs get it from scans/periodic_tasks.py)."""
+point an existing beat row at the new name (new installs get it from the app's periodic_tasks, common/periodic_tasks.py)."""
 
 from django.db import migrations
 

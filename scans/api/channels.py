@@ -26,10 +26,10 @@ from rest_framework.response import Response
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
+from common.errors import Conflict, Unprocessable
+from common.pagination import StrictCursorPagination
 from scans.channels import delivery, kinds, service
 from scans.models import ChannelKind, Delivery, DeliveryStatus, NotificationChannel
-from tokvera_site.api_schema import Conflict, Unprocessable
-from tokvera_site.pagination import StrictCursorPagination
 
 NAME_TAKEN = "The team has a channel of this name already."
 

@@ -22,6 +22,8 @@ from rest_framework.response import Response
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
+from common.errors import Unprocessable
+from common.pagination import StrictCursorPagination
 from scans import dispatch, endpoint_limits, endpoints, profile, pushes, scheduling
 from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
@@ -41,8 +43,6 @@ from scans.models import (
     ScanStatus,
     ScanTrigger,
 )
-from tokvera_site.api_schema import Unprocessable
-from tokvera_site.pagination import StrictCursorPagination
 
 DEFAULT_HISTORY_POINTS = 500
 

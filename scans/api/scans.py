@@ -18,13 +18,13 @@ from rest_framework.response import Response
 
 from accounts.models import ApiToken
 from accounts.tenancy_api import TeamScopedViewSet
+from common.pagination import StrictCursorPagination
 from scans import dispatch, retention
 from scans.models import (
     CapacityOutcome,
     Scan,
     ScanStatus,
 )
-from tokvera_site.pagination import StrictCursorPagination
 
 # What a scan's capacity search found (issue 22), denormalized from report.json's capacity:
 # outcome "" when the scan did not search; concurrency null when no level met the SLO.

@@ -35,9 +35,9 @@ class AlertWindowSerializer(serializers.Serializer):
     long_rate = serializers.FloatField(allow_null=True)
     short_rate = serializers.FloatField(allow_null=True)
     firing = serializers.BooleanField(
-        help_text="both rates reach the threshold and the long span holds at least the short "
-        "span's length of covered time"
+        help_text="both rates reach the threshold and at least half of the long span is covered"
     )
+    meaning = serializers.CharField(help_text="the pair in plain words")
 
 
 class SloTargetSerializer(serializers.Serializer):
@@ -49,9 +49,21 @@ class SloTargetSerializer(serializers.Serializer):
 
 class SloWindowSerializer(serializers.Serializer):
     days = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=list(slo.STATUS_LABELS))
-    status_label = serializers.CharField(help_text="the status in words: 'breaching', 'at risk', …")
+    status = serializers.ChoiceField(
+        choices=list(slo.STATUS_LABELS),
+        help_text="breaching: the error budget burns fast enough that someone should look now "
+        "(a page pair fires), or the covered time's good share is under the objective; at_risk: "
+        "it burns faster than it lasts (a ticket pair fires); meeting: neither, with at least "
+        "1 h covered; no_data: nothing covered, or too little to judge yet (status_label 'too "
+        "little data yet'; reason says how much is covered of how much is needed)",
+    )
+    status_label = serializers.CharField(
+        help_text="the status in words: 'breaching', 'at risk', 'meeting', 'no data', 'too little data yet'")
     reason = serializers.CharField(help_text="one sentence: why the status is what it is")
+    meaning = serializers.CharField(help_text="the status in plain words, beside its SRE term")
+    judged_after_s = serializers.FloatField(
+        help_text="covered seconds needed before a good share under the objective reads breaching: "
+        "half the long span of the fastest burn-rate pair that can fire at the objective")
     objective = serializers.FloatField()
     window_s = serializers.FloatField()
     covered_s = serializers.FloatField(help_text="seconds some succeeded scan stands for")
@@ -91,6 +103,8 @@ def window_dict(window: slo.SloWindow) -> dict:
         "status": window.status,
         "status_label": window.status_label,
         "reason": window.status_reason,
+        "meaning": window.status_meaning,
+        "judged_after_s": window.judged_after_s,
         "objective": window.objective,
         "window_s": window.window_s,
         "covered_s": window.covered_s,
@@ -119,6 +133,7 @@ def window_dict(window: slo.SloWindow) -> dict:
                 "long_rate": w["long_rate"],
                 "short_rate": w["short_rate"],
                 "firing": w["firing"],
+                "meaning": w["meaning"],
             }
             for w in window.alert_windows
         ],

@@ -27,6 +27,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from accounts import encryption
+from common import ratelimit
 from scans.channels import kinds, messages
 from scans.models import (
     AlertEvent,
@@ -36,7 +37,6 @@ from scans.models import (
     NotificationChannel,
     Scan,
 )
-from tokvera_site import ratelimit
 
 log = logging.getLogger(__name__)
 

@@ -257,5 +257,9 @@ def progress_text(snapshot: dict | None) -> str:
     return " · ".join(parts)
 
 
-def _left(seconds: float) -> str:
+def time_left(seconds: float) -> str:
+    """"40 s", "6 min 10 s": a time left as people say it (never "0 s")."""
     return fmt.seconds(seconds) if seconds >= 60 else f"{max(1, round(seconds))} s"
+
+
+_left = time_left

@@ -5,7 +5,7 @@ and the site keeps error text in report.json (failure examples, request timeline
 rows, where every viewer of the team can read it. Everything stored from a scan goes through
 `redact_report` / `redact_text` first: the endpoint's own secrets are cut out wherever they
 appear, and the credential patterns below (Authorization values, bearer credentials, tokens)
-are masked; the site's log filter (tokvera_site.logging) masks the same patterns.
+are masked; the site's log filter (common.logging) masks the same patterns.
 """
 
 from __future__ import annotations

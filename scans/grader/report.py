@@ -442,6 +442,11 @@ def workload_key(report: Mapping[str, Any]) -> dict:
             "max_tokens": plan.get("max_tokens"), "warmup": work.get("warmup", 0)}
 
 
+def _key_text(value: Any) -> str:
+    """A workload field as a reader reads it ("not set", never Python's None)."""
+    return "not set" if value is None else repr(value)
+
+
 def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """Why reports `a` and `b` are not comparable (empty when they are): a different scoring
     version or a different workload."""
@@ -453,8 +458,8 @@ def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     ka, kb = workload_key(a), workload_key(b)
     differ = [name for name in ka if ka[name] != kb[name]]
     if differ:
-        shown = ", ".join(f"{name} {ka[name]!r} vs {kb[name]!r}" for name in differ
-                          if name != "nonce")
+        shown = ", ".join(f"{name} {_key_text(ka[name])} vs {_key_text(kb[name])}"
+                          for name in differ if name != "nonce")
         if "nonce" in differ:
             shown = ("one report is from before every prompt carried a nonce (its prompts may "
                      "have been served from a prefix cache)" + (f"; {shown}" if shown else ""))
@@ -572,7 +577,9 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
         "caps": [{**cap, "text": (lambda t: t[:1].upper() + t[1:])(cap_text(cap.get("id")))}
                  for cap in score.get("caps_applied") or []],
         "grade": score.get("grade"),
-        "has_letter": score.get("grade") in scoring.GRADES,
+        # A down endpoint shows "down · no grade" and its cause, never report.json's F
+        "down_cause": down_cause(report) if is_down(report) else None,
+        "has_letter": score.get("grade") in scoring.GRADES and not is_down(report),
         "checks": checks,
         "levels": levels,
         "weights": weights,
@@ -654,6 +661,17 @@ def _slo_context(report: Mapping[str, Any]) -> dict | None:
 
 def _succeeded(report: Mapping[str, Any]) -> int:
     return sum(int(level.get("succeeded") or 0) for level in report.get("levels") or [])
+
+
+def down_cause(report: Mapping[str, Any]) -> str:
+    """Why a down endpoint is down, in one sentence (the CLI's verdict and report.html's)."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped") and preflight.get("cause"):
+        return f"{preflight['cause']}; stopped before any load"
+    cause = report.get("failure_summary") or {}
+    sentence = cause.get("sentence") or "no request succeeded"
+    example = f" (e.g. {cause['example']})" if cause.get("example") else ""
+    return f"no request succeeded: {sentence}{example}"
 
 
 def is_down(report: Mapping[str, Any]) -> bool:

@@ -245,6 +245,10 @@ class TargetServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:
+            # The server is shutting down (Ctrl-C): the connection just ends. Re-raised, the
+            # cancellation reaches asyncio's stream callback, which prints a traceback.
+            return
         finally:
             with contextlib.suppress(Exception):
                 writer.close()

@@ -67,7 +67,8 @@ def team_dashboard(request, slug):
                                 capacity_streams=Subquery(
                                     searched.values("capacity_concurrency")[:1]))
                       .order_by("name", "pk"))
-    states = state.states_for(everything)
+    # A window covering an endpoint now shows it in maintenance, not down (alerts are held).
+    states = state.during_maintenance(everything, state.states_for(everything), timezone.now())
     summary = {key: 0 for key in state.SEVERITY}
     for current in states.values():
         summary[current.state] += 1
@@ -94,7 +95,7 @@ def team_dashboard(request, slug):
         })
     return render(request, "scans/endpoint_dashboard.html", {
         "team": team, "rows": rows, "page": page, "can_write": can_write(request, team.pk),
-        "summary": [(key, state.LABELS[key], summary[key]) for key in state.SEVERITY
+        "summary": [(key, state.SHOWN_LABELS[key], summary[key]) for key in state.SEVERITY
                     if summary[key]],
         "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
         "refresh_s": DASHBOARD_REFRESH_S,

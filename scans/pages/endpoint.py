@@ -224,7 +224,9 @@ def endpoint_detail(request, public_id):
         "badge_svg": badge_svg, "badge_json": badge_json,
         "latest": latest, "profiles": profiles,
         "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
-        "state": state.current(endpoint), "headline": state.headline(endpoint),
+        "state": state.during_maintenance(
+            [endpoint], {endpoint.pk: state.current(endpoint)}, until)[endpoint.pk],
+        "headline": state.headline(endpoint),
         "first_scan": _before_first_scan(endpoint),
         "maintenance": [{"occurrence": o, "when": maintenance.describe(o.window),
                          "now": o.covers(timezone.now())}

@@ -26,6 +26,7 @@ from scans import maintenance, status_page
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
 
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
+NOW = "now"  # the form's "now, for N minutes": stored as a one-off window from now
 ZONES = sorted(zoneinfo.available_timezones() - {"localtime", "Factory"})
 
 
@@ -33,7 +34,17 @@ class MaintenanceForm(forms.Form):
     name = forms.CharField(label="Name", max_length=100, validators=[validate_one_line])
     endpoint = forms.ChoiceField(label="Applies to", required=False)
     kind = forms.ChoiceField(
-        label="When", choices=MaintenanceKind.choices, widget=forms.RadioSelect, initial=MaintenanceKind.ONCE
+        label="When",
+        choices=[(NOW, "Now, for a number of minutes"), *MaintenanceKind.choices],
+        widget=forms.RadioSelect,
+        initial=NOW,
+    )
+    for_minutes = forms.IntegerField(
+        label="For (minutes)",
+        required=False,
+        initial=60,
+        min_value=1,
+        help_text="Starts as you save: a quick pause of alerts for planned work.",
     )
     starts_at = forms.DateTimeField(
         label="Starts",
@@ -80,36 +91,38 @@ class MaintenanceForm(forms.Form):
         field.choices = choices
 
     def clean(self):
+        # Only parsing here: the rules are scans.maintenance.window_errors, as for the API.
         cleaned = super().clean() or {}
         kind = cleaned.get("kind")
+        if not kind:
+            return cleaned
         zone = zoneinfo.ZoneInfo(cleaned.get("timezone") or "UTC")
-        if kind == MaintenanceKind.ONCE:
+        now = timezone.now()
+        moved = {}  # a rule about the computed span is said at the minutes typed
+        if kind == NOW:
+            if cleaned.get("for_minutes") is None:
+                if "for_minutes" not in self.errors:
+                    self.add_error("for_minutes", "Give how many minutes, from now.")
+                return cleaned
+            cleaned["starts_at"] = now.replace(microsecond=0)
+            cleaned["ends_at"] = cleaned["starts_at"] + timedelta(minutes=cleaned["for_minutes"])
+            moved = {"starts_at": "for_minutes", "ends_at": "for_minutes"}
+        elif kind == MaintenanceKind.ONCE:
             for name in ("starts_at", "ends_at"):
-                if cleaned.get(name) is None and name not in self.errors:
-                    self.add_error(name, "Give a date and time.")
-                elif cleaned.get(name) is not None:
+                if cleaned.get(name) is not None:
                     # typed in the window's timezone, not the page's
                     naive = timezone.make_naive(cleaned[name])
                     cleaned[name] = naive.replace(tzinfo=zone)
-            start, end = cleaned.get("starts_at"), cleaned.get("ends_at")
-            if start and end and end <= start:
-                self.add_error("ends_at", "The window ends before it starts: give a later end.")
-            elif start and end:
-                refused = maintenance.span_errors(start, end, timezone.now(), self._covered())
-                for field, message in refused.items():
-                    self.add_error(field, message)
-        elif kind == MaintenanceKind.WEEKLY:
-            if not cleaned.get("weekdays"):
-                self.add_error("weekdays", "Pick at least one day.")
-            if cleaned.get("start_time") is None and "start_time" not in self.errors:
-                self.add_error("start_time", "Give a time of day.")
-            minutes = cleaned.get("duration_minutes")
-            if minutes is None and "duration_minutes" not in self.errors:
-                self.add_error("duration_minutes", "Give how long it lasts, in minutes.")
-            elif minutes is not None and minutes <= 0:
-                self.add_error("duration_minutes", "The window must last at least a minute.")
-            elif minutes is not None and minutes > 7 * 24 * 60:
-                self.add_error("duration_minutes", "At most a week (10,080 minutes).")
+        stored_kind = MaintenanceKind.ONCE if kind == NOW else kind
+        refused = maintenance.window_errors(
+            stored_kind, starts_at=cleaned.get("starts_at"), ends_at=cleaned.get("ends_at"),
+            weekdays=cleaned.get("weekdays"), start_time=cleaned.get("start_time"),
+            duration_minutes=cleaned.get("duration_minutes"), now=now,
+            before=self._covered() if kind == MaintenanceKind.ONCE else None)
+        for field, message in refused.items():
+            field = moved.get(field, field)
+            if field not in self.errors:  # a value that did not parse says so already
+                self.add_error(field, message)
         return cleaned
 
     def _covered(self) -> tuple[datetime, datetime] | None:
@@ -130,7 +143,7 @@ class MaintenanceForm(forms.Form):
         c = self.cleaned_data
         window.name = c["name"]
         window.endpoint = self.endpoints.get(c.get("endpoint") or "")
-        window.kind = c["kind"]
+        window.kind = MaintenanceKind.ONCE if c["kind"] == NOW else c["kind"]
         window.timezone = c["timezone"]
         window.pause_scans = c.get("pause_scans", False)
         once = window.kind == MaintenanceKind.ONCE
@@ -199,7 +212,12 @@ def maintenance_list(request, slug):
 @login_required
 def maintenance_create(request, slug):
     team = team_to_create_in(request, slug)
-    form = MaintenanceForm(request.POST or None, team=team, initial={"timezone": _user_zone(request)})
+    zone = _user_zone(request)
+    now = timezone.now().astimezone(maintenance.zone(zone))
+    # A new window starts now unless told otherwise (the "now, for N minutes" choice).
+    initial = {"timezone": zone, "starts_at": now.strftime(LOCAL_FORMAT),
+               "ends_at": (now + timedelta(hours=1)).strftime(LOCAL_FORMAT)}
+    form = MaintenanceForm(request.POST or None, team=team, initial=initial)
     if request.method == "POST" and form.is_valid():
         window = form.apply(MaintenanceWindow(team=team))
         window.save()

@@ -43,8 +43,17 @@ def scan_detail(request, public_id):
         # the load that produced this grade, from the report itself (not today's settings)
         "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
         "down": _down(endpoint, scan),
+        "status_label": status_label(scan),
         "can_write": can_write(request, endpoint.team_id),
     })
+
+
+def status_label(scan: Scan) -> str:
+    """The scan's status for people: a scan that ran to the end against an endpoint that never
+    answered did not succeed at anything a reader cares about, so it says so."""
+    if scan.status == ScanStatus.SUCCEEDED and scan.down:
+        return "Down · no grade"
+    return str(scan.get_status_display())
 
 
 def _down(endpoint, scan: Scan) -> dict | None:
@@ -102,7 +111,7 @@ def scan_status(request, public_id):
 
     response = JsonResponse({
         "id": str(scan.public_id), "status": scan.status,
-        "status_label": scan.get_status_display(), "finished": progress["finished"],
+        "status_label": status_label(scan), "finished": progress["finished"],
         "progress": progress["text"], "seconds": progress["seconds"],
         "live": progress["live"], "live_text": progress["live_text"],
         "cancellable": progress["cancellable"],

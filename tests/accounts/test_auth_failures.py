@@ -15,10 +15,13 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts import credentials, teams
 from benchmarks import hosts
+from common import auth_failures
 from tests.conftest import bearer, free_port, make_user
 from tests.helpers.network import make_catalog
 from tests.helpers.processes import accepts, running, wait_for
@@ -146,3 +149,80 @@ def test_under_gunicorn_a_prefix_flood_from_one_address_leaves_the_host_online(t
     assert beat.status_code == 200, beat.text
     host.refresh_from_db()
     assert host.is_online()
+
+
+def _past_the_ceiling(api: APIClient, path: str, garbage: str, address: str, post: bool) -> None:
+    """Fail from `address` until it has failed the limit's ceiling times in this window."""
+    call = api.post if post else api.get
+    for _ in range(LIMIT * auth_failures.AUTH_FAILURE_CEILING_MULTIPLE):
+        assert call(path, **bearer(garbage), REMOTE_ADDR=address).status_code in (401, 429)
+
+
+@pytest.mark.django_db
+def test_a_flood_past_the_ceiling_costs_no_database_work_and_a_token_in_use_is_still_served(
+        world, small_limit):
+    api = APIClient()
+    flooder = "203.0.113.21"
+    # An integration behind the same address had used its token within the window.
+    assert api.get("/api/v1/me/", **bearer(world.read_only_token),
+                   REMOTE_ADDR=flooder).status_code == 200
+    _past_the_ceiling(api, "/api/v1/me/", "tkv_" + "f" * 40, flooder, post=False)
+
+    for guess in ("tkv_" + "g" * 40, _garbage_like(world.read_only_token, 7)):
+        with CaptureQueriesContext(connection) as queries:
+            refused = api.get("/api/v1/me/", **bearer(guess), REMOTE_ADDR=flooder)
+        assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+        assert [q["sql"] for q in queries.captured_queries] == []
+    assert api.get("/api/v1/me/", **bearer(world.read_only_token),
+                   REMOTE_ADDR=flooder).status_code == 200
+
+
+@pytest.mark.django_db
+def test_host_calls_past_the_ceiling_look_up_only_a_token_in_use(small_limit):
+    make_catalog("tiny-q4")
+    team = teams.create_team("ceiling-ops", "Ops", owner=make_user("ceiling-owner"))
+    _, token = hosts.create_host(team, "rig-ceiling")
+    api = APIClient()
+    flooder = "203.0.113.22"
+    assert api.post("/v1/hosts/lease", format="json", **bearer(token),
+                    REMOTE_ADDR=flooder).status_code in (200, 204)
+    _past_the_ceiling(api, "/v1/hosts/lease", "tkh_" + "f" * 40, flooder, post=True)
+
+    for path in ("/v1/hosts/lease", "/v1/hosts/heartbeat"):
+        with CaptureQueriesContext(connection) as queries:
+            refused = api.post(path, BEAT, format="json", **bearer(_garbage_like(token, 3)),
+                               REMOTE_ADDR=flooder)
+        assert refused.status_code == 429, (path, refused.content)
+        # No token lookup (the heartbeat's steady UPDATE, tried before any cache round trip
+        # and matching no row for garbage, is the one statement a heartbeat always costs).
+        lookups = [q["sql"] for q in queries.captured_queries
+                   if q["sql"].startswith("SELECT") and "token_prefix" in q["sql"]]
+        assert lookups == [], path
+    assert api.post("/v1/hosts/lease", format="json", **bearer(token),
+                    REMOTE_ADDR=flooder).status_code in (200, 204)
+    assert api.post("/v1/hosts/heartbeat", BEAT, format="json", **bearer(token),
+                    REMOTE_ADDR=flooder).status_code == 200
+
+
+@pytest.mark.django_db
+def test_below_the_ceiling_a_never_used_valid_token_from_a_blocked_address_is_served(
+        world, small_limit):
+    api = APIClient()
+    address = "203.0.113.23"
+    codes = [api.get("/api/v1/me/", **bearer("tkv_" + "n" * 40), REMOTE_ADDR=address).status_code
+             for _ in range(LIMIT + 1)]
+    assert codes[-1] == 429  # blocked, below its ceiling
+    _, fresh = teams.issue_token(world.team, "read-only")
+    assert api.get("/api/v1/me/", **bearer(fresh), REMOTE_ADDR=address).status_code == 200
+
+
+@pytest.mark.django_db
+def test_while_the_cache_is_down_tokens_are_still_checked_and_valid_ones_served(world, settings):
+    # Failing open: nothing counted or marked, nothing refused for its address.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{free_port()}/1"}}
+    api = APIClient()
+    assert api.get("/api/v1/me/", **bearer(world.read_only_token),
+                   REMOTE_ADDR="203.0.113.24").status_code == 200
+    assert api.get("/api/v1/me/", **bearer("tkv_" + "d" * 40),
+                   REMOTE_ADDR="203.0.113.24").status_code == 401

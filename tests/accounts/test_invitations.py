@@ -77,7 +77,7 @@ def test_the_service_refuses_another_account_too(world):
 @pytest.mark.parametrize("show", [False, True])
 def test_the_console_email_masks_the_invitation_link_unless_allowed(world, settings, capsys,
                                                                     show):
-    settings.EMAIL_BACKEND = "tokvera_site.mail.ConsoleEmailBackend"
+    settings.EMAIL_BACKEND = "common.mail.ConsoleEmailBackend"
     settings.EMAIL_SHOW_SECRETS = show
 
     _, link = teams.invite(world.team, "someone@example.test", Role.MEMBER, world.owner)

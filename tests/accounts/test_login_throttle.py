@@ -1,4 +1,4 @@
-"""Login throttling (django-axes, tokvera_site/login_throttle.py): per account and per address,
+"""Login throttling (django-axes, common/login_throttle.py): per account and per address,
 after 10 failures even the right password is refused for 15 minutes, with a page that says so."""
 
 from __future__ import annotations

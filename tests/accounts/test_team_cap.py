@@ -34,7 +34,7 @@ def test_an_account_past_its_team_cap_is_told_why_and_no_team_is_made(settings):
 
     assert refused.status_code == 400
     text = refused.content.decode()
-    assert "You already own 2 teams, the most one account may own" in text
+    assert "You already own or administer 2 teams, the most one account may" in text
     assert not Team.dangerously_unscoped.filter(name="Third").exists()
     assert Membership.dangerously_unscoped.filter(user=user, role=Role.OWNER).count() == 2
 
@@ -56,5 +56,20 @@ def test_the_cap_counts_each_account_on_its_own(settings):
 def test_the_operator_command_says_why_too(settings):
     settings.TEAMS_PER_ACCOUNT = 1
     call_command("createteam", "op-one", "--owner", "op@example.test")
-    with pytest.raises(CommandError, match="already own 1 team"):
+    with pytest.raises(CommandError, match="already own or administer 1 team"):
         call_command("createteam", "op-two", "--owner", "op@example.test")
+
+
+def test_handing_ownership_over_and_staying_admin_does_not_lift_the_cap(settings):
+    # An owner who makes a second account owner and steps down to admin keeps full use of the
+    # team (and its budgets): it still counts against the cap.
+    settings.TEAMS_PER_ACCOUNT = 1
+    founder, friend = make_user("hand-over-founder"), make_user("hand-over-friend")
+    team = teams.create_team("handed-over", "Handed over", owner=founder)
+    friend_row = Membership.dangerously_unscoped.create(team=team, user=friend, role=Role.MEMBER)
+    teams.change_role(friend_row, Role.OWNER)
+    teams.change_role(Membership.dangerously_unscoped.get(team=team, user=founder), Role.ADMIN)
+
+    with pytest.raises(teams.TeamCapReached, match="own or administer 1 team"):
+        teams.create_team("handed-over-2", "Second", owner=founder)
+    assert not Team.dangerously_unscoped.filter(slug="handed-over-2").exists()

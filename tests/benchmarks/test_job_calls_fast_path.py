@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from benchmarks import hosts
 from benchmarks.host_wsgi import HostFastPath
 from benchmarks.models import Host, JobStatus
+from common import auth_failures
 from tests.conftest import bearer, database_url
 from tokvera_site.wsgi import django_application
 
@@ -258,4 +260,21 @@ def test_a_completion_after_the_database_dropped_the_connection_is_still_recorde
     done = fast.post(f"/v1/jobs/{job_id}/complete", token, json.dumps(FIGURES).encode())
     assert done.status_code == 200, done.text
     assert net.job(job_id).status == JobStatus.COMPLETED
+    assert fast.handed_to_django == []
+
+
+def test_past_its_ceiling_an_address_is_refused_in_front_of_django_with_the_views_bytes(
+        net, fast, settings):
+    settings.AUTH_FAILURE_LIMIT = 2
+    _, token = net.host("h1")
+    job_id = net.submit_id()
+    garbage = "tkh_" + "c" * 40
+    for _ in range(2 * auth_failures.AUTH_FAILURE_CEILING_MULTIPLE):
+        assert fast.post("/v1/hosts/lease", garbage, b"{}").status_code in (401, 429)
+    fast.handed_to_django.clear()
+    for path in ("/v1/hosts/lease", f"/v1/jobs/{job_id}/complete"):
+        with CaptureQueriesContext(connection) as queries:
+            refused = fast.post(path, garbage, json.dumps(FIGURES).encode())
+        assert refused.status_code == 429 and queries.captured_queries == []
+        _same_answer(refused, view_post(net, path, garbage, json.dumps(FIGURES).encode()), path)
     assert fast.handed_to_django == []

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.apps import apps
 from django_celery_beat.models import PeriodicTask
 
-from scans.periodic_tasks import PERIODIC_TASKS, all_periodic_tasks, ensure_periodic_tasks
+from common.periodic_tasks import all_periodic_tasks, ensure_periodic_tasks
 
 
 def test_the_tick_and_the_fold_sweep_are_in_the_schedule():
@@ -22,4 +23,5 @@ def test_migrations_write_them_into_the_database():
 
 
 def test_the_benchmarks_app_leaves_the_scans_list_untouched():
-    assert not [task for _, task, _ in PERIODIC_TASKS if task.startswith("benchmarks.tasks.")]
+    scans_list = apps.get_app_config("scans").periodic_tasks
+    assert not [task for _, task, _ in scans_list if task.startswith("benchmarks.tasks.")]

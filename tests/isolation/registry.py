@@ -573,4 +573,21 @@ TEAM.update({
         Case("page", "POST", "write", kwargs=_window_id, ok=frozenset({302}),
              effect=lambda w: not _window_named(w, "Monthly upgrade")),
     ],
+    # the API (issue 37; scans/api/maintenance.py)
+    "api-maintenance-window-list": [
+        Case("api", "GET", "read", kwargs=lambda w: (_window(w), {})[1], listing=True),
+        Case(
+            "api", "POST", "write", kwargs=lambda w: {},
+            data=lambda w: {"team": w.team.slug, "name": "made-by-api", "kind": "weekly",
+                            "weekdays": [0], "start_time": "02:00", "duration_minutes": 30},
+            ok=frozenset({201}), effect=lambda w: _window_named(w, "made-by-api"),
+        ),
+    ],
+    "api-maintenance-window-detail": [
+        Case("api", "GET", "read", kwargs=_window_id),
+        Case("api", "PATCH", "write", kwargs=_window_id, data=lambda w: {"name": "renamed-by-api"},
+             effect=lambda w: _window_named(w, "renamed-by-api")),
+        Case("api", "DELETE", "write", kwargs=_window_id, ok=frozenset({204}),
+             effect=lambda w: not _window_named(w, "Monthly upgrade")),
+    ],
 })

@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import free_port, scratch_database
 from tests.helpers.processes import ROOT, accepts, running
 
-PACKAGES = ("accounts", "scans", "benchmarks", "tokvera_site")
+PACKAGES = ("common", "accounts", "scans", "benchmarks", "tokvera_site")
 MODEL = "tiny"
 
 
@@ -103,9 +103,9 @@ def installed(tmp_path_factory) -> Path:
 
 def test_the_installed_packages_are_the_wheels_not_the_checkout(installed, tmp_path):
     where = json.loads(_run([str(installed / "python"), "-c",
-                             "import json, accounts, scans, benchmarks, tokvera_site; "
+                             "import json, common, accounts, scans, benchmarks, tokvera_site; "
                              "print(json.dumps([m.__file__ for m in "
-                             "(accounts, scans, benchmarks, tokvera_site)]))"],
+                             "(common, accounts, scans, benchmarks, tokvera_site)]))"],
                             _clean_env(), tmp_path))
     venv = installed.parent.resolve()
     assert all(Path(path).resolve().is_relative_to(venv) for path in where), where

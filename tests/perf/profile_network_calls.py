@@ -59,8 +59,8 @@ def main() -> None:
 
     from accounts import teams
     from benchmarks import catalog, hosts
+    from common import ratelimit
     from tests.conftest import make_user
-    from tokvera_site import ratelimit
     from tokvera_site.celery import app
 
     call_command("migrate", verbosity=0)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from accounts.models import Invitation
-from scans.periodic_tasks import PERIODIC_TASKS, ensure_periodic_tasks
+from common.periodic_tasks import all_periodic_tasks, ensure_periodic_tasks
 from tests.conftest import database_url
 from tests.helpers.processes import ROOT
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
@@ -42,12 +42,12 @@ IDEMPOTENT_TASKS = {
 @pytest.mark.django_db
 def test_periodic_tasks_live_in_the_database():
     names = set(PeriodicTask.objects.values_list("name", flat=True))
-    assert {name for name, _, _ in PERIODIC_TASKS} <= names
+    assert {name for name, _, _ in all_periodic_tasks()} <= names
 
 
 @pytest.mark.django_db
 def test_an_admins_edit_to_the_schedule_survives_the_next_migrate():
-    task = PeriodicTask.objects.get(name=PERIODIC_TASKS[0][0])
+    task = PeriodicTask.objects.get(name=all_periodic_tasks()[0][0])
     task.enabled = False
     task.save()
     ensure_periodic_tasks()

@@ -33,6 +33,8 @@ from tests.helpers.processes import accepts, running, wait_for
 from tests.helpers.workers import worker_env
 
 LIMIT = 5
+# Counts are kept in fixed windows: a day-long one never rolls over while a test counts.
+WINDOW_S = "86400"
 BEAT = {"models": ["tiny-q4"], "slots": 1}
 GARBAGE_TEAM = "Bearer tkv_" + "z" * 40
 GARBAGE_HOST = "Bearer tkh_" + "q" * 40
@@ -56,6 +58,7 @@ def _gunicorn(tmp_path, **env: str):
     args = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
             "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60"]
     settings = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", AUTH_FAILURE_LIMIT=str(LIMIT),
+                          AUTH_FAILURE_WINDOW_S=WINDOW_S,
                           TRUSTED_PROXY_COUNT="1", **env)
     with running(args, settings, log=tmp_path / "gunicorn.log"):
         wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
@@ -156,6 +159,7 @@ def test_the_heartbeat_server_reads_the_client_from_the_same_setting(tmp_path):
     flooder, other = _address(), _address()
     port = free_port()
     env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", AUTH_FAILURE_LIMIT=str(LIMIT),
+                          AUTH_FAILURE_WINDOW_S=WINDOW_S,
                      TRUSTED_PROXY_COUNT="1")
     with running([sys.executable, "-m", "uvicorn", "tokvera_site.heartbeats_asgi:application",
                   "--port", str(port), "--no-proxy-headers"], env,

@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.models import Membership, Role, Team
-from tokvera_site.paths import VAR_DIR
+from common.paths import VAR_DIR
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """JSON nested too deep is a 400, never a RecursionError 500 (issue 10, finding 12): on the
-host heartbeat (and every API view) through tokvera_site/parsers.py; the report upload reads its
+host heartbeat (and every API view) through common/parsers.py; the report upload reads its
 body itself (scans/pushes.py) so that it can limit its size before parsing, and its proof task
 refuses it with the same rule."""
 
@@ -9,9 +9,9 @@ import pytest
 
 from benchmarks import hosts
 from benchmarks.heartbeat import HEARTBEAT_MAX_BYTES
+from common.parsers import MAX_JSON_DEPTH, TOO_DEEP
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
-from tokvera_site.parsers import MAX_JSON_DEPTH, TOO_DEEP
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import OperationalError
 from django.test import RequestFactory
 
-from tokvera_site import errors
+from common import errors
 
 
 def _answer_while_handling(exc: Exception, path: str):

@@ -7,10 +7,10 @@ import logging
 import pytest
 from django.urls import reverse
 
-from scans.tasks import delete_expired_invitations
+from accounts.tasks import delete_expired_invitations
+from common.logging import RedactSecretsFilter
 from tests.conftest import bearer
 from tokvera_site.celery import app as celery_app
-from tokvera_site.logging import RedactSecretsFilter
 
 pytestmark = pytest.mark.django_db
 

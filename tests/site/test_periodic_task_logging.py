@@ -12,7 +12,7 @@ import sys
 import pytest
 from django.conf import settings
 
-from scans.periodic_tasks import ensure_periodic_tasks
+from common.periodic_tasks import ensure_periodic_tasks
 from tests.conftest import broker_key
 from tests.helpers.processes import ROOT, running, wait_for
 from tests.helpers.workers import start_worker, stop, worker_env

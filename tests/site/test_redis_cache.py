@@ -1,13 +1,13 @@
-"""The site's Redis cache keeps one redis-py client (tokvera_site/redis_cache.py): it must still
+"""The site's Redis cache keeps one redis-py client (common/redis_cache.py): it must still
 behave as Django's does when Redis restarts under it and in a forked worker process."""
 
 from __future__ import annotations
 
 import multiprocessing
 
+from common.redis_cache import RedisCache
 from tokvera_site import config
 from tokvera_site.devservices import EmbeddedRedis
-from tokvera_site.redis_cache import RedisCache
 
 
 def backend_for(url: str) -> RedisCache:
@@ -16,7 +16,7 @@ def backend_for(url: str) -> RedisCache:
 
 def test_a_redis_cache_url_gives_the_site_s_backend(monkeypatch):
     monkeypatch.setenv("CACHE_URL", "redis://127.0.0.1:6399/3")
-    assert config.cache()["BACKEND"] == "tokvera_site.redis_cache.RedisCache"
+    assert config.cache()["BACKEND"] == "common.redis_cache.RedisCache"
     monkeypatch.setenv("CACHE_URL", "dbcache://tokvera_cache")
     assert config.cache()["BACKEND"] == "django.core.cache.backends.db.DatabaseCache"
 

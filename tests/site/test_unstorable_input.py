@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from common.parsers import unstorable_text
 from scans.models import Endpoint
 from tests.conftest import bearer
-from tokvera_site.parsers import unstorable_text
 
 pytestmark = pytest.mark.django_db
 

@@ -11,11 +11,16 @@ import sys
 from pathlib import Path
 
 from scans.grader import scoring
-from scans.grader.cli import UsageError
+from scans.grader.cli import UsageError, summary
 from scans.grader.report import comparability, regrade, workload_lines, write_report
+
+EXIT_NOT_COMPARABLE = 6
+PREFIX = "tokvera regrade: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (f"exit status: 0 done (and, with --against, comparable); 2 bad usage; "
+                     f"{EXIT_NOT_COMPARABLE} --against a report that is not comparable")
     parser.add_argument("report", metavar="REPORT.json", type=Path, help="a scan's report.json")
     parser.add_argument("--out", metavar="DIR", type=Path, default=None,
                         help="write the re-graded report.json and report.html into DIR")
@@ -33,9 +38,11 @@ def _summary(old: dict, new: dict) -> str:
     def letter(score: dict) -> str:
         return str(score["grade"]) if score.get("grade") in scoring.GRADES else "no grade"
 
-    return (f"{letter(after)} ({after.get('points')} points) under scoring "
+    points = after.get("points")
+    shown = f" ({points} points)" if points is not None else ""
+    return (f"{letter(after)}{shown} under scoring "
             f"{after['scoring_version']}; was {letter(before)} under scoring "
-            f"{before.get('scoring_version', 'unknown')}")
+            f"{before.get('scoring_version') or 'unknown'}")
 
 
 def _read(path: Path) -> dict:
@@ -73,16 +80,16 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write the re-graded report: {exc.strerror or exc}") from None
     where = f"; written: {', '.join(written)}" if written else ""
-    sys.stdout.write(f"tokvera regrade: {_summary(report, new)}{where}\n")
+    texts = [f"{_summary(report, new)}{where}"]
+    reasons: list[str] = []
     if other is not None:
-        sys.stdout.write(f"tokvera regrade: workload: {workload_lines(new)[0]}; other: "
-                         f"{workload_lines(other)[0]}\n")
+        texts.append(f"workload: {workload_lines(new)[0]}; other: {workload_lines(other)[0]}")
         reasons = comparability(new, regrade(other))
-        if reasons:
-            for reason in reasons:
-                sys.stdout.write(f"tokvera regrade: not comparable with {args.against}: "
-                                 f"{reason}\n")
-        else:
-            sys.stdout.write(f"tokvera regrade: comparable with {args.against}: same "
-                             "scoring version and workload\n")
-    return 0
+        texts.extend(f"not comparable with {args.against}: {reason}" for reason in reasons)
+        if not reasons:
+            texts.append(f"comparable with {args.against}: same scoring version and workload")
+    width = summary.terminal_width()
+    for text in texts:
+        for line in summary.wrap(text, width, prefix=PREFIX):
+            sys.stdout.write(line + "\n")
+    return EXIT_NOT_COMPARABLE if reasons else 0

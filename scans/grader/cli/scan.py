@@ -3,8 +3,9 @@
 First a preflight (GET /models and one probe request; see scans.grader.preflight), then the
 levels. Prints the grade, the cause of any failure and a table of the headline numbers; writes
 report.json and report.html. Exit status: 0 done, 2 bad usage, 3 --preflight-only and the
-probe failed, 4 below --fail-under (decided after publishing was attempted), 1 publishing
-failed (when the grade is not below the floor) or an internal error.
+probe failed, 4 below --fail-under (decided after publishing was attempted), 5 no request
+succeeded (the endpoint is down; without --fail-under too), 1 publishing failed (when neither
+4 nor 5 applies) or an internal error.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,20 +26,30 @@ from scans.grader.cli import publish as publishing
 from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, parse_arrival, parse_rates
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.progress import LevelFigures as _Running  # the site's scan page shows the same
+from scans.grader.progress import ScanProgress, time_left
 from scans.grader.report import is_down, report_from_measurement, write_report
 from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
 from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
+    from rich.console import Console
     from rich.progress import TaskID
 
 EXIT_PUBLISH_FAILED = 1
 EXIT_PREFLIGHT_FAILED = 3
 EXIT_BELOW_FLOOR = 4
+EXIT_DOWN = 5
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 
+EPILOG = (f"exit status: 0 done; {EXIT_PUBLISH_FAILED} publishing failed or an internal error; "
+          f"2 bad usage; {EXIT_PREFLIGHT_FAILED} --preflight-only and the probe failed; "
+          f"{EXIT_BELOW_FLOOR} below --fail-under; {EXIT_DOWN} no request succeeded (the "
+          "endpoint is down), with or without --fail-under")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     parser.add_argument("base_url", metavar="BASE_URL",
                         help="the API base, e.g. http://127.0.0.1:8080/v1")
     parser.add_argument("--model", required=True, help="model name sent with every request")
@@ -133,7 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "what they found and exit (3 when the probe failed); no load, "
                              "no report")
     parser.add_argument("--quiet", action="store_true",
-                        help="no progress display and no per-level failure lines")
+                        help="print only the verdict: the headline and the grade (no "
+                             "progress, tables or details)")
     publishing.add_arguments(parser)
 
 
@@ -168,82 +182,119 @@ def _api_key(var: str | None) -> str | None:
     return key
 
 
-class _Progress:
-    """One rich progress bar per level, on stderr: requests done, ETA, and the running TTFT
-    p50 and aggregate output rate of the level's successful requests."""
+class ScanBars:
+    """One rich progress bar per level, on stderr: requests done, the running TTFT p50 and
+    aggregate output rate of the level's successful requests, and the whole scan's time left.
 
-    def __init__(self) -> None:
+    The time left is the plan's, not the bar's (scans.grader.progress.ScanProgress): the level
+    running at its pace so far, then every level still to come (its requests over its
+    concurrency, in request times measured so far) and every open-loop level at its rate.
+    A capacity search, whose levels are not known ahead, is named as not counted. Each row is
+    laid out to fit an 80-column terminal."""
+
+    def __init__(self, plan: ScanPlan, console: Console | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+        self._scan = ScanProgress(clock=clock)
+        self._scan.expect(plan)
+        self._clock = clock
         self._progress = Progress(
-            TextColumn("{task.fields[label]}"), BarColumn(),
-            MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("TTFT p50 {task.fields[ttft]}"), TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            TextColumn("{task.fields[label]}"), BarColumn(bar_width=10),
+            MofNCompleteColumn(), TextColumn("{task.fields[ttft]}"),
+            TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[left]}"),
+            console=console or Console(stderr=True), transient=False)
         self._tasks: dict[int | str, TaskID] = {}
         self._running: dict[int | str, _Running] = {}
+        self._current: int | str | None = None
 
-    def __enter__(self) -> _Progress:
-        self._progress.start()
+    def __enter__(self) -> ScanBars:
+        # The bars start with the first level: a scan its preflight stopped leaves no line.
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        if self._tasks:
+            self._progress.stop()
 
     def __call__(self, level: int, completed: int, total: int, record: object = None) -> None:
-        self._update(level, f"concurrency {level:>4}", completed, total, record)
+        self._scan(level, completed, total, record)
+        self._update(level, f"c={level}", completed, total, record)
 
     def rate(self, rate: float, completed: int, total: int, record: object = None) -> None:
         """An open-loop rate level's progress (runner.RateProgressCallback)."""
-        self._update(f"rate {rate:g}", f"rate {rate:g}/s", completed, total, record)
+        self._scan.rate(rate, completed, total, record)
+        self._update(f"rate {rate:g}", f"{rate:g}/s", completed, total, record)
+
+    def left_text(self) -> str:
+        """"~40 s left" for the whole scan ("+ search" when a capacity search is still to
+        come); "" until a request time is known."""
+        snapshot = self._scan.snapshot()
+        seconds = snapshot.get("scan_eta_s")
+        if seconds is None:
+            return ""
+        more = " + search" if snapshot.get("scan_eta_excludes") else ""
+        return f"~{time_left(seconds)} left{more}"
 
     def _update(self, key: int | str, label: str, completed: int, total: int,
                 record: object) -> None:
         task = self._tasks.get(key)
         if task is None:
+            if not self._tasks:
+                self._progress.start()
+            if self._current is not None:  # the level before is over: only its figures stay
+                self._progress.update(self._tasks[self._current], left="")
             task = self._tasks[key] = self._progress.add_task(
-                "", total=total, label=label, ttft="—", rate="")
-            self._running[key] = _Running()
+                "", total=total, label=label, ttft="TTFT —", rate="", left="")
+            self._running[key] = _Running(self._clock)
+            self._current = key
         running = self._running[key]
         if record is not None:
             running.add(record)
-        self._progress.update(task, completed=completed, ttft=running.ttft_text(),
-                              rate=running.rate_text())
+        self._progress.update(task, completed=completed, ttft=f"TTFT {running.ttft_text()}",
+                              rate=running.rate_text(),
+                              left=self.left_text() if completed < total else "")
 
 
-def _print_summary(report: dict, html_path: Path, *, quiet: bool) -> None:
-    """Warnings, the grade (or, for an endpoint that never answered, the cause), one line per
-    cap and failed check, the notes and the headline table, laid out for the terminal's width
-    (scans.grader.cli.summary)."""
+def _print_summary(report: dict, html_path: Path, *, quiet: bool,
+                   extra: list[str] | None = None) -> None:
+    """Warnings, one line per cap and failed check, the notes and the headline table, then
+    last the verdict: the headline (for an endpoint that never answered, the cause) and the
+    grade, laid out for the terminal's width (scans.grader.cli.summary). `quiet`: the verdict
+    only."""
     width = summary.terminal_width()
     say = sys.stdout.write
+    if quiet:
+        for line in summary.closing_lines(report, width):
+            say(line + "\n")
+        return
+    for level in report["levels"]:
+        level_cause = level.get("failure_summary")
+        if level_cause and len(report["levels"]) > 1:
+            for line in summary.wrap(f"concurrency {level['concurrency']}: "
+                                     f"{level_cause['sentence']}", width, prefix="  "):
+                sys.stderr.write(line + "\n")
+    sys.stderr.flush()
     for line in summary.summary_lines(report, os.fspath(html_path), width):
         say(line + "\n")
-    if not (report.get("preflight") or {}).get("stopped"):  # no load ran: no table to show
-        for line in summary.table_lines(report["levels"], width):
+    for line in _table_lines(report, width):
+        say(line + "\n")
+    for text in extra or []:
+        for line in summary.wrap(text, width):
             say(line + "\n")
-        if report.get("search_levels"):
-            for line in summary.table_lines(report["search_levels"], width,
-                                            summary.SEARCH_TITLE):
-                say(line + "\n")
-        if report.get("rate_levels"):
-            for line in summary.rate_table_lines(report["rate_levels"], width):
-                say(line + "\n")
-    if not quiet:
-        for level in report["levels"]:
-            level_cause = level.get("failure_summary")
-            if level_cause and len(report["levels"]) > 1:
-                for line in summary.wrap(f"concurrency {level['concurrency']}: "
-                                         f"{level_cause['sentence']}", width, prefix="  "):
-                    sys.stderr.write(line + "\n")
+    for line in summary.closing_lines(report, width):
+        say(line + "\n")
+
+
+def _table_lines(report: dict, width: int) -> list[str]:
+    if (report.get("preflight") or {}).get("stopped"):  # no load ran: no table to show
+        return []
+    lines = summary.table_lines(report["levels"], width)
+    if report.get("search_levels"):
+        lines += summary.table_lines(report["search_levels"], width, summary.SEARCH_TITLE)
+    if report.get("rate_levels"):
+        lines += summary.rate_table_lines(report["rate_levels"], width)
+    return lines
 
 
 def _preflight_lines(preflight: dict, model: str) -> list[str]:
@@ -370,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         if args.quiet or not sys.stderr:
             measurement = run_scan(plan)
         else:
-            with _Progress() as progress:
+            with ScanBars(plan) as progress:
                 measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
     except WorkloadError as exc:  # found out before any load: one line, nothing measured
         raise UsageError(f"stopped before any load: {exc}") from None
@@ -382,9 +433,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: cannot write the report: "
                          f"{exc.strerror or exc}") from None
 
-    _print_summary(report, html_path, quiet=args.quiet)
     score = report["score"]
     status = 0
+    published: list[str] = []
     if publish_to is not None:
         try:
             stored = publishing.publish(publish_to, report)
@@ -392,8 +443,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"tokvera scan: report written but not published: {exc}\n")
             status = EXIT_PUBLISH_FAILED
         else:
-            sys.stdout.write(f"tokvera scan: published as scan {stored['id']} "
-                             f"(grade {stored['grade']} as graded by the site)\n")
+            graded = f"grade {stored['grade']}" if stored.get("grade") else "no grade"
+            published.append(f"published as scan {stored['id']} ({graded} as graded by the "
+                             "site)")
+    _print_summary(report, html_path, quiet=args.quiet, extra=published)
     # The floor is decided after publishing was attempted: a CI gate fails for the grade,
     # not for the network.
     if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
@@ -401,6 +454,8 @@ def run(args: argparse.Namespace) -> int:
                 else f"grade {score['grade']}")
         sys.stderr.write(f"tokvera scan: {what} is below --fail-under {args.fail_under}\n")
         return EXIT_BELOW_FLOOR
+    if is_down(report):  # no request succeeded: a failure for any caller, floor or not
+        return EXIT_DOWN
     return status
 
 

@@ -23,12 +23,12 @@ from typing import Any
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
 from scans.grader.openloop import RATE_COLUMNS, describe_open_loop, rate_flag, rate_rows
-from scans.grader.report import cli_notes, is_down, workload_lines
+from scans.grader.report import cli_notes, down_cause, is_down, workload_lines
 from scans.grader.slo import describe_capacity, describe_slo, goodput_text
 
-__all__ = ["PREFIX", "RATE_TITLE", "SEARCH_TITLE", "cap_lines", "is_down", "open_loop_lines",
-           "rate_table_lines", "slo_lines", "summary_lines", "table_lines", "terminal_width",
-           "wrap"]
+__all__ = ["PREFIX", "RATE_TITLE", "SEARCH_TITLE", "cap_lines", "closing_lines", "is_down",
+           "open_loop_lines", "rate_table_lines", "slo_lines", "summary_lines", "table_lines",
+           "terminal_width", "wrap"]
 
 PREFIX = "tokvera scan: "
 #: Below this the table is one block per level; wrapped text is never narrower than this.
@@ -64,13 +64,7 @@ def wrap(text: str, width: int, prefix: str = PREFIX, indent: str = "  ") -> lis
 # -- what the grade is, and why ------------------------------------------------------------------
 
 def _down_cause(report: Mapping[str, Any]) -> str:
-    preflight = report.get("preflight") or {}
-    if preflight.get("stopped") and preflight.get("cause"):
-        return f"{preflight['cause']}; stopped before any load"
-    cause = report.get("failure_summary") or {}
-    sentence = cause.get("sentence") or "no request succeeded"
-    example = f" (e.g. {cause['example']})" if cause.get("example") else ""
-    return f"no request succeeded: {sentence}{example}"
+    return down_cause(report)
 
 
 def _check_by_id(report: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -187,15 +181,13 @@ def _grade_line(report: Mapping[str, Any]) -> str:
 
 
 def summary_lines(report: Mapping[str, Any], html_path: str, width: int) -> list[str]:
-    """Everything before the table, wrapped to `width`."""
+    """Everything before the table, wrapped to `width`: the details behind the verdict (the
+    verdict itself, headline and grade, comes last: closing_lines)."""
     down = is_down(report)
     texts: list[str] = []
     preflight = report.get("preflight") or {}
     for warning in preflight.get("warnings") or []:
         texts.append(f"warning: {warning.get('message')}")
-    if down:
-        texts.append(f"down: {_down_cause(report)}")
-    texts.append(_grade_line(report))
     if not down:
         texts.extend(cap_lines(report))
         cause = report.get("failure_summary")
@@ -203,14 +195,41 @@ def summary_lines(report: Mapping[str, Any], html_path: str, width: int) -> list
             example = f" (e.g. {cause['example']})" if cause.get("example") else ""
             texts.append(f"what failed: {cause['sentence']}{example}")
     texts.append(f"report: {html_path}")
-    sent = workload_lines(report)  # "A at 1/4/16 × 20, 4,000 → 256 tokens"
-    if down and sent:
-        sent[0] = "down" + sent[0][sent[0].find(" at "):]
-    texts.extend(sent)
+    sent = workload_lines(report)  # "A at 1/4/16 × 20, 4,000 → 256 tokens" is the headline
+    if _capacity_headline(report) is not None and sent:  # the capacity is, then this is detail
+        texts.append("sent: " + sent[0][sent[0].find(" at ") + 4:])
+    texts.extend(sent[1:])
     texts.extend(cli_notes(report))  # which TTFT was graded; thinking and the budget hint
     if not down:
         texts.extend(open_loop_lines(report))
         texts.extend(slo_lines(report))
+    return [line for text in texts for line in wrap(text, width)]
+
+
+def _capacity_headline(report: Mapping[str, Any]) -> str | None:
+    """With --find-capacity: the answer in one short line (its goodput and the levels tried
+    are in the SLO lines above it)."""
+    found = report.get("capacity")
+    if not isinstance(found, Mapping) or is_down(report):
+        return None
+    if found.get("concurrency") is None:
+        return "capacity: no level tried meets the SLO"
+    bound = " or more (the search's bound)" if found.get("bound_reached") else ""
+    return f"capacity: {found['concurrency']}{bound} concurrent requests within the SLO"
+
+
+def closing_lines(report: Mapping[str, Any], width: int) -> list[str]:
+    """The verdict, printed last so that it is what stays on screen: the headline (the cause
+    of a down endpoint, the capacity when searched, else what was sent at which grade), then
+    the grade line. All that `--quiet` prints."""
+    headline_text = _capacity_headline(report)
+    if is_down(report):
+        headline_text = f"down: {_down_cause(report)}"
+    elif headline_text is None:
+        sent = workload_lines(report)
+        headline_text = sent[0] if sent else None
+    texts = [headline_text] if headline_text else []
+    texts.append(_grade_line(report))
     return [line for text in texts for line in wrap(text, width)]
 
 
@@ -253,7 +272,7 @@ def slo_lines(report: Mapping[str, Any]) -> list[str]:
                                     figures.get("goodput_unit")))
     found = report.get("capacity")
     if isinstance(found, Mapping):
-        lines.append(f"capacity: {describe_capacity(found)}")
+        lines.append(f"capacity search: {describe_capacity(found)}")
     return lines
 
 

@@ -103,5 +103,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover - optional speed-up
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(config, args.host, args.port))
+        try:
+            runner.run(_serve(config, args.host, args.port))
+        except KeyboardInterrupt:  # Ctrl-C is how the server is meant to stop: one line
+            sys.stderr.write("tokvera target: stopped\n")
+            return 0
     return 0

@@ -4,7 +4,7 @@ The endpoint points at the `tokvera target` the run command starts on loopback (
 DEMO_TARGET_PORT, which the Makefile derives from PORT) and is scanned every 5 minutes, so
 grades appear without any network. `--login-when-up` prints only the ready banner (the login
 and where its password is kept), once SITE_URL/healthz answers, so it comes last in the run
-command's output; the periodic tasks stay quiet after it (tokvera_site/logging.py)."""
+command's output; the periodic tasks stay quiet after it (common/logging.py)."""
 
 import os
 import secrets
@@ -20,9 +20,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import identity, teams
+from common.paths import VAR_DIR
 from scans.grader.target import MODEL_ID as TARGET_MODEL
 from scans.models import Endpoint
-from tokvera_site.config import VAR_DIR
 
 DEMO_USERNAME = "demo"
 DEMO_EMAIL = "demo@tokvera.local"

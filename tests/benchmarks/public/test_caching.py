@@ -17,7 +17,8 @@ from django.test import Client
 
 from accounts import teams
 from benchmarks import public_cache, tasks
-from scans.periodic_tasks import all_periodic_tasks
+from common import stale_cache
+from common.periodic_tasks import all_periodic_tasks
 from tests.conftest import make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job
 from tests.helpers.processes import ROOT
@@ -133,13 +134,13 @@ def test_a_request_that_finds_another_building_takes_its_result(small, monkeypat
 
     with time_machine.travel(T0, tick=False):
         cache.add(f"{public_cache.PAGE_KEY}:lock", 1, 30)
-        monkeypatch.setattr(public_cache.time, "sleep", sleep)
+        monkeypatch.setattr(stale_cache.time, "sleep", sleep)
         assert public_cache.page_entry() is not None
         assert cache.get(public_cache.PAGE_KEY)["html"] == built["entry"]["html"]
 
 
 def test_a_request_builds_the_snapshot_itself_when_the_builder_never_finishes(small, monkeypatch):
-    monkeypatch.setattr(public_cache.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(stale_cache.time, "sleep", lambda _s: None)
     with time_machine.travel(T0, tick=False):
         cache.add(f"{public_cache.PAGE_KEY}:lock", 1, 30)
         response = Client().get("/benchmarks")

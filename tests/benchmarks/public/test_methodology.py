@@ -11,7 +11,7 @@ from django.test import Client
 from benchmarks import ewma as folding
 from benchmarks import public_cache, public_page, snapshot
 from benchmarks.models import Host, Job
-from scans.periodic_tasks import all_periodic_tasks
+from common.periodic_tasks import all_periodic_tasks
 
 DOC = public_page.METHODOLOGY_PATH.read_text(encoding="utf-8")
 

@@ -17,13 +17,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _scan(tmp_path, base_url, *extra):
     return main(["scan", base_url, "--model", "tiny", "--concurrency", "1,2", "--requests", "3",
-                 "--quiet", "--out", str(tmp_path / "out"), *extra])
+                 "--out", str(tmp_path / "out"), *extra])
 
 
 @pytest.mark.redis
 def test_a_published_report_is_stored_as_a_pushed_scan(world, live_server, tmp_path,
                                                         monkeypatch, capsys, proof_worker):
     monkeypatch.setenv("TOKVERA_TOKEN", world.read_write_token)
+    monkeypatch.setenv("COLUMNS", "200")  # the published line unwrapped
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)) as (host, port):
         endpoint = make_endpoint(world.team, mode="pushed", model="tiny",
                                  base_url=f"http://{host}:{port}/v1")

@@ -15,12 +15,12 @@ import pytest
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from common import parsers
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
 from scans.models import CheckResult, PushedReportBody, Scan
 from tests.conftest import bearer, clear_cache
 from tests.helpers.factories import make_endpoint, measured_report
-from tokvera_site import parsers
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
@@ -306,7 +306,7 @@ def test_deeply_nested_json_is_a_clear_400(world, api):
 
 
 def test_a_report_nested_past_the_api_limit_is_refused_like_any_other_api_body(world, api):
-    """One nesting rule for every JSON body (tokvera_site.parsers): 65 levels is refused here as
+    """One nesting rule for every JSON body (common.parsers): 65 levels is refused here as
     the API parser refuses it, long before the decoder itself would give up."""
     endpoint = make_endpoint(world.team, mode="pushed")
     report = measured_report()

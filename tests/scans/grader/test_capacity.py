@@ -30,7 +30,7 @@ FAST = TargetConfig(ttft_ms=10, itl_ms=5, tokens=4)
 
 def _scan(url: str, out: Path, *extra: str) -> list[str]:
     return ["scan", url, "--model", "tokvera-target", "--timeout", "10", "--out", str(out),
-            "--quiet", *extra]
+            *extra]
 
 
 def _said(stdout: str) -> str:
@@ -110,7 +110,10 @@ def test_no_level_met_the_slo_when_even_one_request_misses_it(tmp_path, capsys):
     assert found["concurrency"] is None and found["requests_per_s"] is None
     assert "no level met the SLO" in found["reason"]
     assert report["search_levels"] == [] and found["levels_tried"] == [1, 4]
-    assert "capacity: none, no level met the SLO" in _said(capsys.readouterr().out)
+    said = _said(capsys.readouterr().out)
+    assert "capacity search: none, no level met the SLO" in said
+    # the headline, just before the grade line
+    assert f"capacity: no level tried meets the SLO grade {report['score']['grade']} (" in said
 
 
 def test_met_at_the_highest_level_tried_when_the_search_reaches_its_bound(tmp_path, capsys):

@@ -130,7 +130,7 @@ def test_fail_under_exits_4_below_the_floor_and_0_at_or_above(tmp_path):
 def test_an_unreachable_target_completes_and_the_report_says_why(tmp_path, capsys):
     with raw_server(lambda r, w: None) as port:
         pass  # nothing listens there any more
-    assert main(_scan_args(f"http://127.0.0.1:{port}/v1", tmp_path / "r")) == 0
+    assert main(_scan_args(f"http://127.0.0.1:{port}/v1", tmp_path / "r")) == 5  # down
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     validate(report)
     # The preflight's probe failed to connect: no load level ran, the probe is counted.

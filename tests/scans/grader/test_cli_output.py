@@ -28,7 +28,7 @@ SERVED_MODEL = "tokvera-target"  # what the reference target lists in /models
 def _scan(url: str, *, model: str = SERVED_MODEL, levels: str = "1,4",
           requests: str = "8") -> list[str]:
     return ["scan", url, "--model", model, "--concurrency", levels, "--requests", requests,
-            "--timeout", "5", "--out", "r", "--quiet"]
+            "--timeout", "5", "--out", "r"]
 
 
 def _run(capsys, monkeypatch, tmp_path, columns: int, args: list[str]) -> tuple[int, str, dict]:
@@ -93,7 +93,7 @@ def test_the_table_fits_the_width_and_shows_the_reports_figures(columns, capsys,
     # Every title whole, on one line.
     titles = {cell.strip() for line in headers for cell in line.strip("┃").split("┃")}
     assert titles == {title for _, title, _ in COLUMNS}
-    assert out.splitlines()[0].startswith("tokvera scan: grade A (")
+    assert _logical(out)[-1].startswith("tokvera scan: grade A (")  # the verdict is last
     assert "warning" not in out and "capped" not in out
 
 
@@ -141,7 +141,8 @@ def test_a_cap_is_named_after_the_grade_with_its_numbers(capsys, monkeypatch, tm
     ratio = f"{check['value']:.2f}×"
     assert (f"capped at C: TTFT p99 at concurrency 4 is {ratio} one request's "
             f"({peak:,.1f} ms against {alone:,.1f} ms; limit 4×)") in text
-    assert text.index("grade C") < text.index("capped at C")
+    # the details first, the verdict last
+    assert text.index("capped at C") < text.index("grade C (")
 
 
 def test_a_model_the_server_does_not_list_is_warned_about_before_the_grade(capsys, monkeypatch,
@@ -154,7 +155,7 @@ def test_a_model_the_server_does_not_list_is_warned_about_before_the_grade(capsy
     assert lines[0] == ("tokvera scan: warning: the server does not list model "
                         "'gpt-does-not-exist' (it lists: tokvera-target); the grade is of "
                         "whatever answered")
-    assert lines[1].startswith("tokvera scan: grade ")
+    assert lines[-1].startswith("tokvera scan: grade ")  # the verdict stays last
     assert report["preflight"]["models"]["model_listed"] is False
     assert report["preflight"]["warnings"] == [{
         "kind": "model_not_listed", "model": "gpt-does-not-exist",
@@ -175,13 +176,13 @@ def test_a_down_endpoint_leads_with_the_cause_and_prints_no_letter(capsys, monke
         pass  # nothing listens there any more
     code, out, report = _run(capsys, monkeypatch, tmp_path, 80,
                              _scan(f"http://127.0.0.1:{port}/v1"))
-    assert code == 0  # the scan completed and wrote its report, as before (exit 0)
+    assert code == 5  # the scan completed and wrote its report; no request succeeded
     assert report["score"]["grade"] == "F"  # report.json keeps what the scoring spec gives
     lines = _logical(out)
-    assert lines[0] == (f"tokvera scan: down: could not connect to 127.0.0.1:{port}: "
-                        "connection refused (nothing is listening there); stopped before any "
-                        "load")
-    assert lines[1].startswith("tokvera scan: no quality grade: the endpoint did not answer")
+    assert lines[-2] == (f"tokvera scan: down: could not connect to 127.0.0.1:{port}: "
+                         "connection refused (nothing is listening there); stopped before any "
+                         "load")
+    assert lines[-1].startswith("tokvera scan: no quality grade: the endpoint did not answer")
     assert not re.search(r"\bgrade [A-F]\b", out)
     assert not any(line.startswith(("tokvera scan: F at", "┃")) for line in lines)
     assert all(len(line) <= 80 for line in out.splitlines())
@@ -200,7 +201,7 @@ def test_every_request_failing_is_down_too(capsys, monkeypatch, tmp_path):
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8, error_rate=1.0)) as (h, p):
         _, out, report = _run(capsys, monkeypatch, tmp_path, 80, _scan(f"http://{h}:{p}/v1"))
     assert not report["preflight"]["stopped"]
-    first = _logical(out)[0]
+    first = _logical(out)[-2]
     assert first.startswith("tokvera scan: down: no request succeeded:")
     assert "HTTP 500" in first
     assert not re.search(r"\bgrade [A-F]\b", out)
@@ -225,8 +226,8 @@ def test_a_plain_http_server_on_an_https_url_is_named(capsys, monkeypatch, tmp_p
             f"HTTP — did you mean http://127.0.0.1:{port}?")
         code, out, report = _run(capsys, monkeypatch, tmp_path, 120,
                                  _scan(f"https://127.0.0.1:{port}/v1", model="m"))
-    assert code == 0
-    assert _logical(out)[0] == f"tokvera scan: down: {m.preflight.cause}; stopped before any load"
+    assert code == 5
+    assert _logical(out)[-2] == f"tokvera scan: down: {m.preflight.cause}; stopped before any load"
     assert report["preflight"]["kind"] == "tls"
     assert "plain HTTP" in report["failure_summary"]["sentence"]
 

@@ -196,7 +196,6 @@ def test_a_rate_the_scanner_cannot_hold_is_flagged_client_bound(tmp_path, capsys
                 "20",
                 "--out",
                 str(tmp_path / "r"),
-                "--quiet",
             ]
         )
     assert code == 0
@@ -273,7 +272,6 @@ def test_the_cli_prints_the_rate_levels_within_80_columns(tmp_path, capsys, monk
                 "10",
                 "--out",
                 str(out),
-                "--quiet",
             ]
         )
     assert code == 0
@@ -327,7 +325,6 @@ def test_bad_rate_input_is_one_line_exit_2_and_nothing_is_sent(extra, says, tmp_
                 "tokvera-target",
                 "--out",
                 str(tmp_path / "r"),
-                "--quiet",
                 *extra,
             ]
         )

@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 def _scan(url: str, out: Path, *extra: str, model: str = "demo") -> list[str]:
     return ["scan", url, "--model", model, "--concurrency", "1,4", "--requests", "8",
-            "--timeout", "5", "--out", str(out), "--quiet", *extra]
+            "--timeout", "5", "--out", str(out), *extra]
 
 
 def _counting_server(chat_answer: bytes, models: object = None):
@@ -79,7 +79,7 @@ def _cause_line(stdout: str) -> str:
 
 def test_nothing_listening_stops_before_load_and_says_connection_refused(tmp_path, capsys):
     port = _free_port()
-    assert main(_scan(f"http://127.0.0.1:{port}/v1", tmp_path / "r")) == 0
+    assert main(_scan(f"http://127.0.0.1:{port}/v1", tmp_path / "r")) == 5  # down
     line = _cause_line(capsys.readouterr().out)
     assert f"could not connect to 127.0.0.1:{port}: connection refused" in line
     report = _report(tmp_path / "r")
@@ -98,7 +98,7 @@ def test_a_wrong_model_names_it_and_the_ids_the_server_offers_after_one_request(
         {"id": "llama-3-8b"}, {"id": "qwen2.5-7b"}]})
     with raw_server(handler) as port:
         assert main(_scan(f"http://127.0.0.1:{port}/v1", tmp_path / "r",
-                          model="wrong-model")) == 0
+                          model="wrong-model")) == 5  # down
     assert received["chat"] == 1  # the probe, and no load
     line = _cause_line(capsys.readouterr().out)
     assert "model 'wrong-model' not found (HTTP 404" in line
@@ -117,7 +117,7 @@ def test_a_401_stops_before_load_and_never_repeats_the_key(tmp_path, capsys, mon
     handler, received = _counting_server(json_response(401, echo, b"Unauthorized"))
     with raw_server(handler) as port:
         assert main(_scan(f"http://127.0.0.1:{port}/v1", tmp_path / "r",
-                          "--api-key-env", "MY_KEY")) == 0
+                          "--api-key-env", "MY_KEY")) == 5  # down
     assert received["chat"] == 1
     captured = capsys.readouterr()
     line = _cause_line(captured.out)
@@ -153,7 +153,7 @@ def test_a_probe_that_hangs_is_bounded_by_the_timeout_and_the_cause_is_timeout(t
 
     with raw_server(hang) as port:
         assert main(_scan(f"http://127.0.0.1:{port}/v1", tmp_path / "r", "--timeout",
-                          "0.5")) == 0
+                          "0.5")) == 5  # down
     line = _cause_line(capsys.readouterr().out)
     assert "timeout:" in line and "sent no answer within 0.5 s" in line
     assert _report(tmp_path / "r")["preflight"]["probe"]["outcome"] == "timeout"
@@ -227,7 +227,7 @@ def test_version_and_regrade_print_one_line(tmp_path, capsys):
         main(["--version"])
     assert done.value.code == 0 and re.match(r"tokvera \S+ \(scoring \d+\.\d+\.\d+\)",
                                              capsys.readouterr().out)
-    assert main(_scan(f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "r")) == 0
+    assert main(_scan(f"http://127.0.0.1:{_free_port()}/v1", tmp_path / "r")) == 5  # down
     capsys.readouterr()
     assert main(["regrade", str(tmp_path / "r" / "report.json")]) == 0
     out = capsys.readouterr().out

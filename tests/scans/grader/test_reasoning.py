@@ -91,8 +91,7 @@ def test_thinking_that_exhausts_max_tokens_is_a_reply_and_the_report_suggests_a_
                             "--reasoning-tokens", "200")
     with running_target(config) as (host, port):
         code = main(["scan", f"http://{host}:{port}/v1", "--model", "m", "--concurrency", "1,2",
-                     "--requests", "4", "--max-tokens", "64", "--out", str(tmp_path),
-                     "--quiet"])
+                     "--requests", "4", "--max-tokens", "64", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "report.json").read_text())
     validate_report(report)

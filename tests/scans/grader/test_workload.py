@@ -287,7 +287,7 @@ def test_cli_summary_report_and_regrade_carry_the_workload(tmp_path, capsys):
     assert "400 → 32 tokens" in html and "prompts sized: tokenize" in html
     assert any("workloads differ" in r for r in comparability(a, b))
     assert main(["regrade", str(tmp_path / "a" / "report.json"), "--against",
-                 str(tmp_path / "b" / "report.json")]) == 0
+                 str(tmp_path / "b" / "report.json")]) == 6  # not comparable
     assert "not comparable" in capsys.readouterr().out
     # an old report (no workload, no new level fields) still validates and is not comparable
     old = json.loads(json.dumps(b))

@@ -229,7 +229,7 @@ def test_the_api_refuses_a_search_that_cannot_run_and_accepts_one_that_can(world
     endpoint = make_endpoint(world.team, levels=[1, 4, 16], requests_per_level=None)
     url = f"/api/v1/endpoints/{endpoint.public_id}/"
     refused = api.patch(url, {"capacity_search": True}, format="json", **bearer(world.read_write_token))
-    assert refused.status_code == 400
+    assert refused.status_code == 422  # schema-valid, but the profile cannot run as a whole
     assert "the capacity search needs an SLO target" in refused.json()["scan_profile"][0]
     too_big = api.patch(
         url,
@@ -237,7 +237,7 @@ def test_the_api_refuses_a_search_that_cannot_run_and_accepts_one_that_can(world
         format="json",
         **bearer(world.read_write_token),
     )
-    assert too_big.status_code == 400
+    assert too_big.status_code == 422
     accepted = api.patch(
         url,
         {"capacity_search": True, "slo_error_rate": 0.0, "capacity_alert_below": 4},

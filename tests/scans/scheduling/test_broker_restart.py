@@ -15,10 +15,10 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from common.periodic_tasks import ensure_periodic_tasks
 from scans import dispatch
 from scans.grader.target import TargetConfig, running_target
 from scans.models import Endpoint, Scan, ScanStatus
-from scans.periodic_tasks import ensure_periodic_tasks
 from tests.conftest import free_port
 from tests.helpers.factories import make_endpoint
 from tests.helpers.workers import ROOT, start_worker, stop, wait_for, worker_env

@@ -96,7 +96,7 @@ def test_two_webs_and_two_located_workers_run_every_scan_once_in_its_location(wo
         web_1, web_2 = stack.enter_context(_web(env)), stack.enter_context(_web(env))
 
         refused = _create(web_1, token, "nowhere", alone, ["mars"])
-        assert refused.status_code == 400
+        assert refused.status_code == 422  # schema-valid, names a location the site lacks
         assert "unknown location 'mars'" in refused.text and "site, eu" in refused.text
         for web, name, url, locations in [
             (web_1, "both places", shared, ["site", "eu"]),

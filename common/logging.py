@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 
-# One list of credential patterns for logs and for stored scan text (scans/grader/redaction.py).
-from scans.grader.redaction import redact_patterns as redact
+from django.utils.module_loading import import_string
 
 __all__ = ["ACCESS_LOGGERS", "PERIODIC_TASK_LOGGERS", "QuietPeriodicTasksFilter",
            "RedactSecretsFilter", "quiet_periodic_task_logs", "redact", "redact_access_logs"]
+
+
+def redact(text: str) -> str:
+    """`text` with every credential masked, by the function settings.LOG_REDACTOR names: one
+    list of credential patterns serves the logs and stored scan text, and it lives with the
+    grader, which this package may not import."""
+    return _redactor()(text)
+
+
+@functools.cache
+def _redactor() -> Callable[[str], str]:
+    from django.conf import settings
+
+    return import_string(settings.LOG_REDACTOR)
 
 
 class RedactSecretsFilter(logging.Filter):
@@ -43,7 +57,7 @@ CELERY_PERIODIC_TASKS = frozenset({"celery.backend_cleanup"})
 
 @functools.cache
 def _periodic_task_names() -> frozenset[str]:
-    from scans.periodic_tasks import all_periodic_tasks
+    from common.periodic_tasks import all_periodic_tasks
 
     return frozenset(task for _, task, _ in all_periodic_tasks()) | CELERY_PERIODIC_TASKS
 

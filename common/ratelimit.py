@@ -10,7 +10,7 @@ import time
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 
-from tokvera_site.cache_outage import CACHE_ERRORS, warn
+from common.cache_outage import CACHE_ERRORS, warn
 
 
 def _window(scope: str, key: str, window_s: int) -> tuple[str, int]:
@@ -19,6 +19,12 @@ def _window(scope: str, key: str, window_s: int) -> tuple[str, int]:
     window = int(now // window_s)
     return (f"benchmarks:rate:{scope}:{key}:{window}",
             max(1, int((window + 1) * window_s - now)))
+
+
+def window_key(scope: str, key: str, window_s: int) -> tuple[str, int]:
+    """The cache key holding this key's count for the current window (read it with the cache's
+    get/get_many; it may be absent) and the seconds until the window resets."""
+    return _window(scope, key, window_s)
 
 
 def allow(scope: str, key: str, limit: int, window_s: int) -> tuple[bool, int]:

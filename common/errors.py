@@ -15,6 +15,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
+from rest_framework import exceptions
 
 API_PREFIXES = ("/api/", "/v1/")
 # Long enough for a failover or a restart; short enough that agents come back soon.
@@ -86,3 +87,25 @@ class ApiNotFoundAsJson:
                                            "What the API holds is listed at /api/v1/.",
                                  "code": "not_found"}, status=404)
         return response
+
+
+# The API's answers for a request the schema calls valid that the site still refuses
+# (documented for every operation by tokvera_site/api_schema.py).
+class Unprocessable(exceptions.APIException):
+    """422: the request is what the schema describes, but names what this site cannot use (a
+    catalog id it does not have, a URL the guard or the channel's service refuses). `detail`
+    is the body, in a 400's shape ({field: [messages]}). Raised from a serializer's validate,
+    it passes through `is_valid`, which would turn a ValidationError into a 400."""
+
+    status_code = 422
+    default_detail = "The request names what this site cannot use."
+    default_code = "unprocessable"
+
+
+class Conflict(exceptions.APIException):
+    """409: the request is well formed but clashes with what is stored (a name taken, a kind
+    a channel keeps); `detail` is the body, in a 400's shape."""
+
+    status_code = 409
+    default_detail = "The request clashes with what is stored."
+    default_code = "conflict"

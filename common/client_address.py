@@ -1,5 +1,5 @@
 """The client's address, read the same way by everything that counts per address: the failed
-token authentications (tokvera_site/auth_failures.py, the Django views, the host fast path,
+token authentications (common/auth_failures.py, the Django views, the host fast path,
 the heartbeat server) and the sign-in lockout (django-axes' AXES_CLIENT_IP_CALLABLE).
 
 TRUSTED_PROXY_COUNT (docs/operations.md) is how many reverse proxies stand in front of the

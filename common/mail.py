@@ -12,7 +12,7 @@ import copy
 from django.conf import settings
 from django.core.mail.backends import console
 
-from tokvera_site.logging import redact
+from common.logging import redact
 
 
 class ConsoleEmailBackend(console.EmailBackend):
