@@ -77,6 +77,8 @@ def page_context(snapshot: dict) -> dict:
             "context_len": f"{m['context_len']:,}", "online_hosts": m["online_hosts"],
             "success_7d_attr": attr(m["windows"]["7d"]["success_rate"]),
             "windows": windows, "tiers": tiers,
+            # Hosts online yet a dash: the privacy floor holds the figure back, said beside it.
+            "held_back": any(t["hosts"] and not t["ttft_p50_attr"] for t in tiers),
         })
     generated = datetime.fromisoformat(snapshot["generated_at"].replace("Z", "+00:00"))
     return {

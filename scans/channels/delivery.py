@@ -21,8 +21,10 @@ from datetime import timedelta
 from functools import partial
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
@@ -149,11 +151,26 @@ def start_test(channel: NotificationChannel, account: str) -> Delivery:
 def send_test(channel: NotificationChannel, queue: bool = True) -> Delivery:
     """A test message to one channel, recorded as a delivery (tried once: never retried); with
     queue=False no worker is asked to try it (the caller does: start_test)."""
+    # Shaped like a real alert (endpoint, state, cause, link), so the receiver sees what alerts
+    # will carry; "test": true and the words say nothing is wrong.
+    endpoint = Endpoint.objects.for_team(channel.team_id).order_by("name").first()
+    if endpoint is not None:
+        about = {"id": str(endpoint.public_id), "name": endpoint.name}
+        link = settings.SITE_URL + reverse("endpoint-detail", args=[endpoint.public_id])
+    else:
+        about = {"id": None, "name": "example endpoint"}
+        link = settings.SITE_URL + reverse("team-dashboard", args=[channel.team.slug])
     payload = {
         "event": "test",
+        "test": True,
         "channel": channel.name,
         "detail": f"A test message from Tokvera to the channel {channel.name} of "
-        f"{channel.team.name}. Alerts will arrive like this.",
+        f"{channel.team.name}: nothing is wrong. Alerts will arrive like this.",
+        "state": "down",
+        "cause": "an example cause (this is a test)",
+        "endpoint": about,
+        "team": channel.team.name,
+        "url": link,
     }
     with transaction.atomic():
         event = AlertEvent.objects.for_team(channel.team_id).create(

@@ -51,7 +51,7 @@ def incident_key(payload: dict) -> str:
 def render(payload: dict) -> Message:
     """The title and text every channel sends for one alert payload (scans.alerts.payload)."""
     kind = payload["event"]
-    if kind == "test":
+    if kind == "test" and "endpoint" not in payload:  # queued before tests looked like alerts
         return Message(
             title=f"[Tokvera] test message to {payload['channel']}",
             body=payload["detail"],
@@ -73,6 +73,14 @@ def render(payload: dict) -> Message:
     lines += ["", f"The scan: {payload['url']}"]
     if "slo" in payload:
         lines.append(f"The SLO: {payload['slo']['url']}")
+    if kind == "test":  # a test never opens or resolves an incident on a paging service
+        lines[-1] = f"The endpoint: {payload['url']}"
+        return Message(
+            title=f"[Tokvera] test message to {payload['channel']}",
+            body="\n".join(lines) + "\n",
+            level="info",
+            payload=payload,
+        )
     return Message(
         title=f"[Tokvera] {endpoint}: {kind.replace('_', ' ')}",
         body="\n".join(lines) + "\n",

@@ -2,9 +2,10 @@
 edit, delete, and "Send test".
 
 Reads need membership (outsiders get 404), writes a writing role (viewers get 403). A channel's
-URL and secret are write-only: the form never renders them back and an edit keeps the stored
-ones when left blank. Bad input (a URL Apprise cannot read as the kind's, or one whose host
-the outbound guard refuses) is an error at the field and nothing is saved."""
+URL and secret are write-only: the form never renders the stored ones (a refused URL is shown
+again only in the answer to the POST that sent it) and an edit keeps them when left blank. Bad
+input (a URL Apprise cannot read as the kind's, or one whose host the outbound guard refuses)
+is an error at the field and nothing is saved. `?kind=X` shows only the fields kind X uses."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ HISTORY_PER_CHANNEL = 10
 
 
 class WriteOnlyInput(forms.TextInput):
-    """A text input that never renders a value back, stored or submitted."""
+    """A text input that never renders a stored value: only what this same POST submitted
+    comes back (so a refused URL can be fixed, not retyped); the form's initial never has it."""
 
     def format_value(self, value):
-        return None
+        return value or None
 
 
 class ChannelForm(forms.Form):
@@ -87,6 +89,15 @@ class ChannelForm(forms.Form):
         return cleaned
 
 
+def _kind_shown(value: str | None) -> str:
+    """The kind whose fields alone the form shows ("" for none known: every field)."""
+    return value if value in ChannelKind.values else ""
+
+
+def _examples(kind: str) -> list[tuple[str, str]]:
+    return [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items() if not kind or k == kind]
+
+
 def _channel_or_404(request, public_id) -> NotificationChannel:
     return get_visible_or_404(request, NotificationChannel, public_id=public_id)
 
@@ -137,7 +148,9 @@ def channel_list(request, slug):
 @sensitive_post_parameters("url", "secret")
 def channel_create(request, slug):
     team = team_to_create_in(request, slug)
-    form = ChannelForm(request.POST or None, can_manage=True)
+    # One form per kind: ?kind=X (or the kind a POST chose) shows only the fields X uses.
+    kind = _kind_shown(request.POST.get("kind") if request.method == "POST" else request.GET.get("kind"))
+    form = ChannelForm(request.POST or None, initial={"kind": kind} if kind else None, can_manage=True)
     if request.method == "POST" and form.is_valid() and _save(request, form, team):
         messages.success(request, f"Channel {form.channel.name} added.")
         return redirect("team-channels", slug=team.slug)
@@ -148,7 +161,9 @@ def channel_create(request, slug):
             "team": team,
             "form": form,
             "channel": None,
-            "examples": [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items()],
+            "kind": kind,
+            "kinds": ChannelKind.choices,
+            "examples": _examples(kind),
         },
         status=400 if form.is_bound else 200,
     )
@@ -181,7 +196,8 @@ def channel_edit(request, public_id):
             "form": form,
             "channel": channel,
             "has_secret": has_secret,
-            "examples": [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items()],
+            "kind": channel.kind,
+            "examples": _examples(channel.kind),
         },
         status=400 if form.is_bound else 200,
     )

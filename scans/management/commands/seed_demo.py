@@ -3,8 +3,9 @@
 The endpoint points at the `tokvera target` the run command starts on loopback (its port is
 DEMO_TARGET_PORT, which the Makefile derives from PORT) and is scanned every 5 minutes, so
 grades appear without any network. `--login-when-up` prints only the ready banner (the login
-and where its password is kept), once SITE_URL/healthz answers, so it comes last in the run
-command's output; the periodic tasks stay quiet after it (common/logging.py)."""
+and where its password is kept), once SITE_URL/healthz answers and, with `--after-workers N`,
+once N Celery workers answer a ping (their start-up output is then on screen), so it comes
+last in the run command's output; the periodic tasks stay quiet after it (common/logging.py)."""
 
 import os
 import secrets
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -29,6 +31,8 @@ DEMO_EMAIL = "demo@tokvera.local"
 DEMO_TEAM = "demo"
 DEMO_ENDPOINT = "Demo target"
 WAIT_FOR_SITE_S = 120
+#: After the workers answer: their last start-up lines (and beat's) reach the screen first.
+SETTLE_S = 2.0
 
 
 def _shown_path(path: Path) -> str:
@@ -50,10 +54,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--login-when-up", action="store_true",
                             help="only print the login line, once SITE_URL/healthz answers")
+        parser.add_argument("--after-workers", type=int, default=0, metavar="N",
+                            help="with --login-when-up: also wait until N Celery workers answer")
 
-    def handle(self, login_when_up=False, **options):
+    def handle(self, login_when_up=False, after_workers=0, **options):
         if login_when_up:
             self._wait_for_site()
+            if after_workers > 0:
+                self._wait_for_workers(after_workers)
             self.stdout.write(self._ready_banner(self._password()))
             return
         self._seed()
@@ -95,6 +103,17 @@ class Command(BaseCommand):
             if time.monotonic() > deadline:
                 raise CommandError(f"the site did not answer at {url} within {WAIT_FOR_SITE_S} s")
             time.sleep(0.5)
+
+    def _wait_for_workers(self, count: int) -> None:
+        """Until `count` workers answer a ping: a worker answers only once it consumes, after
+        it has logged its start-up; then a short settle for the lines still in flight."""
+        deadline = time.monotonic() + WAIT_FOR_SITE_S
+        while len(current_app.control.ping(timeout=1.0) or []) < count:
+            if time.monotonic() > deadline:
+                raise CommandError(f"{count} Celery workers did not answer within "
+                                   f"{WAIT_FOR_SITE_S} s")
+            time.sleep(0.5)
+        time.sleep(SETTLE_S)
 
     @transaction.atomic
     def _seed(self):
