@@ -1,4 +1,4 @@
-"""REST API for a team's maintenance windows (issue 37): list, create, read, update, delete at
+"""REST API for a team's maintenance windows: list, create, read, update, delete at
 /api/v1/maintenance-windows/, as the maintenance page does.
 
 Every view derives from TeamScopedViewSet, so a window is reached only through the team scoping

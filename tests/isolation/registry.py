@@ -573,7 +573,7 @@ TEAM.update({
         Case("page", "POST", "write", kwargs=_window_id, ok=frozenset({302}),
              effect=lambda w: not _window_named(w, "Monthly upgrade")),
     ],
-    # the API (issue 37; scans/api/maintenance.py)
+    # the API (scans/api/maintenance.py)
     "api-maintenance-window-list": [
         Case("api", "GET", "read", kwargs=lambda w: (_window(w), {})[1], listing=True),
         Case(

@@ -1,4 +1,4 @@
-"""The maintenance windows API (issue 37): list, create, read, update and delete a team's
+"""The maintenance windows API: list, create, read, update and delete a team's
 windows at /api/v1/maintenance-windows/, team-scoped (another team's window is a 404), writes
 need a writing role, and a window is held to the same bounds as the page's form, with the
 same words (scans/maintenance.py window_errors)."""

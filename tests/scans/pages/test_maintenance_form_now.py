@@ -1,4 +1,4 @@
-"""The maintenance form starts now (issue 37): a new window defaults to "now, for N minutes",
+"""The maintenance form starts now: a new window defaults to "now, for N minutes",
 which stores a one-off window from now to N minutes on; the once and weekly sections keep
 their own fields, and the one-off section's start defaults to now in the writer's zone."""
 

@@ -1,4 +1,4 @@
-"""Maintenance is shown as maintenance (issue 37): while a window covers an endpoint, the
+"""Maintenance is shown as maintenance: while a window covers an endpoint, the
 dashboard, the endpoint page and the public status page say "maintenance" (with the latest
 scan's state beside it), not "down"; the status page shows no ongoing incident and no "Some
 systems are down" for it. Scans run inside a window neither make nor end an incident."""

@@ -1,4 +1,4 @@
-"""An SLO status only with enough data (issue 37): no "breaching" or "at risk" until the burn
+"""An SLO status only with enough data: no "breaching" or "at risk" until the burn
 pair that would call it has half of its long span covered; before that the window says "too
 little data yet: N of M covered". Each status and each pair is explained in plain words beside
 the SRE terms, on the endpoint page and in the API."""
