@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
 
 from accounts import encryption
 from common import client_address
@@ -28,16 +29,16 @@ from common.cache_outage import CACHE_ERRORS, warn
 
 
 class AccountAdapter(DefaultAccountAdapter):
-    def is_open_for_signup(self, request) -> bool:
+    def is_open_for_signup(self, request: HttpRequest) -> bool:
         return settings.SIGNUP_OPEN
 
-    def pre_authenticate(self, request, **credentials) -> None:
+    def pre_authenticate(self, request: HttpRequest, **credentials: Any) -> None:
         # Not allauth's login_failed counter for passwords: axes counts them (per account and
         # per address, in the database) and answers a locked-out sign-in with 429. Two counters
         # would disagree on when the lock starts.
         self._login_failed_rl_usage = None
 
-    def get_client_ip(self, request) -> str:
+    def get_client_ip(self, request: HttpRequest) -> str:
         # The address every other per-address count reads (TRUSTED_PROXY_COUNT), for
         # allauth's limits (two-factor codes, sign-up) too.
         return client_address.of_request(request) or super().get_client_ip(request)

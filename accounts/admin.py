@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 
 from accounts.models import ApiToken, Invitation, Membership, Team
@@ -45,10 +47,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["prefix", "team", "scope", "created_by", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     @admin.action(description="Revoke selected tokens")
-    def revoke(self, request, queryset):
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"{count} token(s) revoked.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers
 from rest_framework.decorators import api_view
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.models import Team
@@ -23,7 +24,7 @@ class TeamSerializer(serializers.ModelSerializer):
         # A team name is one line, as at team creation (the schema states it: issue 19).
         extra_kwargs = {"name": {"validators": [validate_one_line]}}
 
-    def get_role(self, team) -> str | None:
+    def get_role(self, team: Team) -> str | None:
         return Access.for_request(self.context["request"]).role_in(team.pk)
 
 
@@ -49,7 +50,7 @@ class WhoAmISerializer(serializers.Serializer):
 
 @extend_schema(responses=WhoAmISerializer)
 @api_view(["GET"])
-def whoami(request):
+def whoami(request: Request) -> Response:
     """Who the API sees: the user or token, and the teams and roles it reaches."""
     access = Access.for_request(request)
     token = access.token

@@ -3,13 +3,19 @@ import it without a circular import."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication
+from rest_framework.request import Request
 
 from accounts import credentials
 from accounts.models import ApiToken
 from common import auth_failures
+
+if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
 
 
 class TeamTokenAuthentication(authentication.BaseAuthentication):
@@ -20,7 +26,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
 
     keyword = "Bearer"
 
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[TokenUser, ApiToken] | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None
@@ -47,7 +53,7 @@ class TeamTokenAuthentication(authentication.BaseAuthentication):
             ApiToken.objects.for_team(row.team_id).filter(pk=row.pk).update(last_used_at=now)
         return (TokenUser(row), row)
 
-    def authenticate_header(self, request):
+    def authenticate_header(self, request: Request) -> str:
         return self.keyword
 
 
@@ -59,7 +65,7 @@ class TokenUser:
     is_staff = False
     is_superuser = False
 
-    def __init__(self, token):
+    def __init__(self, token: ApiToken) -> None:
         self.token = token
         self.pk = None
         self.id = None
@@ -74,6 +80,6 @@ class TeamTokenScheme(OpenApiAuthenticationExtension):
     target_class = "accounts.authentication.TeamTokenAuthentication"
     name = "teamToken"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
         return {"type": "http", "scheme": "bearer", "bearerFormat": "tkv_…",
                 "description": "A team API token: read-only or read-write."}

@@ -1,10 +1,13 @@
+from typing import Any
+
 from django.conf import settings
+from django.http import HttpRequest
 
 from accounts.models import Team
 from accounts.tenancy import Access
 
 
-def current_team(request):
+def current_team(request: HttpRequest) -> dict[str, Any]:
     """The teams the logged-in user can switch between (for the navigation bar)."""
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
@@ -12,6 +15,6 @@ def current_team(request):
     return {"my_teams": teams}
 
 
-def signup_open(request):
+def signup_open(request: HttpRequest) -> dict[str, bool]:
     """Whether the login page offers "Create an account" (settings.SIGNUP_OPEN)."""
     return {"signup_open": settings.SIGNUP_OPEN}

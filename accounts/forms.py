@@ -3,7 +3,8 @@ with one change, below)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from allauth.account.forms import SignupForm as AllauthSignupForm
 from django import forms
@@ -69,11 +70,11 @@ class InvitedAccountForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
     )
 
-    def __init__(self, *args, email: str = "", **kwargs):
+    def __init__(self, *args: Any, email: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.email = email
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         first, second = cleaned.get("new_password1"), cleaned.get("new_password2")
         if first and second and first != second:
@@ -97,6 +98,6 @@ class TokenForm(forms.Form):
         choices=TOKEN_LIFETIMES, coerce=int, empty_value=None, required=False, label="Expires"
     )
 
-    def expires_at(self):
+    def expires_at(self) -> datetime | None:
         days = self.cleaned_data.get("expires_in_days")
         return None if days is None else timezone.now() + timedelta(days=days)

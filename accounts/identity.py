@@ -8,12 +8,25 @@ allauth's mandatory verification would stop them at the login.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from allauth.account.models import EmailAddress
+from django.http import HttpRequest
 
 from accounts.models import Profile
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def vouch_for_email(user) -> None:
+
+class SignedInRequest(HttpRequest):
+    """The type of a request that `login_required` let through: its user is an account, never
+    AnonymousUser (for type checking only: Django builds the request)."""
+
+    user: User
+
+
+def vouch_for_email(user: User) -> None:
     """Record the user's email as their verified, primary address."""
     if not user.email:
         return
@@ -24,12 +37,12 @@ def vouch_for_email(user) -> None:
     )
 
 
-def has_verified_email(user, email: str) -> bool:
+def has_verified_email(user: User, email: str) -> bool:
     """Whether `email` is an address of the user's that has been proven theirs."""
     return EmailAddress.objects.filter(user=user, email__iexact=email.strip(), verified=True).exists()
 
 
-def is_unclaimed_sign_up(user, email: str) -> bool:
+def is_unclaimed_sign_up(user: User, email: str) -> bool:
     """Whether `user` is a self sign-up with `email` that nobody has used yet: its address is
     recorded but never proven, it never signed in, it belongs to no team, it is not staff and
     has no second factor. Only such an account may have its password set by whoever proves the
@@ -46,12 +59,12 @@ def is_unclaimed_sign_up(user, email: str) -> bool:
     )
 
 
-def profile_of(user) -> Profile:
+def profile_of(user: User) -> Profile:
     profile, _ = Profile.objects.get_or_create(user=user)
     return profile
 
 
-def display_name(user) -> str:
+def display_name(user: User) -> str:
     """The name the user chose, else their email (or username)."""
     name = Profile.objects.filter(user_id=user.pk).values_list("name", flat=True).first()
     return name or user.email or user.get_username()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
@@ -14,11 +16,17 @@ from django.utils import timezone
 from accounts.models import Profile, Team
 from accounts.tenancy import Access
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def same_for_everyone(view):
+_View = TypeVar("_View", bound=Callable[..., Any])
+GetResponse = Callable[[HttpRequest], HttpResponseBase]
+
+
+def same_for_everyone(view: _View) -> _View:
     """Marks a public view whose response shared caches keep: it is rendered in UTC, and the
     timezone middleware never reads its visitor's session (which would add "Vary: Cookie")."""
-    view.same_for_everyone = True
+    view.same_for_everyone = True  # type: ignore[attr-defined]  # a function takes attributes
     return view
 
 
@@ -26,17 +34,18 @@ class UserTimezoneMiddleware:
     """Every page (dates, charts) is shown in the logged-in user's timezone (their profile);
     anonymous pages, public pages and token requests stay in UTC."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         timezone.deactivate()
         try:
             return self.get_response(request)
         finally:
             timezone.deactivate()  # a worker thread serves other users next
 
-    def process_view(self, request, view_func, view_args, view_kwargs):
+    def process_view(self, request: HttpRequest, view_func: Callable[..., Any],
+                     view_args: tuple[Any, ...], view_kwargs: dict[str, Any]) -> None:
         if getattr(view_func, "same_for_everyone", False):
             return None
         # Only a request that sent a session cookie can be a logged-in user's; reading
@@ -48,7 +57,7 @@ class UserTimezoneMiddleware:
         return None
 
 
-def _profile_timezone(user) -> zoneinfo.ZoneInfo | None:
+def _profile_timezone(user: User) -> zoneinfo.ZoneInfo | None:
     zone = Profile.objects.filter(user_id=user.pk).values_list("timezone", flat=True).first()
     return None if zone is None or str(zone) == "UTC" else zone
 
@@ -58,13 +67,13 @@ class TwoFactorRequiredMiddleware:
     page, naming the team, instead of the 404 the scoping layer gives (accounts.tenancy).
     API requests keep the 404 (session) or are not concerned at all (team tokens)."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         return self.get_response(request)
 
-    def process_exception(self, request, exception):
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponseRedirect | None:
         if not isinstance(exception, Http404) or request.path.startswith("/api/"):
             return None
         if not getattr(request, "user", None) or not request.user.is_authenticated:
@@ -72,7 +81,7 @@ class TwoFactorRequiredMiddleware:
         return ask_for_two_factor(request)
 
 
-def ask_for_two_factor(request):
+def ask_for_two_factor(request: HttpRequest) -> HttpResponseRedirect | None:
     """The redirect to the two-factor set-up, or None when no team of the user's is withheld."""
     access = Access.for_request(request)
     if not access.withheld:

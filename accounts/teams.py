@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -20,6 +20,9 @@ from accounts.models import ApiToken, Invitation, Membership, Role, Team, TokenS
 from accounts.tenancy import Access
 from accounts.validators import validate_one_line
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class TeamRuleError(ValueError):
     """A request that would break a team rule (e.g. leaving a team without an owner)."""
@@ -29,7 +32,7 @@ class NotTheInvitee(TeamRuleError):
     """An invitation used by an account whose email is not the invited address."""
 
 
-def is_invitee(invitation: Invitation, user) -> bool:
+def is_invitee(invitation: Invitation, user: User) -> bool:
     """Only the invited address may accept: a link forwarded, leaked or guessed from a log
     must not let another account (of any team) join, let alone with the invited role."""
     return (user.email or "").strip().lower() == invitation.email
@@ -47,7 +50,7 @@ class TeamCapReached(TeamRuleError):
     (TEAMS_PER_ACCOUNT)."""
 
 
-def _refuse_past_cap(owner) -> None:
+def _refuse_past_cap(owner: User) -> None:
     """Each team has budgets of its own (pushed report bytes, job submissions): one account
     owns or administers at most TEAMS_PER_ACCOUNT teams, so making teams does not multiply
     them. Admins count too: an owner who hands ownership to a second account and stays admin
@@ -64,7 +67,7 @@ def _refuse_past_cap(owner) -> None:
 
 
 @transaction.atomic
-def create_team(slug: str, name: str, owner) -> Team:
+def create_team(slug: str, name: str, owner: User) -> Team:
     _one_line("Team name", name)
     _refuse_past_cap(owner)
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)  # no team yet: this makes it
@@ -174,7 +177,7 @@ def _invite_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, str]:
+def invite(team: Team, email: str, role: str, invited_by: User) -> tuple[Invitation, str]:
     """Create an invitation and email its link. Returns the invitation and the link."""
     if role not in Role.values:
         raise TeamRuleError(f"Unknown role {role!r}.")
@@ -194,7 +197,7 @@ def invite(team: Team, email: str, role: str, invited_by) -> tuple[Invitation, s
     return invitation, _send_invitation(invitation, secret, invited_by)
 
 
-def _send_invitation(invitation: Invitation, secret: str, invited_by) -> str:
+def _send_invitation(invitation: Invitation, secret: str, invited_by: User) -> str:
     link = f"{settings.SITE_URL}/invites/{secret}/"
     send_mail(
         subject=f"You are invited to {invitation.team.name} on Tokvera",
@@ -210,7 +213,7 @@ def _send_invitation(invitation: Invitation, secret: str, invited_by) -> str:
 
 
 @transaction.atomic
-def resend_invitation(invitation: Invitation, sent_by) -> str:
+def resend_invitation(invitation: Invitation, sent_by: User) -> str:
     """A new link (the old one stops working: only its hash was kept) and a new expiry."""
     secret = secrets.token_urlsafe(32)
     invitation.secret_hash = _invite_hash(secret)
@@ -239,7 +242,7 @@ def find_invitation(secret: str) -> Invitation | None:
 
 
 @transaction.atomic
-def accept_invitation(secret: str, user) -> Membership | None:
+def accept_invitation(secret: str, user: User) -> Membership | None:
     """Use the link once: the conditional UPDATE's row count decides who wins a race."""
     invitation = find_invitation(secret)
     if invitation is None:
@@ -258,7 +261,8 @@ def accept_invitation(secret: str, user) -> Membership | None:
 
 
 def issue_token(
-    team: Team, scope: str, name: str = "", created_by=None, expires_at: datetime | None = None
+    team: Team, scope: str, name: str = "", created_by: User | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Create an API token (never expiring, or refused from `expires_at` on); the returned
     secret is shown once and never stored."""
@@ -286,7 +290,14 @@ def revoke_token(token: ApiToken) -> None:
     )
 
 
-def user_by_email(email: str, create: bool = False):
+@overload
+def user_by_email(email: str, create: Literal[True]) -> User: ...
+@overload
+def user_by_email(email: str, create: bool = False) -> User | None: ...
+
+
+def user_by_email(email: str, create: bool = False) -> User | None:
+    """The account of this address; with `create`, made (without a password) if there is none."""
     User = get_user_model()
     email = email.strip().lower()
     user = User.objects.filter(email__iexact=email).first()

@@ -21,11 +21,14 @@ import functools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import Http404
+from django.http import Http404, HttpRequest
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 READ_ROLES = frozenset({"owner", "admin", "member", "viewer"})
 WRITE_ROLES = frozenset({"owner", "admin", "member"})
@@ -69,7 +72,7 @@ class Access:
         return self.token is None and self.roles.get(team_id) in MANAGE_ROLES
 
     @classmethod
-    def for_request(cls, request) -> Access:
+    def for_request(cls, request: HttpRequest) -> Access:
         cached = getattr(request, "_tokvera_access", None)
         if cached is not None:
             return cached
@@ -90,11 +93,11 @@ class Access:
                 access = cls(roles=roles)
         else:  # anonymous, or another credential (a host token acts for no team)
             access = cls()
-        request._tokvera_access = access
+        request._tokvera_access = access  # type: ignore[attr-defined]  # kept for the request's life
         return access
 
 
-def _has_two_factor(user) -> bool:
+def _has_two_factor(user: User) -> bool:
     # Imported here: this module is loaded with the models, before allauth's app is ready.
     from allauth.mfa.utils import is_mfa_enabled
 
@@ -109,7 +112,7 @@ class TeamScopedQuerySet(models.QuerySet[_Owned]):
         lookup = f"{self.model.team_lookup}__in"
         return self.filter(**{lookup: access.team_ids})
 
-    def for_team(self, team) -> TeamScopedQuerySet[_Owned]:
+    def for_team(self, team: models.Model | int | None) -> TeamScopedQuerySet[_Owned]:
         return self.filter(**{self.model.team_lookup: team})
 
 
@@ -119,19 +122,21 @@ _TeamScopedManagerBase = models.Manager.from_queryset(TeamScopedQuerySet)
 class TeamScopedManager(_TeamScopedManagerBase):
     """Fail-closed: `.all()`, `.get()`, `.filter()` straight off the manager raise."""
 
-    def get_queryset(self):
+    def get_queryset(self) -> NoReturn:
         raise UnscopedQuery(
             f"{self.model.__name__}.objects must be scoped: use .visible_to(access) or "
             f".for_team(team) (only code where no team is known uses the unscoped manager)"
         )
 
-    def _scoped(self):
+    # The scoped querysets are typed Any: the stubs would take them for TeamOwned's, not the
+    # model's own (whose fields and annotations callers read).
+    def _scoped(self) -> Any:
         return super().get_queryset()
 
-    def visible_to(self, access: Access):
+    def visible_to(self, access: Access) -> Any:
         return self._scoped().visible_to(access)
 
-    def for_team(self, team):
+    def for_team(self, team: models.Model | int | None) -> Any:
         return self._scoped().for_team(team)
 
 
@@ -152,7 +157,7 @@ class TeamOwned(models.Model):
         base_manager_name = "dangerously_unscoped"
 
 
-def team_id_of(obj) -> int:
+def team_id_of(obj: Any) -> int:
     """The id of the team that owns `obj`, following the model's team_lookup path."""
     path = obj.team_lookup
     if path == "pk":
@@ -167,24 +172,24 @@ def team_id_of(obj) -> int:
 # --- pages -----------------------------------------------------------------------------------
 
 
-def get_visible_or_404(request, model, **lookup):
+def get_visible_or_404(request: HttpRequest, model: type[_Owned], **lookup: Any) -> _Owned:
     try:
         return model.objects.visible_to(Access.for_request(request)).get(**lookup)
     except model.DoesNotExist:
         raise Http404(f"No {model._meta.verbose_name} here") from None
 
 
-def require_write(request, obj) -> None:
+def require_write(request: HttpRequest, obj: Any) -> None:
     if not Access.for_request(request).can_write(team_id_of(obj)):
         raise PermissionDenied("Your role in this team is read-only.")
 
 
-def require_manage(request, obj) -> None:
+def require_manage(request: HttpRequest, obj: Any) -> None:
     if not Access.for_request(request).can_manage(team_id_of(obj)):
         raise PermissionDenied("Only owners and admins can do this.")
 
 
-def scoped_to_teams(model, team_ids: Iterable[int]):
+def scoped_to_teams(model: type[TeamOwned], team_ids: Iterable[int]) -> Any:
     """`model`'s rows of these teams through the scoped manager (one `for_team` per team)."""
     team_ids = sorted(set(team_ids))
     if not team_ids:

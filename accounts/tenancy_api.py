@@ -3,9 +3,16 @@ the role permission and the base viewset every team-owned API view derives from.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
 from rest_framework import exceptions, permissions, viewsets
+from rest_framework.request import Request
+from rest_framework.serializers import BaseSerializer
+from rest_framework.views import APIView
 
 from accounts import teams
+from accounts.models import Team
 from accounts.tenancy import Access, TeamOwned, team_id_of
 
 
@@ -13,7 +20,7 @@ class TeamRolePermission(permissions.BasePermission):
     """Safe methods need any role; writes need a writing role (403 for viewers and read-only
     tokens). `needs_manage` on the view raises the bar for writes to owners and admins."""
 
-    def has_object_permission(self, request, view, obj):
+    def has_object_permission(self, request: Request, view: APIView, obj: Any) -> bool:
         access = Access.for_request(request)
         team_id = team_id_of(obj)
         if access.role_in(team_id) is None:
@@ -34,21 +41,21 @@ class TeamScopedViewSet(viewsets.GenericViewSet):
     lookup_field = "public_id"
     lookup_value_regex = "[0-9a-fA-F-]{36}"  # a malformed id is a 404, not a database error
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "get_queryset" in cls.__dict__:
             raise TypeError(
                 f"{cls.__name__} overrides get_queryset(); narrow_queryset() keeps team scoping"
             )
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Any]:
         access = Access.for_request(self.request)
         return self.narrow_queryset(self.scoped_model.objects.visible_to(access))
 
-    def narrow_queryset(self, queryset):
+    def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset
 
-    def team_to_create_in(self, serializer):
+    def team_to_create_in(self, serializer: BaseSerializer[Any]) -> Team:
         """The team a create puts its object in: the body's `team` slug, or the caller's only
         writable team (accounts.teams.team_for_new_object), each refusal as its API answer."""
         slug = serializer.validated_data.pop("team", {}).get("slug")

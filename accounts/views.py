@@ -7,6 +7,8 @@ the role after the object is found (viewers get 403).
 from __future__ import annotations
 
 from smtplib import SMTPException
+from typing import TYPE_CHECKING, cast
+from uuid import UUID
 
 from allauth.mfa.utils import is_mfa_enabled
 from django.conf import settings
@@ -18,7 +20,7 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import ProtectedError
 from django.forms import ValidationError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -27,14 +29,18 @@ from django.views.decorators.http import require_POST
 
 from accounts import identity, teams
 from accounts.forms import InvitedAccountForm, ProfileForm, TeamCreateForm, TeamRenameForm, TokenForm
+from accounts.identity import SignedInRequest
 from accounts.middleware import ask_for_two_factor
-from accounts.models import Membership, Role, Team
+from accounts.models import Invitation, Membership, Role, Team
 from accounts.tenancy import Access, get_visible_or_404, require_manage
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 CURRENT_TEAM_SESSION_KEY = "current_team"
 
 
-def team_for_request(request, slug: str) -> Team:
+def team_for_request(request: HttpRequest, slug: str) -> Team:
     """The team in the URL, if the caller belongs to it (404 otherwise); it becomes the
     team the navigation shows as current."""
     team = get_visible_or_404(request, Team, slug=slug)
@@ -42,7 +48,7 @@ def team_for_request(request, slug: str) -> Team:
     return team
 
 
-def team_to_create_in(request, slug: str) -> Team:
+def team_to_create_in(request: HttpRequest, slug: str) -> Team:
     """The team in the URL of a create page, chosen as the API chooses it
     (teams.team_for_new_object): 404 outside it, 403 for a read-only role."""
     try:
@@ -56,7 +62,7 @@ def team_to_create_in(request, slug: str) -> Team:
 
 
 @login_required
-def home(request):
+def home(request: SignedInRequest) -> HttpResponse:
     access = Access.for_request(request)
     visible = Team.objects.visible_to(access)
     current = visible.filter(slug=request.session.get(CURRENT_TEAM_SESSION_KEY)).first()
@@ -68,7 +74,7 @@ def home(request):
 
 
 @login_required
-def profile(request):
+def profile(request: SignedInRequest) -> HttpResponse:
     """Name and timezone; the sign-in settings (email, password, two-factor) link from here."""
     form = ProfileForm(request.POST or None, instance=identity.profile_of(request.user))
     if request.method == "POST" and form.is_valid():
@@ -79,7 +85,7 @@ def profile(request):
 
 
 @login_required
-def team_create(request):
+def team_create(request: SignedInRequest) -> HttpResponse:
     """A new team; its creator is its owner."""
     form = TeamCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -101,7 +107,7 @@ def team_create(request):
 
 
 @login_required
-def team_members(request, slug):
+def team_members(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     access = Access.for_request(request)
     memberships = list(team.memberships.select_related("user", "user__profile").order_by("created_at"))
@@ -118,18 +124,18 @@ def team_members(request, slug):
     return render(request, "accounts/team_members.html", context)
 
 
-def _sole_owner_id(memberships) -> int | None:
+def _sole_owner_id(memberships: list[Membership]) -> int | None:
     owners = [m for m in memberships if m.role == Role.OWNER]
     return owners[0].pk if len(owners) == 1 else None
 
 
-def _open_invitation(team: Team, public_id):
+def _open_invitation(team: Team, public_id: UUID) -> Invitation:
     return get_object_or_404(team.invitations.filter(accepted_at__isnull=True), public_id=public_id)
 
 
 @login_required
 @require_POST
-def invitation_revoke(request, slug, public_id):
+def invitation_revoke(request: SignedInRequest, slug: str, public_id: UUID) -> HttpResponse:
     team = team_for_request(request, slug)
     invitation = _open_invitation(team, public_id)
     require_manage(request, team)
@@ -141,7 +147,7 @@ def invitation_revoke(request, slug, public_id):
 
 @login_required
 @require_POST
-def invitation_resend(request, slug, public_id):
+def invitation_resend(request: SignedInRequest, slug: str, public_id: UUID) -> HttpResponse:
     team = team_for_request(request, slug)
     invitation = _open_invitation(team, public_id)
     require_manage(request, team)
@@ -159,7 +165,7 @@ def invitation_resend(request, slug, public_id):
 
 @login_required
 @require_POST
-def member_invite(request, slug):
+def member_invite(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     require_manage(request, team)
     email = request.POST.get("email", "").strip()
@@ -180,19 +186,19 @@ def member_invite(request, slug):
     return redirect("team-members", slug=team.slug)
 
 
-def _require_owner_for_owners(request, team: Team, *roles: str) -> None:
+def _require_owner_for_owners(request: HttpRequest, team: Team, *roles: str) -> None:
     """Owners are made, demoted and removed by owners only (admins cannot promote themselves)."""
     if Role.OWNER in roles and Access.for_request(request).role_in(team.pk) != Role.OWNER:
         raise PermissionDenied("Only an owner can do this to an owner.")
 
 
-def _membership(team: Team, public_id) -> Membership:
+def _membership(team: Team, public_id: UUID) -> Membership:
     return get_object_or_404(team.memberships.select_related("user"), public_id=public_id)
 
 
 @login_required
 @require_POST
-def member_role(request, slug, public_id):
+def member_role(request: SignedInRequest, slug: str, public_id: UUID) -> HttpResponse:
     team = team_for_request(request, slug)
     membership = _membership(team, public_id)
     require_manage(request, team)
@@ -209,7 +215,7 @@ def member_role(request, slug, public_id):
 
 @login_required
 @require_POST
-def member_remove(request, slug, public_id):
+def member_remove(request: SignedInRequest, slug: str, public_id: UUID) -> HttpResponse:
     """Remove a member (owners and admins) or leave the team (anyone, for themselves)."""
     team = team_for_request(request, slug)
     membership = _membership(team, public_id)
@@ -231,12 +237,12 @@ def member_remove(request, slug, public_id):
 
 
 @login_required
-def team_tokens(request, slug):
+def team_tokens(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     return _tokens_page(request, team, TokenForm())
 
 
-def _tokens_page(request, team: Team, form: TokenForm, status: int = 200):
+def _tokens_page(request: HttpRequest, team: Team, form: TokenForm, status: int = 200) -> HttpResponse:
     context = {
         "team": team,
         "tokens": team.api_tokens.select_related("created_by"),
@@ -247,7 +253,7 @@ def _tokens_page(request, team: Team, form: TokenForm, status: int = 200):
 
 
 @login_required
-def team_settings(request, slug):
+def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
     """Team settings: every member may read them; owners and admins change them."""
     team = team_for_request(request, slug)
     can_manage = Access.for_request(request).can_manage(team.pk)
@@ -272,7 +278,7 @@ def team_settings(request, slug):
 
 @login_required
 @require_POST
-def team_rename(request, slug):
+def team_rename(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     require_manage(request, team)
     form = TeamRenameForm(request.POST)
@@ -290,7 +296,7 @@ def team_rename(request, slug):
 
 
 @login_required
-def team_delete(request, slug):
+def team_delete(request: SignedInRequest, slug: str) -> HttpResponse:
     """Owners only. The page spells out what goes with the team; typing its name confirms."""
     team = team_for_request(request, slug)
     if Access.for_request(request).role_in(team.pk) != Role.OWNER:
@@ -316,7 +322,7 @@ def team_delete(request, slug):
 @never_cache  # the page carries the new token: no cache may keep it
 @login_required
 @require_POST
-def token_create(request, slug):
+def token_create(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     require_manage(request, team)
     form = TokenForm(request.POST)
@@ -336,7 +342,7 @@ def token_create(request, slug):
 
 @login_required
 @require_POST
-def token_revoke(request, slug, public_id):
+def token_revoke(request: SignedInRequest, slug: str, public_id: UUID) -> HttpResponse:
     team = team_for_request(request, slug)
     token = get_object_or_404(team.api_tokens, public_id=public_id)
     require_manage(request, team)
@@ -347,12 +353,12 @@ def token_revoke(request, slug, public_id):
 
 @login_required
 @require_POST
-def team_switch(request, slug):
+def team_switch(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     return redirect(reverse("team-dashboard", kwargs={"slug": team.slug}))
 
 
-def invite_accept(request, secret):
+def invite_accept(request: HttpRequest, secret: str) -> HttpResponse:
     """An invitation link. The account of the invited address accepts it (logged in, or
     logging in first); someone without an account sets a password and joins in one step
     (the new account's email is the invited address). Any other account is refused.
@@ -383,7 +389,8 @@ def invite_accept(request, secret):
                 {"invitation": invitation, "form": form}, status=400,
             )
         with transaction.atomic():  # a new account exists only if the invitation was used
-            user = request.user
+            # Without a form the caller is signed in (an anonymous one got the form above).
+            user = cast("User", request.user)
             if form is not None:
                 user = teams.user_by_email(invitation.email, create=True)
                 user.set_password(form.cleaned_data["new_password1"])

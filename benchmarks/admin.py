@@ -1,7 +1,7 @@
 """Admin for the network: hosts (online state, trust, EWMAs, reputation, recent jobs, failure
 share), the catalog, jobs (read-only, without their private bodies) and the audit log.
 
-Every change goes through benchmarks.hosts, which records it in the audit log; the change
+Every change goes through benchmarks.network.hosts, which records it in the audit log; the change
 form and every action do. Hardware trust is offered nowhere and refused by the model.
 """
 
@@ -17,9 +17,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from accounts.validators import validate_one_line
-from benchmarks import audit, ewma, hosts
 from benchmarks.models import GRANTABLE_TRUST, AuditEntry, CatalogModel, Host, Job, JobStatus
-from benchmarks.system_wide import ALL_HOSTS, ALL_JOBS
+from benchmarks.network import audit, ewma, hosts
+from benchmarks.network.system_wide import ALL_HOSTS, ALL_JOBS
 from common.admin_display import figure, time_column, when
 
 RECENT_DAYS = 7

@@ -11,13 +11,13 @@ class BenchmarksConfig(AppConfig):
         ("Network: expire leases and assign jobs", "benchmarks.tasks.network_tick", 5),
         # Folds whatever a lost fold task left behind (each completion queues its own fold).
         ("Network: fold EWMAs left behind", "benchmarks.tasks.sweep_unfolded", 30),
-        # Rebuilt a little before the cached snapshot (300 s) lapses (benchmarks/public_cache.py).
+        # Rebuilt a little before the cached snapshot (300 s) lapses (benchmarks/public/cache.py).
         ("Public benchmarks: rebuild the snapshot", "benchmarks.tasks.refresh_public_benchmarks", 240),
     )
 
     def ready(self):
-        from benchmarks.catalog import forget_advertised, forget_catalog_ids
         from benchmarks.models import CatalogModel
+        from benchmarks.network.catalog import forget_advertised, forget_catalog_ids
 
         post_save.connect(forget_catalog_ids, sender=CatalogModel,
                           dispatch_uid="benchmarks-catalog-saved")

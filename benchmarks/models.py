@@ -9,7 +9,7 @@
   catalog: who, what, when.
 
 Hosts and jobs derive from accounts.tenancy.TeamOwned (`objects` is fail-closed); the
-coordinator's own code (routing, leases, folding) reads them through benchmarks/system_wide.py,
+coordinator's own code (routing, leases, folding) reads them through benchmarks/network/system_wide.py,
 because it acts for the network, not for a team.
 """
 
@@ -115,7 +115,7 @@ class Host(TeamOwned):
     cpu_model = models.CharField(max_length=100, blank=True, editable=False)
     ram_mb = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
-    # What the coordinator learned from the host's jobs (benchmarks/ewma.py).
+    # What the coordinator learned from the host's jobs (benchmarks/network/ewma.py).
     reputation = models.FloatField(default=0.5, editable=False)
     ttft_ewma_ms = models.FloatField(null=True, blank=True, editable=False)
     tps_ewma = models.FloatField(null=True, blank=True, editable=False)

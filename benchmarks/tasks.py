@@ -4,7 +4,7 @@ They are acknowledged on receipt (the project default): a task lost with a dying
 covered by the periodic sweep and tick, which redo whatever it left undone.
 
 Imports go one way: tasks use jobs, routing and ewma; none of those imports this module
-(benchmarks/services.py queues the fold after a completion).
+(benchmarks/network/services.py queues the fold after a completion).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from celery import shared_task
 from django.core.cache import cache
 from django.db import transaction
 
-from benchmarks import ewma, jobs, public_cache, routing
+from benchmarks.network import ewma, jobs, routing
+from benchmarks.public import cache as public_cache
 from common.cache_outage import CACHE_ERRORS, warn
 
 FOLD_PENDING_KEY = "benchmarks:fold-pending"
@@ -78,7 +79,7 @@ def request_pass() -> bool:
 @shared_task(ignore_result=True, queue=PASS_QUEUE)
 def assign_queued_jobs() -> int:
     """Assign queued jobs to free hosts: one pass over many jobs and hosts (after the one in
-    flight, if any); the hosts given work are woken (benchmarks/wakeup.py)."""
+    flight, if any); the hosts given work are woken (benchmarks/network/wakeup.py)."""
     with contextlib.suppress(*CACHE_ERRORS):
         cache.delete(PASS_PENDING_KEY)  # before reading: later requests queue anew
     return routing.assign_queued()

@@ -5,7 +5,9 @@ strftime of our own and raw floats. No import of scans or benchmarks: accounts u
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import admin
 from django.utils import dateformat, timezone
@@ -14,7 +16,7 @@ MISSING = "—"
 TIME_FORMAT = "Y-m-d H:i T"
 
 
-def when(value) -> str:
+def when(value: datetime.datetime | None) -> str:
     """A time as the admin shows it, in the active zone; "—" for none."""
     if value is None:
         return MISSING
@@ -26,7 +28,7 @@ def time_column(field: str, description: str | None = None) -> Callable:
     or a ModelAdmin attribute (then named in readonly_fields and fieldsets)."""
 
     @admin.display(description=description or field.replace("_", " "), ordering=field)
-    def column(*args) -> str:  # (obj), or (modeladmin, obj) as a ModelAdmin's method
+    def column(*args: Any) -> str:  # (obj), or (modeladmin, obj) as a ModelAdmin's method
         return when(getattr(args[-1], field))
 
     column.__name__ = f"{field}_shown"

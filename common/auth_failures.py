@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.cache import cache
+from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 
@@ -100,7 +101,7 @@ def throttled(retry_after: int) -> exceptions.Throttled:
     return exceptions.Throttled(wait=retry_after, detail=message())
 
 
-def refuse_unlooked(request, token: str) -> None:
+def refuse_unlooked(request: HttpRequest, token: str) -> None:
     """For DRF authenticators, before the token's lookup: raise the 429 of refused_unlooked."""
     retry_after = refused_unlooked(client_address.of_request(request), token)
     if retry_after is not None:
@@ -121,7 +122,7 @@ def message() -> str:
             f"{_limit('AUTH_FAILURE_LIMIT')} per {_limit('AUTH_FAILURE_WINDOW_S')} s.")
 
 
-def failed(request, detail: str) -> exceptions.APIException:
+def failed(request: HttpRequest, detail: str) -> exceptions.APIException:
     """For DRF authenticators, once a token failed its check: count the failure and give what
     to raise, 401 with `detail` or, over the limit, 429 (Throttled, with Retry-After)."""
     retry_after = record(client_address.of_request(request))

@@ -17,6 +17,7 @@ import ipaddress
 from collections.abc import Mapping
 
 from django.conf import settings
+from django.http import HttpRequest
 
 
 def from_forwarded(peer: str, forwarded_for: str) -> str:
@@ -36,7 +37,7 @@ def of_environ(environ: Mapping[str, str]) -> str:
     return from_forwarded(environ.get("REMOTE_ADDR", ""), environ.get("HTTP_X_FORWARDED_FOR", ""))
 
 
-def of_request(request) -> str:
+def of_request(request: HttpRequest) -> str:
     """The client of a Django request (axes calls this with its request)."""
     return of_environ(request.META)
 

@@ -3,15 +3,16 @@ people, and 503 with Retry-After whenever the database cannot be reached, so an 
 CLI's --publish or a scraper can tell an outage (retry later) from a bug (report it).
 
 Django calls these handlers (tokvera_site/urls.py) for what no view answered itself; the
-heartbeat's WSGI fast path uses the same outage answer (benchmarks/host_wsgi.py).
+heartbeat's WSGI fast path uses the same outage answer (benchmarks/network/host_wsgi.py).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
@@ -30,27 +31,28 @@ def is_database_outage(exc: BaseException | None) -> bool:
     return isinstance(exc, (OperationalError, InterfaceError))
 
 
-def is_api(request) -> bool:
+def is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIXES)
 
 
-def not_found(request, exception=None):
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """JSON for API callers (e.g. a malformed id that no route matches), HTML for people."""
     if is_api(request):
         return JsonResponse({"detail": "Not found."}, status=404)
     return page_not_found(request, exception)
 
 
-def bad_request(request, exception=None):
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """JSON for API callers: Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (16 MB)
     or a malformed request before any view runs."""
     if is_api(request):
         return JsonResponse({"detail": "Bad request: malformed, or a body over 16 MB."},
                             status=400)
-    return django_bad_request(request, exception)
+    # Django always passes the exception here; its view never reads it (nothing is disclosed).
+    return django_bad_request(request, exception)  # type: ignore[arg-type]
 
 
-def server_error(request):
+def server_error(request: HttpRequest) -> HttpResponse:
     """An exception no view handled. Django calls this inside its `except` block, so the
     exception is the one being handled: a database outage answers 503 with Retry-After on
     every path, anything else 500 (JSON for API callers)."""
@@ -76,10 +78,10 @@ class ApiNotFoundAsJson:
     `GET /api/v1/scans/` answered HTML). Only Django's own HTML 404s are replaced; a view's
     JSON 404 passes unchanged."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
         if (response.status_code == 404 and is_api(request)
                 and response.get("Content-Type", "").startswith("text/html")):

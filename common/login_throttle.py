@@ -9,11 +9,13 @@ default handler), so the limit holds across web workers and while the cache is d
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.helpers import get_cool_off
 from django.contrib.auth import get_user_model
 from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 
@@ -23,13 +25,14 @@ class LoginThrottleBackend(AxesStandaloneBackend):
     A call without a request (a management command, a test client's `login()`) has no address
     to count and is not an attacker's path: it is passed to the next backend unchecked."""
 
-    def authenticate(self, request, username=None, password=None, **kwargs):
+    def authenticate(self, request: HttpRequest | None, username: str | None = None,
+                     password: str | None = None, **kwargs: Any) -> Any:
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
 
 
-def account_key(request, credentials=None) -> str:
+def account_key(request: HttpRequest | None, credentials: dict[str, Any] | None = None) -> str:
     """What the per-account count is keyed by: the account's username, whichever identifier
     was typed (allauth's login takes an email or a username), so switching between the two
     does not double the guesses; for an unknown identifier, that identifier (lowercased)."""
@@ -46,7 +49,8 @@ def account_key(request, credentials=None) -> str:
     return usernames[0].lower() if len(usernames) == 1 else typed
 
 
-def locked_out(request, original_response=None, credentials=None):
+def locked_out(request: HttpRequest, original_response: HttpResponse | None = None,
+               credentials: dict[str, Any] | None = None) -> HttpResponse:
     """The answer to a locked-out sign-in: 429, Retry-After and a page that says why."""
     cool_off = get_cool_off(request)
     minutes = math.ceil(cool_off.total_seconds() / 60)

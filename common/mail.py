@@ -10,17 +10,19 @@ from __future__ import annotations
 import copy
 
 from django.conf import settings
+from django.core.mail import EmailMessage
 from django.core.mail.backends import console
 
 from common.logging import redact
 
 
 class ConsoleEmailBackend(console.EmailBackend):
-    def write_message(self, message):
+    def write_message(self, message: EmailMessage) -> None:
         if not settings.EMAIL_SHOW_SECRETS:
             message = copy.copy(message)
-            message.subject = redact(message.subject)
-            message.body = redact(message.body)
-            message.alternatives = [(redact(content), mimetype) for content, mimetype
-                                    in getattr(message, "alternatives", [])]
+            message.subject = redact(str(message.subject))
+            message.body = redact(str(message.body))
+            # Only EmailMultiAlternatives declares alternatives; a plain message gets none.
+            message.alternatives = [(redact(content), mimetype)  # type: ignore[attr-defined]
+                                    for content, mimetype in getattr(message, "alternatives", [])]
         super().write_message(message)

@@ -13,7 +13,7 @@ so that /metrics aggregates them; the run command does.
 import hmac
 
 from django.conf import settings
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django_prometheus.exports import ExportToDjangoView
 from prometheus_client import Counter
@@ -22,7 +22,7 @@ TASKS = Counter("tokvera_celery_tasks", "Celery tasks finished, by task and fina
 
 
 @never_cache
-def site_metrics(request):
+def site_metrics(request: HttpRequest) -> HttpResponse:
     """The process metrics, behind SITE_METRICS_TOKEN when it is set (compared in constant
     time)."""
     token = settings.SITE_METRICS_TOKEN

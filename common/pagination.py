@@ -15,15 +15,20 @@ given out before, are still read (and checked) so that a paging loop survives an
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 from rest_framework import exceptions
 from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
@@ -37,7 +42,7 @@ class StrictCursorPagination(CursorPagination):
     page_size = 100
     max_page_size = 500
 
-    def get_page_size(self, request):
+    def get_page_size(self, request: Request) -> int | None:
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
@@ -49,7 +54,9 @@ class StrictCursorPagination(CursorPagination):
             raise exceptions.ValidationError({self.page_size_query_param: [message]})
         return value
 
-    def paginate_queryset(self, queryset, request, view=None):
+    # Narrower than DRF's (a queryset or a list): a cursor page reads its rows' model.
+    def paginate_queryset(self, queryset: QuerySet[Any, Any], request: Request,  # type: ignore[override]
+                          view: APIView | None = None) -> list[Any] | None:
         self._model = queryset.model  # decode_cursor checks a cursor's position against it
         _ordering_time_field(queryset.model, self.ordering)
         return super().paginate_queryset(queryset, request, view)
@@ -64,7 +71,7 @@ class StrictCursorPagination(CursorPagination):
         encoded = f"{cursor.offset}.{int(cursor.reverse)}.{position}"
         return replace_query_param(self.base_url or "", self.cursor_query_param, encoded)
 
-    def decode_cursor(self, request):
+    def decode_cursor(self, request: Request) -> Cursor | None:
         refused = exceptions.ValidationError(
             {self.cursor_query_param: ["not a cursor this API gave out (use the next or "
                                        "previous link of a page)"]})
@@ -94,7 +101,7 @@ class StrictCursorPagination(CursorPagination):
                 raise refused
         return cursor
 
-    def get_schema_operation_parameters(self, view):
+    def get_schema_operation_parameters(self, view: APIView) -> list[Any]:
         return [
             {
                 "name": self.cursor_query_param,
@@ -115,7 +122,7 @@ class StrictCursorPagination(CursorPagination):
         ]
 
 
-def _ordering_time_field(model, ordering) -> None:
+def _ordering_time_field(model: type[models.Model], ordering: str | Sequence[str]) -> None:
     """Cursors carry the ordering column as a time: the first ordering field must be one."""
     name = (ordering[0] if isinstance(ordering, list | tuple) else str(ordering)).lstrip("-")
     if not isinstance(model._meta.get_field(name), models.DateTimeField):

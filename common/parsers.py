@@ -8,12 +8,13 @@ Nesting is limited to MAX_JSON_DEPTH: a body nested 100,000 deep makes the JSON 
 RecursionError, and one a few hundred deep would make every recursive reader after it (schema
 validation, serialising, jsonb) do the same. No document the API takes comes near the limit.
 
-`loads` is the same rule for a body a view reads itself (pushed reports, scans/pushes.py)."""
+`loads` is the same rule for a body a view reads itself (pushed reports, scans/running/pushes.py)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import IO, Any, NoReturn
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
@@ -30,7 +31,7 @@ class UnacceptableJSON(ValueError):
     """Not JSON, or JSON this site does not take; the message says which and where."""
 
 
-def _refuse_constant(name: str):
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -53,7 +54,7 @@ def loads(body: bytes | str) -> Any:
     return data
 
 
-def unstorable_text(value, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> str | None:
+def unstorable_text(value: Any, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """The path of the first string (key or value) holding NUL or a lone surrogate, or None.
     Raises TooDeep when arrays and objects nest deeper than `max_depth`."""
     stack = [(path, value, 0)]
@@ -75,7 +76,8 @@ def unstorable_text(value, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> s
 
 
 class StrictJSONParser(JSONParser):
-    def parse(self, stream, media_type=None, parser_context=None):
+    def parse(self, stream: IO[Any], media_type: str | None = None,
+              parser_context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         too_deep = ParseError(TOO_DEEP)
         try:
             data = super().parse(stream, media_type, parser_context)

@@ -9,6 +9,7 @@ import time
 
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
+from redis import Redis
 
 from common.cache_outage import CACHE_ERRORS, warn
 
@@ -111,7 +112,7 @@ def _count(cache_key: str, window_s: int, weight: int = 1) -> int:
         return cache.incr(cache_key, weight)  # another worker created it between our two calls
 
 
-def _redis_client():
+def _redis_client() -> Redis | None:
     """The Redis client under Django's cache when it is Redis (else None), kept on the cache
     backend object (one per thread, replaced when the settings change), so every call reuses
     it and its connection pool."""

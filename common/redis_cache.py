@@ -10,16 +10,20 @@ starts afresh in a forked process; everything else is Django's backend unchanged
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
+from redis import Redis
 
 
 class _KeptClient(RedisCacheClient):
-    def __init__(self, servers, **options) -> None:
+    def __init__(self, servers: list[str], **options: Any) -> None:
         super().__init__(servers, **options)
-        self._clients: dict[int, object] = {}
+        self._clients: dict[int, Redis] = {}
 
-    def get_client(self, key=None, *, write=False):
+    def get_client(self, key: str | bytes | memoryview | None = None, *,
+                   write: bool = False) -> Redis:
         # Django's private helpers (not in its stubs): the pool each call would have used.
         index = self._get_connection_pool_index(write)  # type: ignore[attr-defined]
         client = self._clients.get(index)
@@ -30,6 +34,6 @@ class _KeptClient(RedisCacheClient):
 
 
 class RedisCache(DjangoRedisCache):
-    def __init__(self, server, params) -> None:
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = _KeptClient

@@ -21,7 +21,7 @@ class ScansConfig(AppConfig):
 
         import scans.tasks  # noqa: F401
         from accounts.models import Team
-        from scans.channels.service import give_new_team_its_email_channel
+        from scans.notify.channels.service import give_new_team_its_email_channel
 
         post_save.connect(give_new_team_its_email_channel, sender=Team,
                           dispatch_uid="scans-team-email-channel")

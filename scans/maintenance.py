@@ -8,9 +8,10 @@ with the offset before the change (zoneinfo's fold=0), so it starts an hour late
 one that happens twice (the repeated hour) starts at the first. A weekly window recurs from its
 created_at on: it changes no SLO figure from before it existed.
 
-Alerts (scans/alerts.py) are held while a scan ran in a window; SLO windows (scans/slo.py)
-leave the windows' time out of covered and bad time; the dispatcher (scans/dispatch.py) starts
-no scheduled scan in a window that pauses scans. Every read goes through the team scoping layer.
+Alerts (scans/notify/alerts.py) are held while a scan ran in a window; SLO windows
+(scans/history/slo_windows.py) leave the windows' time out of covered and bad time; the
+dispatcher (scans/running/dispatch.py) starts no scheduled scan in a window that pauses
+scans. Every read goes through the team scoping layer.
 
 A one-off window is bounded where it is typed (span_errors): it starts no earlier than
 PAST_GRACE before now, lasts at most MAX_LENGTH and starts within MAX_AHEAD of now.
@@ -237,7 +238,7 @@ def upcoming(
 
 
 def duration_text(minutes: int) -> str:
-    """90 -> '1 h 30 min' (scans.slo says it the same way; imported from neither side)."""
+    """90 -> '1 h 30 min' (scans.history.slo_wording says it the same way; imported from neither side)."""
     hours, minutes = divmod(minutes, 60)
     return (
         " ".join(part for part in (f"{hours} h" * bool(hours), f"{minutes} min" * bool(minutes)) if part)

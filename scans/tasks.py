@@ -6,12 +6,14 @@ import logging
 
 from celery import shared_task
 
-from scans import dispatch, pushes, retention, rollups, scheduling, worker
+from scans.endpoints import scheduling
+from scans.history import retention, rollups
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
-from scans.alerts import send_alert, send_webhook
-from scans.channels.delivery import deliver_due_notifications, deliver_notification
+from scans.notify.alerts import send_alert, send_webhook
+from scans.notify.channels.delivery import deliver_due_notifications, deliver_notification
+from scans.running import dispatch, pushes, worker
 
 __all__ = ["deliver_due_notifications", "deliver_notification",
            "enqueue_due_scans", "prove_pushed_report",
@@ -55,19 +57,19 @@ def run_scan(self, scan_id: int) -> str:
 @shared_task(acks_late=True, queue=pushes.PROOF_QUEUE)  # idempotent: a conditional claim
 def prove_pushed_report(scan_id: int) -> str:
     """Prove and store (or refuse) one uploaded report, on the proof workers (queue "proofs",
-    scans/pushes.py): the CPU-heavy part of a push, kept off the web's request threads."""
+    scans/running/pushes.py): the CPU-heavy part of a push, kept off the web's request threads."""
     return pushes.prove_pending(scan_id)
 
 
 @shared_task(acks_late=True)  # idempotent: a pruned scan is not pruned again; row locks only
 def prune_reports() -> str:
     """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
-    (scans/retention.py), in batches, for at most a couple of minutes a pass."""
+    (scans/history/retention.py), in batches, for at most a couple of minutes a pass."""
     return str(retention.prune())
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans
 def roll_up_scans() -> str:
     """Every 5 minutes: the hourly and daily rollups of the hours touched since the last pass
-    (scans/rollups.py), which long chart ranges read."""
+    (scans/history/rollups.py), which long chart ranges read."""
     return str(rollups.roll_up())

@@ -178,13 +178,13 @@ def _migrated_template() -> str:
     if not _template:
         import subprocess
         import sys
-        from pathlib import Path
+
+        from tests.helpers.paths import ROOT
 
         url = scratch_database("template")
         env = {**os.environ, "DATABASE_URL": url, "CACHE_URL": "dbcache://tokvera_cache"}
-        root = Path(__file__).resolve().parent.parent
         for command in (["migrate", "--noinput", "-v", "0"], ["createcachetable"]):
-            done = subprocess.run([sys.executable, "manage.py", *command], cwd=root, env=env,
+            done = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env,
                                   capture_output=True, text=True, timeout=300, check=False)
             assert done.returncode == 0, done.stderr[-3000:]
         _template.append(url.rsplit("/", 1)[1])

@@ -7,7 +7,7 @@ import os
 
 from celery import Celery, bootsteps, signals
 
-from scans.grader.runner import GC_GEN0_THRESHOLD  # the grader is Django-free: safe before setup
+from scans.grader import GC_GEN0_THRESHOLD  # the grader is Django-free: safe before setup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 

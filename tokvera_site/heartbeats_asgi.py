@@ -12,6 +12,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
 django.setup()
 
-from benchmarks.heartbeat_server import HeartbeatApp, SteadyWriter, connect_as_django  # noqa: E402
+from benchmarks.network.heartbeat_batches import SteadyWriter, connect_as_django  # noqa: E402
+from benchmarks.network.heartbeat_server import HeartbeatApp  # noqa: E402
 
 application = HeartbeatApp(SteadyWriter(connect_as_django()))

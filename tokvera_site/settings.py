@@ -25,7 +25,7 @@ def _load():
         "OUTBOUND_ALLOW": config.string_list("OUTBOUND_ALLOW", []),
         # Where a name connects instead, as curl --resolve: "host:port=ip:port", comma-separated.
         # The guard still judges the address given. Tests point the notification services'
-        # fixed hosts (hooks.slack.com, …) at loopback receivers with it (scans/channels/).
+        # fixed hosts (hooks.slack.com, …) at loopback receivers with it (scans/notify/channels/).
         "OUTBOUND_RESOLVE": config.string_list("OUTBOUND_RESOLVE", []),
         "DEBUG": config.flag("DEBUG", default=False),
         "DATABASES": {"default": config.database()},
@@ -61,7 +61,7 @@ def _load():
         # make accounts then). docs/operations.md, "Accounts".
         "SIGNUP_OPEN": config.flag("SIGNUP_OPEN", default=True),
         # Days a scan's full report.json is kept after it finished; then only its summary
-        # stays (grade, points, checks, each level's figures: scans/retention.py). At least 1.
+        # stays (grade, points, checks, each level's figures: scans/history/retention.py). At least 1.
         "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
         # Teams one account may own: each team has budgets of its own (pushed report bytes,
         # job submissions), so making teams must not multiply them (accounts/teams.py).
@@ -344,7 +344,7 @@ if not CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F821
     if _broker_prefix and CELERY_BROKER_URL.startswith("redis"):  # noqa: F821
         CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = _broker_prefix
 
-# Scans (scans/worker.py; docs/operations.md). A running scan touches its row every
+# Scans (scans/running/worker.py; docs/operations.md). A running scan touches its row every
 # SCAN_HEARTBEAT_S; the reaper errors one silent for SCAN_STALE_AFTER_S (its worker died) and
 # frees its origin. A scan whose origin is busy stays queued and is sent again once
 # SCAN_ORIGIN_BUSY_RETRY_S have passed (by the beat's next run). A finished report waits in the

@@ -17,6 +17,6 @@ from django.urls import get_resolver  # noqa: E402
 
 get_resolver().url_patterns  # noqa: B018 - loading it is the point
 
-from benchmarks.host_wsgi import HostFastPath  # noqa: E402 - needs django.setup()
+from benchmarks.network.host_wsgi import HostFastPath  # noqa: E402 - needs django.setup()
 
 application = HostFastPath(django_application)

@@ -6,12 +6,15 @@ scoping layer (another team's channel is a 404); writes need a writing role. A c
 and signing secret are write-only, as on the channels page: accepted, stored encrypted, never
 returned (`has_url`, `has_secret` say whether one is set; `destination` is the host it sends
 to, never a token). What a channel is given is checked by the one write service the page uses
-(scans/channels/service.py): an Apprise URL Apprise cannot read as the kind's, or a host the
+(scans/notify/channels/service.py): an Apprise URL Apprise cannot read as the kind's, or a host the
 outbound guard refuses, is a 400 under `url` and nothing is saved."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -21,20 +24,22 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from common.errors import Conflict, Unprocessable
 from common.pagination import StrictCursorPagination
-from scans.channels import delivery, kinds, service
 from scans.models import ChannelKind, Delivery, DeliveryStatus, NotificationChannel
+from scans.notify.channels import delivery, kinds, service
 
 NAME_TAKEN = "The team has a channel of this name already."
 
 
-def _account(request) -> str:
+def _account(request: Request) -> str:
     """Whose "Send test" limit a call counts against: the signed-in account, or for a team
     token the account that made it (the token itself if that account is gone)."""
     token = getattr(request.user, "token", None)
@@ -76,14 +81,14 @@ class ChannelSerializer(serializers.ModelSerializer):
         validators: list = []  # the name's uniqueness per team is checked on save (IntegrityError)
 
     @extend_schema_field(serializers.BooleanField())
-    def get_has_url(self, channel) -> bool:
+    def get_has_url(self, channel: NotificationChannel) -> bool:
         return bool(channel.config_encrypted) and bool(service.stored_config(channel).get("url"))
 
     @extend_schema_field(serializers.BooleanField())
-    def get_has_secret(self, channel) -> bool:
+    def get_has_secret(self, channel: NotificationChannel) -> bool:
         return service.has_secret(channel)
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         channel = self.instance or NotificationChannel()
         kind = attrs.get("kind", channel.kind)
         if self.instance is not None and kind != self.instance.kind:
@@ -120,12 +125,12 @@ class ChannelSerializer(serializers.ModelSerializer):
         except IntegrityError:
             raise Conflict({"name": [NAME_TAKEN]}) from None
 
-    def create(self, validated):
+    def create(self, validated: dict[str, Any]) -> NotificationChannel:
         channel = self.prepared
         channel.team = validated["team"]
         return self._save(channel)
 
-    def update(self, instance, validated):
+    def update(self, instance: NotificationChannel, validated: dict[str, Any]) -> NotificationChannel:
         return self._save(self.prepared)
 
 
@@ -150,12 +155,12 @@ class DeliverySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
-    def get_endpoint(self, row) -> str | None:
+    def get_endpoint(self, row: Delivery) -> str | None:
         endpoint = row.event.endpoint
         return str(endpoint.public_id) if endpoint else None
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
-    def get_scan(self, row) -> str | None:
+    def get_scan(self, row: Delivery) -> str | None:
         scan = row.event.scan
         return str(scan.public_id) if scan else None
 
@@ -198,18 +203,18 @@ class ChannelViewSet(
     serializer_class = ChannelSerializer
     pagination_class = ChannelPages
 
-    def narrow_queryset(self, queryset):
+    def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.select_related("team")
 
-    def perform_create(self, serializer):
+    def perform_create(self, serializer: BaseSerializer[Any]) -> None:
         team = self.team_to_create_in(serializer)
         serializer.save(team=team)
 
-    def perform_update(self, serializer):
+    def perform_update(self, serializer: BaseSerializer[Any]) -> None:
         serializer.validated_data.pop("team", None)  # a channel never moves between teams
         serializer.save()
 
-    def perform_destroy(self, instance):
+    def perform_destroy(self, instance: NotificationChannel) -> None:
         """The channel goes with its delivery history; the alert events stay."""
         service.delete(instance)
 
@@ -225,7 +230,7 @@ class ChannelViewSet(
         })},
     )
     @action(detail=True, methods=["post"], url_path="test", url_name="test")
-    def send_test(self, request, public_id=None):
+    def send_test(self, request: Request, public_id: str | None = None) -> Response:
         """Send a test message: a worker sends it (this call does not wait on the service), once,
         never retried; it is a delivery in the channel's history. Limited per team and per
         account (429 with Retry-After); 503 with Retry-After, nothing saved, while the task
@@ -247,7 +252,7 @@ class ChannelViewSet(
 
     @extend_schema(responses=DeliverySerializer(many=True))
     @action(detail=True, methods=["get"], url_path="deliveries")
-    def deliveries(self, request, public_id=None):
+    def deliveries(self, request: Request, public_id: str | None = None) -> Response:
         """The channel's deliveries, newest first (cursor-paginated): each alert or test message
         sent to it, with its status, tries and last error."""
         channel = self.get_object()

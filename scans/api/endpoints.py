@@ -4,7 +4,9 @@ reached through the team scoping layer; writes need a writing role."""
 
 from __future__ import annotations
 
-from django.db.models import OuterRef, Subquery
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -17,32 +19,33 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from common.errors import Unprocessable
 from common.pagination import StrictCursorPagination
-from scans import dispatch, endpoint_limits, endpoints, profile, pushes, scheduling
-from scans import state as endpoint_state
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
-from scans.api.slo import EndpointSloSerializer, endpoint_slo
-from scans.grader import scoring
-from scans.grader.plan import PlanError
-from scans.grader.slo import MAX_SEARCH_LEVELS
-from scans.grader.workload import DatasetError
-from scans.history import capacity_history, check_history, latest_capacity
+from scans.api.slo_windows import EndpointSloSerializer, endpoint_slo
+from scans.endpoints import limits, profile, profile_fields, scheduling
+from scans.endpoints import service as endpoints
+from scans.grader import CHECKS, DatasetError, PlanError
+from scans.history import state as endpoint_state
+from scans.history.capacity import capacity_history, latest_capacity
+from scans.history.check_results import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
     MIN_INTERVAL_MINUTES,
     CapacityOutcome,
     Endpoint,
-    NotificationChannel,
     Scan,
     ScanStatus,
     ScanTrigger,
 )
+from scans.running import dispatch, pushes
 
 DEFAULT_HISTORY_POINTS = 500
 
@@ -54,7 +57,7 @@ MAX_POINTS_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_HISTORY_POI
 class ChannelIdsField(serializers.ListField):
     """An endpoint's picked channels as their public ids."""
 
-    def to_representation(self, data):
+    def to_representation(self, data: Any) -> list[str]:  # a related manager
         return [str(channel.public_id) for channel in data.all()]  # prefetched by the view
 
 
@@ -79,11 +82,17 @@ BASE_URL_PATTERN = (f"^https?://(?:{_IPV4}|\\[(?:{_IPV6})\\]|localhost|{_HOSTNAM
                     f"(?::{_PORT})?(?:/{_PATH_CHAR}*)?$")
 
 
+_MINIMUM_IN_FIELD = tuple(
+    row for row in (*profile_fields.group("workload", "number"),
+                    *profile_fields.group("capacity", "number"))
+    if row.minimum is not None)
+
+
 class EndpointSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="public_id", read_only=True)
     # Resolved in the view through the scoping layer: an unknown or foreign slug is a 404.
     team = serializers.SlugField(source="team.slug", required=False)
-    # Checked in validate_base_url (scans/endpoints.py), which names a missing scheme's fix.
+    # Checked in validate_base_url (scans/endpoints/service.py), which names a missing scheme's fix.
     base_url = serializers.CharField(max_length=500)
     # Secrets are write-only: accepted, stored encrypted, never returned.
     # An empty string removes a stored secret.
@@ -98,7 +107,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     # like the others, write-only and stored encrypted; "" removes it.
     load_dataset = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                          trim_whitespace=False,
-                                         max_length=profile.SITE_MAX_DATASET_BYTES)
+                                         max_length=limits.SITE_MAX_DATASET_BYTES)
     has_load_dataset = serializers.BooleanField(read_only=True)
     levels = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False)
     interval_minutes = serializers.IntegerField(min_value=MIN_INTERVAL_MINUTES,
@@ -108,62 +117,46 @@ class EndpointSerializer(serializers.ModelSerializer):
     latest_scan = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField()
 
-    # Limits enforced by validate_profile (answered as `scan_profile`) and the validate_<field>
-    # methods below, stated for the API schema only (tokvera_site/api_schema.py).
+    # Limits the endpoint service enforces (answered as `scan_profile`) and the validate_<field>
+    # methods below, stated for the API schema only (tokvera_site/api_schema.py); each profile
+    # field's bounds are its row in scans/endpoints/profile_fields.py.
     schema_limits = {
         "base_url": {"pattern": BASE_URL_PATTERN},
-        "levels": {"maxItems": profile.SITE_MAX_LEVELS,
-                   "items": {"minimum": 1, "maximum": profile.SITE_MAX_LEVEL}},
-        "requests_per_level": {"minimum": 1, "maximum": profile.SITE_MAX_REQUESTS_PER_SCAN},
-        "max_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_TOKENS},
-        "timeout_s": {"exclusiveMinimum": 0, "maximum": profile.SITE_MAX_TIMEOUT_S},
-        "input_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_INPUT_TOKENS},
-        "output_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_OUTPUT_TOKENS},
-        "shared_prefix_tokens": {"minimum": 1, "maximum": profile.SITE_MAX_INPUT_TOKENS},
-        "warmup": {"minimum": 0, "maximum": profile.SITE_MAX_WARMUP},
-        "price_input_per_mtok": {"minimum": 0},
-        "price_output_per_mtok": {"minimum": 0},
+        "levels": {"maxItems": limits.SITE_MAX_LEVELS,
+                   "items": {"minimum": 1, "maximum": limits.SITE_MAX_LEVEL}},
+        **{row.name: row.schema_bounds() for row in profile_fields.FIELDS if row.schema_bounds()},
         "slo_error_rate": {"minimum": 0, "maximum": 1},
         "slo_objective": {"exclusiveMinimum": 0, "maximum": 1},
-        "capacity_search_levels": {"minimum": 1, "maximum": MAX_SEARCH_LEVELS},
-        "capacity_alert_below": {"minimum": 1, "maximum": profile.SITE_MAX_LEVEL},
     }
 
     class Meta:
         model = Endpoint
         fields = [
             "id", "team", "name", "base_url", "model", "mode", "api_key", "has_api_key",
-            "levels", "requests_per_level", "max_tokens", "timeout_s", "interval_minutes",
-            "enabled", "price_input_per_mtok", "price_output_per_mtok", "has_prompt_sample",
-            "input_tokens", "output_tokens", "shared_prefix_tokens", "warmup", "load_dataset",
-            "has_load_dataset",
+            "levels", "interval_minutes", "enabled", "has_prompt_sample",
+            *(row.name for row in profile_fields.FIELDS), "has_load_dataset",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "all_channels", "channels", "alert_after_errors",
             "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
-            "state", *endpoints.CAPACITY_FIELDS,
+            "state",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
-        # Prices as JSON numbers, not the strings DRF gives decimals by default.
-        extra_kwargs = {"name": {"validators": [validate_one_line]},
-                        "input_tokens": {"min_value": 1},
-                        "output_tokens": {"min_value": 1},
-                        "shared_prefix_tokens": {"min_value": 1},
-                        "capacity_alert_below": {"min_value": 1},
-                        "price_input_per_mtok": {"coerce_to_string": False},
-                        "price_output_per_mtok": {"coerce_to_string": False}}
-
-    def _channels(self, ids, team_id) -> list[NotificationChannel]:
-        found = list(NotificationChannel.objects.for_team(team_id).filter(public_id__in=ids))
-        if len(found) != len(set(ids)):
-            raise Unprocessable({"channels": ["no such channel in the endpoint's team"]})
-        return found
+        extra_kwargs = {
+            "name": {"validators": [validate_one_line]},
+            # A workload or capacity value below its minimum is malformed (a 400); the plan's
+            # own fields go to the engine, which answers as the profile (a 422).
+            **{row.name: {"min_value": row.minimum} for row in _MINIMUM_IN_FIELD},
+            # Prices as JSON numbers, not the strings DRF gives decimals by default.
+            "price_input_per_mtok": {"coerce_to_string": False},
+            "price_output_per_mtok": {"coerce_to_string": False},
+        }
 
     @extend_schema_field({"type": "object", "properties": {
         "state": {"type": "string", "enum": list(endpoint_state.LABELS)},
         "label": {"type": "string"}, "cause": {"type": "string"},
         "scan": {"type": ["string", "null"], "format": "uuid"}},
         "required": ["state", "label", "cause", "scan"]})
-    def get_state(self, endpoint) -> dict:
+    def get_state(self, endpoint: Endpoint) -> dict:
         """The endpoint's state and its cause (README, "Endpoint states")."""
         states = self.context.get("states")
         current = (states[endpoint.pk] if states is not None and endpoint.pk in states
@@ -171,7 +164,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         return {"state": current.state, "label": current.label, "cause": current.cause,
                 "scan": str(current.scan_id) if current.scan_id else None}
 
-    def get_latest_scan(self, endpoint) -> dict | None:
+    def get_latest_scan(self, endpoint: Endpoint) -> dict | None:
         latest = self.context.get("latest_scans")
         if latest is not None:  # a list page: fetched for the whole page in one query
             scan = latest.get(endpoint.pk)
@@ -180,29 +173,29 @@ class EndpointSerializer(serializers.ModelSerializer):
                     .defer("report").first())
         return ScanSerializer(scan).data if scan else None
 
-    def validate_slo_objective(self, value):
+    def validate_slo_objective(self, value: float) -> float:
         if not 0 < value <= 1:
             raise serializers.ValidationError("expected a share between 0 and 1, e.g. 0.95")
         return value
 
-    def validate_slo_error_rate(self, value):
+    def validate_slo_error_rate(self, value: float | None) -> float | None:
         if value is not None and not 0 <= value <= 1:
             raise serializers.ValidationError("expected a share between 0 and 1")
         return value
 
-    def validate_locations(self, value):
+    def validate_locations(self, value: list[str]) -> list[str]:
         try:
             return scheduling.clean_locations(value)
         except scheduling.UnknownLocation as exc:  # the site's settings say which (a 422)
             raise Unprocessable({"locations": [str(exc)]}) from None
 
-    def validate_base_url(self, value):
+    def validate_base_url(self, value: str) -> str:
         try:
             return endpoints.clean_base_url(value)
         except endpoints.InvalidURL as exc:
             raise serializers.ValidationError(str(exc)) from None
 
-    def validate_load_dataset(self, value):
+    def validate_load_dataset(self, value: str) -> str:
         if value:
             try:
                 profile.parse_load_dataset(value)
@@ -210,72 +203,38 @@ class EndpointSerializer(serializers.ModelSerializer):
                 raise Unprocessable({"load_dataset": [str(exc)]}) from None
         return value
 
-    def validate(self, attrs):
-        self._check_url_changes(attrs)
+    def create(self, validated: dict[str, Any]) -> Endpoint:
+        data = dict(validated)
+        team = data.pop("team")  # resolved by the view (EndpointViewSet.perform_create)
         try:
-            endpoints.check_profile({**self._current(), **attrs})
-        except PlanError as exc:  # a combination no schema states (a 422, not a 400)
-            raise Unprocessable({"scan_profile": [str(exc)]}) from None
-        return attrs
+            return endpoints.create(team, data, self._by()).endpoint
+        except endpoints.REFUSALS as exc:
+            raise _refusal(exc) from None
 
-    def _check_url_changes(self, attrs) -> None:
-        """Stored secrets follow their URL's origin (scans/guarded_urls.py)."""
-        self._dropped = []
-        if self.instance is None:
-            return
-        request = self.context["request"]
-        changes = endpoints.url_changes(
-            self.instance,
-            {name: attrs[name] for name in ("base_url",) if name in attrs},
-            {f"{name}_encrypted" for name in ("api_key", "load_dataset") if name in attrs},
-            Access.for_request(request).can_manage(self.instance.team_id))
-        if changes.refused:
-            name, message = next(iter(changes.refused.items()))
-            raise exceptions.PermissionDenied(f"{name}: {message}")
-        self._dropped = changes.dropped
+    def update(self, instance: Endpoint, validated: dict[str, Any]) -> Endpoint:
+        try:
+            return endpoints.update(instance, validated, self._by()).endpoint
+        except endpoints.REFUSALS as exc:
+            raise _refusal(exc) from None
 
-    def _current(self) -> dict:
-        if self.instance is None:
-            return {}
-        return {name: getattr(self.instance, name) for name in endpoints.PROFILE_FIELDS}
+    def _by(self) -> Access:
+        return Access.for_request(self.context["request"])
 
-    @staticmethod
-    def _secrets(endpoint, validated) -> list[str]:
-        """Set the secrets the request gave ("" removes one); the fields written."""
-        given = [name for name in ("api_key", "load_dataset") if name in validated]
-        for name in given:
-            endpoints.set_secret(endpoint, name, validated.pop(name))
-        return [endpoints.SECRET_FIELDS[name] for name in given]
 
-    def create(self, validated):
-        secrets = {name: validated.pop(name)
-                   for name in ("api_key", "load_dataset") if name in validated}
-        channel_ids = validated.pop("channels", None)
-        endpoint = Endpoint(**{"levels": list(endpoints.DEFAULT_LEVELS), **validated})
-        picked = self._channels(channel_ids, endpoint.team_id) if channel_ids else []
-        self._secrets(endpoint, secrets)
-        endpoint = endpoints.save(endpoint, None)  # first scan at the next beat
-        endpoint.channels.set(picked)
-        return endpoint
-
-    def update(self, instance, validated):
-        validated.pop("team", None)  # an endpoint never moves between teams
-        channel_ids = validated.pop("channels", None)
-        if channel_ids is not None:
-            instance.channels.set(self._channels(channel_ids, instance.team_id))
-        old_interval = instance.interval_minutes
-        written = self._secrets(instance, validated)
-        # The URL moved to another origin: its secret stays behind.
-        endpoints.drop_secrets(instance, self._dropped)
-        written += [guarded.secret_field for guarded in self._dropped]
-        for name, value in validated.items():
-            setattr(instance, name, value)
-        # Save only what was sent: alert state and the like belong to the workers.
-        return endpoints.save(instance, old_interval, [*validated, *written])
+def _refusal(exc: Exception) -> exceptions.APIException:
+    """A refusal of the endpoint service as the API answers it."""
+    if isinstance(exc, endpoints.URLChangeRefused):  # stored secrets follow their URL's origin
+        name, message = next(iter(exc.refused.items()))
+        return exceptions.PermissionDenied(f"{name}: {message}")
+    if isinstance(exc, PlanError):  # a combination no schema states (a 422, not a 400)
+        return Unprocessable({"scan_profile": [str(exc)]})
+    if isinstance(exc, limits.TooManyEndpoints):
+        return exceptions.ValidationError({"team": [str(exc)]})
+    return Unprocessable({"channels": [str(exc)]})  # endpoints.UnknownChannels
 
 
 class CapacityPointSerializer(serializers.Serializer):
-    """scans.history.CapacityPoint: one scan's capacity search, or a time bucket of them."""
+    """scans.history.capacity.CapacityPoint: one scan's capacity search, or a time bucket of them."""
 
     at = serializers.DateTimeField()
     last_at = serializers.DateTimeField()
@@ -319,7 +278,7 @@ class CapacityLatestSerializer(serializers.Serializer):
     slo = serializers.DictField(allow_null=True)
 
 
-def _latest_capacity(endpoint) -> dict | None:
+def _latest_capacity(endpoint: Endpoint) -> dict | None:
     scan = latest_capacity(endpoint)
     if scan is None:
         return None
@@ -336,7 +295,7 @@ def _latest_capacity(endpoint) -> dict | None:
             "slo": found.get("slo") if isinstance(found.get("slo"), dict) else None}
 
 
-def _account_of(request) -> int | None:
+def _account_of(request: Request) -> int | None:
     """The account a push is charged to: the signed-in user, or the account that made the team
     token (None for a token an operator made, which has none: its team's budget applies)."""
     token = Access.for_request(request).token
@@ -375,17 +334,17 @@ class EndpointViewSet(
     serializer_class = EndpointSerializer
     pagination_class = EndpointPages
 
-    def narrow_queryset(self, queryset):
+    def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.select_related("team").prefetch_related("channels")
 
-    def list(self, request, *args, **kwargs):
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         serializer = self.get_serializer(page, many=True, context={
             **self.get_serializer_context(), "latest_scans": self._latest_scans(page),
             "states": endpoint_state.states_for(page or [])})
         return self.get_paginated_response(serializer.data)
 
-    def _latest_scans(self, endpoints) -> dict:
+    def _latest_scans(self, endpoints: Any) -> dict:  # the page: paginate_queryset's list
         """Each endpoint's latest finished scan, for a whole page in two queries."""
         access = Access.for_request(self.request)
         latest = (Scan.objects.visible_to(access).filter(endpoint=OuterRef("pk"))
@@ -399,17 +358,12 @@ class EndpointViewSet(
                  .in_bulk([scan_id for _, scan_id in pairs]))
         return {endpoint_id: scans[scan_id] for endpoint_id, scan_id in pairs}
 
-    def perform_create(self, serializer):
-        team = self.team_to_create_in(serializer)
-        try:
-            endpoint_limits.check_room_for_endpoint(team.pk)
-        except endpoint_limits.TooManyEndpoints as exc:
-            raise exceptions.ValidationError({"team": [str(exc)]}) from None
-        serializer.save(team=team)
+    def perform_create(self, serializer: BaseSerializer[Any]) -> None:
+        serializer.save(team=self.team_to_create_in(serializer))
 
     @extend_schema(parameters=TIME_PARAMS, responses=ScanSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="scans")
-    def scans(self, request, public_id=None):
+    def scans(self, request: Request, public_id: str | None = None) -> Response:
         """The endpoint's scans, newest first (cursor-paginated; filter with since/until)."""
         endpoint = self.get_object()
         queryset = endpoint.scans.select_related("endpoint").defer("report")
@@ -424,7 +378,7 @@ class EndpointViewSet(
     @extend_schema(request=None, responses={202: ScanSerializer, 409: OpenApiResponse(
         description="The endpoint is pushed: its scans are uploaded, not started here.")})
     @scans.mapping.post
-    def trigger_scan(self, request, public_id=None):
+    def trigger_scan(self, request: Request, public_id: str | None = None) -> Response:
         """Start a scan now (rate-limited per endpoint; 429 with Retry-After when too soon;
         503 with Retry-After, and nothing saved, when the task queue is unreachable)."""
         endpoint = self.get_object()
@@ -443,7 +397,7 @@ class EndpointViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("check", str, required=True, enum=[c.id for c in scoring.CHECKS],
+            OpenApiParameter("check", str, required=True, enum=[c.id for c in CHECKS],
                              description="a check id, e.g. ttft_p95_at_concurrency_1"),
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
@@ -458,7 +412,7 @@ class EndpointViewSet(
         }),
     )
     @action(detail=True, methods=["get"], url_path="history")
-    def history(self, request, public_id=None):
+    def history(self, request: Request, public_id: str | None = None) -> Response:
         """One check's values over time, oldest first. Each point is one scan, or a time
         bucket (mean, min, max, status counts) when the range holds more than max_points,
         downsampled in the database. Every point carries its scoring_version: values of
@@ -495,7 +449,7 @@ class EndpointViewSet(
         }),
     )
     @action(detail=True, methods=["get"], url_path="capacity")
-    def capacity(self, request, public_id=None):
+    def capacity(self, request: Request, public_id: str | None = None) -> Response:
         """Capacity within the SLO over time (issue 22), oldest first: one point per scan that
         searched (the capacity search of the endpoint's profile), or time buckets when the
         range holds more than max_points; `latest` is the latest scan that searched (null when
@@ -509,7 +463,7 @@ class EndpointViewSet(
                          "points": CapacityPointSerializer(points, many=True).data})
 
     @staticmethod
-    def _max_points(request) -> int:
+    def _max_points(request: Request) -> int:
         try:
             max_points = int(request.query_params.get("max_points", DEFAULT_HISTORY_POINTS))
         except ValueError:
@@ -521,7 +475,7 @@ class EndpointViewSet(
 
     @extend_schema(responses=EndpointSloSerializer)
     @action(detail=True, methods=["get"], url_path="slo")
-    def slo(self, request, public_id=None):
+    def slo(self, request: Request, public_id: str | None = None) -> Response:
         """The endpoint's SLO over the last 7 and 30 days (issue 23): per window its status
         (breaching / at risk / meeting / no data, by burn rate and the good share of the
         covered time; uncovered time is never counted as good), covered and uncovered time,
@@ -534,7 +488,7 @@ class EndpointViewSet(
                               413: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT,
                               503: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="reports")
-    def reports(self, request, public_id=None):
+    def reports(self, request: Request, public_id: str | None = None) -> Response:
         """Upload a report made by `tokvera scan --publish` inside a private network. 202: taken;
         the proof workers recompute every check from the report's own samples, and the scan at
         `Location` (`GET /api/v1/scans/{id}`) becomes `succeeded` with the site's grade or

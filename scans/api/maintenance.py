@@ -10,11 +10,15 @@ words, each under its field (422: the schema cannot say them)."""
 from __future__ import annotations
 
 import zoneinfo
+from typing import Any, cast
+from uuid import UUID
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers
+from rest_framework.serializers import BaseSerializer
 
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
@@ -69,15 +73,15 @@ class MaintenanceWindowSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at"]
 
     @extend_schema_field(serializers.CharField())
-    def get_description(self, window) -> str:
+    def get_description(self, window: MaintenanceWindow) -> str:
         return maintenance.describe(window)
 
-    def to_representation(self, instance):
+    def to_representation(self, instance: MaintenanceWindow) -> dict[str, Any]:
         data = super().to_representation(instance)
-        data["endpoint"] = str(instance.endpoint.public_id) if instance.endpoint_id else None
+        data["endpoint"] = str(instance.endpoint.public_id) if instance.endpoint is not None else None
         return data
 
-    def validate_endpoint(self, value):
+    def validate_endpoint(self, value: UUID | None) -> Endpoint | None:
         if value is None:
             return None
         access = Access.for_request(self.context["request"])
@@ -86,7 +90,7 @@ class MaintenanceWindowSerializer(serializers.ModelSerializer):
             raise Unprocessable({"endpoint": ["No such endpoint in your teams."]})
         return endpoint
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         window = self.instance
         merged = {name: attrs[name] if name in attrs else getattr(window, name, None)
                   for name in ("kind", "starts_at", "ends_at", "weekdays", "start_time",
@@ -139,27 +143,27 @@ class MaintenanceWindowViewSet(
     serializer_class = MaintenanceWindowSerializer
     pagination_class = MaintenanceWindowPages
 
-    def narrow_queryset(self, queryset):
+    def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.select_related("team", "endpoint")
 
     @staticmethod
-    def _same_team(serializer, team_id: int) -> None:
+    def _same_team(serializer: BaseSerializer[Any], team_id: int) -> None:
         endpoint = serializer.validated_data.get("endpoint")
         if endpoint is not None and endpoint.team_id != team_id:
             raise Unprocessable({"endpoint": ["The endpoint is in another team."]})
 
-    def perform_create(self, serializer):
+    def perform_create(self, serializer: BaseSerializer[Any]) -> None:
         team = self.team_to_create_in(serializer)
         self._same_team(serializer, team.pk)
         with transaction.atomic():
             serializer.save(team=team)
 
-    def perform_update(self, serializer):
+    def perform_update(self, serializer: BaseSerializer[Any]) -> None:
         serializer.validated_data.pop("team", None)  # a window never moves between teams
-        self._same_team(serializer, serializer.instance.team_id)
+        self._same_team(serializer, cast(MaintenanceWindow, serializer.instance).team_id)
         with transaction.atomic():
             serializer.save()
 
-    def perform_destroy(self, instance):
+    def perform_destroy(self, instance: MaintenanceWindow) -> None:
         """Past SLO figures count the window's time again."""
         MaintenanceWindow.objects.for_team(instance.team_id).filter(pk=instance.pk).delete()

@@ -10,6 +10,8 @@ latest scan did not measure has no sample (absent, never a made-up 0).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.db.models import F
 from django.db.models.fields.json import KT
 from django.http import HttpResponse
@@ -20,11 +22,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from accounts.tenancy import Access, scoped_to_teams
-from scans import state
-from scans.grader.scoring import GRADES
+from scans.grader import GRADES
+from scans.history import state
 from scans.models import CapacityOutcome, CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["GRADE_NUMBERS", "TeamMetricsView", "render"]
@@ -45,14 +48,14 @@ class _Families(Collector):
     public /metrics then serves to anyone. A GaugeMetricFamily is only data, rendered once.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.families: dict[str, GaugeMetricFamily] = {}
 
     def add(self, name: str, doc: str) -> GaugeMetricFamily:
         self.families[name] = GaugeMetricFamily(name, doc, labels=LABELS)
         return self.families[name]
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self.families.values()
 
 
@@ -148,7 +151,7 @@ class TeamMetricsView(APIView):
 
     @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR},
                    description="Prometheus text exposition format 0.0.4 (docs/metrics.md).")
-    def get(self, request):
+    def get(self, request: Request) -> HttpResponse:
         access = Access.for_request(request)
         endpoints = list(Endpoint.objects.visible_to(access).select_related("team")
                          .order_by("name", "pk"))

@@ -4,7 +4,9 @@ serializer, the cursor, the time filters)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
@@ -14,17 +16,22 @@ from drf_spectacular.utils import (
 )
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.models import ApiToken
 from accounts.tenancy_api import TeamScopedViewSet
 from common.pagination import StrictCursorPagination
-from scans import dispatch, retention
+from scans.history import retention
 from scans.models import (
     CapacityOutcome,
     Scan,
     ScanStatus,
 )
+from scans.running import dispatch
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # What a scan's capacity search found (issue 22), denormalized from report.json's capacity:
 # outcome "" when the scan did not search; concurrency null when no level met the SLO.
@@ -63,7 +70,7 @@ class ScanSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def to_representation(self, instance):
+    def to_representation(self, instance: Scan) -> dict[str, Any]:
         data = super().to_representation(instance)
         if data.get("down"):
             data["grade"] = data["points"] = None
@@ -80,7 +87,7 @@ EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
-def time_param(request, name: str) -> datetime | None:
+def time_param(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
     if raw is None:
         return None
@@ -115,12 +122,12 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
     scoped_model = Scan
     serializer_class = ScanSerializer
 
-    def narrow_queryset(self, queryset):
+    def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.select_related("endpoint")
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 410: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"], url_path="report.json")
-    def report(self, request, public_id=None):
+    def report(self, request: Request, public_id: str | None = None) -> Response:
         scan = self.get_object()
         if scan.report is None:
             raise exceptions.NotFound("This scan has no report (it has not finished, or errored).")
@@ -132,7 +139,7 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
 
     @extend_schema(request=None, responses={200: ScanSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="cancel")
-    def cancel(self, request, public_id=None):
+    def cancel(self, request: Request, public_id: str | None = None) -> Response:
         """Cancel a queued or running manual or API scan.
 
         As the scan page's Cancel button: the scan ends `cancelled` at once (no grade, no
@@ -153,10 +160,11 @@ class ScanViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
         return Response(ScanSerializer(scan).data)
 
 
-def _canceller(request) -> str:
+def _canceller(request: Request) -> str:
     """Who cancelled, for the scan's error_reason: the token by its name and prefix, or the
     user by email."""
     token = request.auth
     if isinstance(token, ApiToken):
         return f"API token {token.name!r} ({token.prefix}…)"
-    return request.user.email or request.user.get_username()
+    user = cast("User", request.user)  # IsAuthenticated: an account, when not a token
+    return user.email or user.get_username()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scans.grader.figures import percentile
 from scans.grader.measurement import LevelResult, Measurement
 from scans.grader.prompts import PromptSample, repeat_prompt_share
 from scans.grader.scoring import CheckValue
-from scans.grader.stats import percentile
 
 __all__ = [
     "check_values",

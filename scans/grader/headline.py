@@ -14,13 +14,12 @@ from typing import Any
 
 from scans.grader import formatting as fmt
 from scans.grader import rendering
-from scans.grader.measurement import LevelResult, RequestRecord
+from scans.grader.figures import percentiles, rounded
+from scans.grader.measurement import LevelResult, end_to_end_ms
 from scans.grader.preflight import failure_phrase, server_message
-from scans.grader.stats import percentile
 from scans.grader.ticks import nice_ticks
 
 __all__ = [
-    "end_to_end_ms",
     "failure_summary",
     "headline_rows",
     "level_numbers",
@@ -35,19 +34,6 @@ EXAMPLE_CHARS = 200
 
 # -- numbers ------------------------------------------------------------------------------------
 
-def end_to_end_ms(record: RequestRecord) -> float | None:
-    """From the request body written to the moment the stream said it was done ([DONE], else
-    the end of the response): what a caller waits for a whole answer."""
-    end = record.done_at if record.done_at is not None else record.ended_at
-    if end is None or record.body_written_at is None:
-        return None
-    return (end - record.body_written_at) * 1000.0
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
-
-
 def level_numbers(level: LevelResult) -> dict:
     """The level's end-to-end latency, request rate and aggregate output rate (report.json)."""
     succeeded = level.succeeded
@@ -58,12 +44,11 @@ def level_numbers(level: LevelResult) -> dict:
     units = sum(r.completion_tokens or 0 for r in succeeded) if tokens else chunks
 
     def per_s(count: int) -> float | None:
-        return _r(count / duration) if duration > 0 and succeeded else None
+        return rounded(count / duration) if duration > 0 and succeeded else None
 
     basis = "tokens" if tokens else "chunks"
     return {
-        "e2e_latency_ms": ({"p50": _r(percentile(e2e, 50)), "p95": _r(percentile(e2e, 95)),
-                            "p99": _r(percentile(e2e, 99)), "n": len(e2e)} if e2e else None),
+        "e2e_latency_ms": percentiles(e2e),
         "requests_per_s": per_s(len(succeeded)),
         "output_throughput": {"per_s": per_s(units), "unit": f"{basis}/s", "basis": basis,
                               "chunks_per_s": per_s(chunks)},

@@ -11,7 +11,7 @@ from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from scans.grader.stats import percentile
+from scans.grader.figures import percentile, rounded
 
 from .stream import StreamTally
 
@@ -26,6 +26,7 @@ __all__ = [
     "ModelsListing",
     "Preflight",
     "RequestRecord",
+    "end_to_end_ms",
 ]
 
 #: Failure classes besides ``http_status_<code>``.
@@ -98,7 +99,7 @@ class RequestRecord(StreamTally):
     def timeline_ms(self, origin: float) -> dict:
         """The named timestamps in ms from `origin` (for report.json's raw data)."""
         def rel(t: float | None) -> float | None:
-            return None if t is None else round((t - origin) * 1000.0, 3)
+            return None if t is None else rounded((t - origin) * 1000.0)
 
         return {
             "index": self.index,
@@ -126,6 +127,15 @@ class RequestRecord(StreamTally):
             "retried": self.retried,
             "error": self.error,
         }
+
+
+def end_to_end_ms(record: RequestRecord) -> float | None:
+    """From the request body written to the moment the stream said it was done ([DONE], else
+    the end of the response): what a caller waits for a whole answer."""
+    end = record.done_at if record.done_at is not None else record.ended_at
+    if end is None or record.body_written_at is None:
+        return None
+    return (end - record.body_written_at) * 1000.0
 
 
 @dataclass
@@ -319,7 +329,7 @@ class Preflight:
         return {
             "models": self.models.as_dict(),
             "probe": {"outcome": probe.failure or "succeeded", "status_code": probe.status_code,
-                      "ttft_ms": None if probe.ttft_ms is None else round(probe.ttft_ms, 3),
+                      "ttft_ms": rounded(probe.ttft_ms),
                       "error": probe.error},
             "stopped": self.stopped,
             "cause": self.cause,
@@ -344,7 +354,7 @@ class Measurement:
     scanner: dict = field(default_factory=dict)
     #: The /models answer and the probe request; None in measurements built without one.
     preflight: Preflight | None = None
-    #: What the load sent and how its prompts were sized (``workload.PreparedWorkload``'s
+    #: What the load sent and how its prompts were sized (``sizing.PreparedWorkload``'s
     #: ``public_dict``; report.json's ``plan.workload``); empty when not recorded.
     workload: dict = field(default_factory=dict)
     #: The levels the capacity search added (issue 22), after the plan's: never graded, so

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from scans.grader.figures import percentile, percentiles, rounded
 from scans.grader.measurement import LevelResult, RequestRecord
-from scans.grader.stats import percentile
 
 __all__ = [
     "ARRIVALS",
@@ -37,15 +35,11 @@ __all__ = [
     "Arrival",
     "OpenLoop",
     "OpenLoopError",
-    "RATE_COLUMNS",
     "arrival_offsets",
     "default_rate_requests",
-    "describe_open_loop",
     "parse_arrival",
     "parse_rates",
     "rate_figures",
-    "rate_flag",
-    "rate_rows",
 ]
 
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -201,21 +195,6 @@ def arrival_offsets(arrival: Arrival, rate: float, count: int, level_index: int 
 # -- what a rate level measured -------------------------------------------------------------------
 
 
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
-
-
-def _percentiles(samples: Sequence[float]) -> dict | None:
-    if not samples:
-        return None
-    return {
-        "p50": _r(percentile(samples, 50)),
-        "p95": _r(percentile(samples, 95)),
-        "p99": _r(percentile(samples, 99)),
-        "n": len(samples),
-    }
-
-
 def _since_scheduled_ms(record: RequestRecord, moment: float | None) -> float | None:
     return None if moment is None else (moment - record.scheduled_at) * 1000.0
 
@@ -257,19 +236,19 @@ def rate_figures(level: LevelResult) -> dict:
         "arrival": level.arrival,
         # As the server's clock would see it: requests written over the time from the level's
         # start to the last write (the schedule puts the last at N / rate).
-        "achieved_rate_per_s": _r(len(written) / span) if span > 0 else None,
-        "e2e_from_schedule_ms": _percentiles(
+        "achieved_rate_per_s": rounded(len(written) / span) if span > 0 else None,
+        "e2e_from_schedule_ms": percentiles(
             [t for r in succeeded if (t := e2e_from_schedule_ms(r)) is not None]
         ),
-        "ttft_from_schedule_ms": _percentiles(
+        "ttft_from_schedule_ms": percentiles(
             [t for r in succeeded if (t := ttft_from_schedule_ms(r)) is not None]
         ),
         "send_lag_ms": (
             {
-                "p50": _r(percentile(lags, 50)),
-                "p95": _r(percentile(lags, 95)),
-                "p99": _r(percentile(lags, 99)),
-                "max": _r(max(lags)),
+                "p50": rounded(percentile(lags, 50)),
+                "p95": rounded(percentile(lags, 95)),
+                "p99": rounded(percentile(lags, 99)),
+                "max": rounded(max(lags)),
                 "threshold": SEND_LAG_THRESHOLD_MS,
             }
             if lags
@@ -278,7 +257,8 @@ def rate_figures(level: LevelResult) -> dict:
         "rate_held": held,
         "waited_for_connection": sum(1 for r in level.requests if r.waited_for_connection),
         "connection_wait_ms": (
-            {"p50": _r(percentile(waits, 50)), "p95": _r(percentile(waits, 95)), "max": _r(max(waits))}
+            {"p50": rounded(percentile(waits, 50)), "p95": rounded(percentile(waits, 95)),
+             "max": rounded(max(waits))}
             if any(waits)
             else None
         ),
@@ -288,92 +268,3 @@ def rate_figures(level: LevelResult) -> dict:
         "client_bound": level.client_bound or not held,
     }
 
-
-# -- words ------------------------------------------------------------------------------------------
-
-
-def _num(value: Any) -> float | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _p(figures: Any, key: str) -> float | None:
-    return _num(figures.get(key)) if isinstance(figures, Mapping) else None
-
-
-def rate_flag(lv: Mapping[str, Any]) -> str | None:
-    """Why a rate level's figures are the scanner's more than the server's, in words (the
-    CLI's line), or None when it held the rate and its event loop kept up."""
-    from scans.grader import formatting as fmt
-
-    rate = f"rate {fmt.number(_num(lv.get('rate_per_s')), 'rate')}/s"
-    if not lv.get("rate_held", True):
-        return (
-            f"{rate}: not held by the scanner (achieved "
-            f"{fmt.number(_num(lv.get('achieved_rate_per_s')), 'rate')}/s, send lag p95 "
-            f"{fmt.ms(_p(lv.get('send_lag_ms'), 'p95'))}): client-bound, its figures say "
-            "more about this machine than about the server"
-        )
-    if lv.get("client_bound"):
-        return (
-            f"{rate}: client-bound (the scanner's event loop lagged, p99 "
-            f"{fmt.ms(_p(lv.get('loop_lag_ms'), 'p99'))})"
-        )
-    return None
-
-
-#: (key, column title, unit) of the rate-level table (the CLI's and report.html's).
-RATE_COLUMNS = (
-    ("rate", "Rate/s", ""),
-    ("achieved", "Achieved/s", ""),
-    ("requests", "Requests", ""),
-    ("succeeded", "Succeeded", ""),
-    ("ttft_p50_schedule", "TTFT p50 from schedule", "ms"),
-    ("ttft_p95_schedule", "TTFT p95 from schedule", "ms"),
-    ("ttft_p95_write", "TTFT p95 from write", "ms"),
-    ("e2e_p95_schedule", "End-to-end p95 from schedule", "ms"),
-    ("e2e_p95_write", "End-to-end p95 from write", "ms"),
-    ("peak", "Peak in flight", ""),
-    ("waited", "Waited for a connection", ""),
-    ("held", "Rate held", ""),
-)
-
-
-def rate_rows(levels: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """One row of display text per rate level (keys of ``RATE_COLUMNS``)."""
-    from scans.grader import formatting as fmt
-
-    rows = []
-    for lv in levels:
-        held = "yes" if lv.get("rate_held", True) else "NO (client-bound)"
-        if lv.get("rate_held", True) and lv.get("client_bound"):
-            held = "yes (loop lagged)"
-        rows.append(
-            {
-                "rate": fmt.number(_num(lv.get("rate_per_s")), "rate"),
-                "achieved": fmt.number(_num(lv.get("achieved_rate_per_s")), "rate"),
-                "requests": str(lv.get("requests", "")),
-                "succeeded": str(lv.get("succeeded", "")),
-                "ttft_p50_schedule": fmt.number(_p(lv.get("ttft_from_schedule_ms"), "p50"), "ms"),
-                "ttft_p95_schedule": fmt.number(_p(lv.get("ttft_from_schedule_ms"), "p95"), "ms"),
-                "ttft_p95_write": fmt.number(_p(lv.get("ttft_ms"), "p95"), "ms"),
-                "e2e_p95_schedule": fmt.number(_p(lv.get("e2e_from_schedule_ms"), "p95"), "ms"),
-                "e2e_p95_write": fmt.number(_p(lv.get("e2e_latency_ms"), "p95"), "ms"),
-                "peak": str(lv.get("peak_in_flight", lv.get("concurrency", ""))),
-                "waited": str(lv.get("waited_for_connection", 0)),
-                "held": held,
-            }
-        )
-    return rows
-
-
-def describe_open_loop(plan_open_loop: Mapping[str, Any]) -> str:
-    """``plan.open_loop`` in words: "poisson arrivals (seed 0), 80/800 requests, no connection
-    limit"."""
-    arrival = str(plan_open_loop.get("arrival"))
-    if arrival == "gamma":
-        arrival = f"gamma (burstiness {plan_open_loop.get('burstiness'):g})"
-    counts = plan_open_loop.get("requests_per_level") or []
-    per = "/".join(str(c) for c in counts)
-    limit = plan_open_loop.get("max_connections")
-    connections = f"at most {limit} connections" if isinstance(limit, int) else "no connection limit"
-    return f"{arrival} arrivals (seed {plan_open_loop.get('seed')}), {per} requests, {connections}"

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from .capacity import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
+from .objective import Slo, SloError
 from .openloop import OpenLoop, OpenLoopError
-from .slo import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS, Slo, SloError
 from .workload import Workload, WorkloadError
 
 __all__ = [

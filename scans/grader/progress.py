@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from . import formatting as fmt
-from .stats import percentile
+from .figures import percentile
 
 if TYPE_CHECKING:
     from .plan import ScanPlan
@@ -131,7 +131,7 @@ class ScanProgress:
         self._update("concurrency", level, completed, total, record)
 
     def rate(self, rate: float, completed: int, total: int, record=None) -> None:
-        """An open-loop rate level's progress (runner.RateProgressCallback)."""
+        """An open-loop rate level's progress (load.RateProgressCallback)."""
         self._update("rate", rate, completed, total, record)
 
     def _update(self, kind: str, value: float, completed: int, total: int, record) -> None:

@@ -47,10 +47,10 @@ from scans.grader.measurement import (
     RequestRecord,
     budget_hint,
 )
+from scans.grader.objective import SloError, evaluate_level, slo_from_dict
 from scans.grader.report import level_entry
 from scans.grader.runner import LOOP_LAG_THRESHOLD_MS
 from scans.grader.scoring import CheckValue
-from scans.grader.slo import SloError, evaluate_level, slo_from_dict
 from scans.grader.timeline import is_time, is_time_array, record_fields
 from scans.grader.timeline import key as timeline_key
 

@@ -1,24 +1,8 @@
-"""The load runner: concurrency levels of streaming chat completions over one httpx client.
+"""The scan runner: the preflight, the plan's levels, the capacity search and the rate levels,
+then the probes, into one ``Measurement``. How each level is sent and timed is load.py's.
 
 One entry point, used by the CLI and the Celery task alike: ``run_scan(plan)`` (sync; runs its
 own event loop) or ``await run_scan_async(plan)``. Neither touches global state.
-
-What is measured, per request (see ``RequestRecord``):
-
-* the arrival of every chunk with output (``stream.StreamParser`` says what output is:
-  content, reasoning, refusal or tool calls), timed from the moment the request body was fully
-  written (httpcore's trace event ``http11.send_request_body.complete``): time to the first
-  output token (graded as TTFT), to the first answer token, chunk gaps and rates;
-* usage (``usage.completion_tokens``), finish reason, failure class.
-
-Connections: a request sent on a reused keep-alive connection that the server had already
-closed, failing before any response byte, is retried once on a fresh connection (llama.cpp's
-server closes after each streamed response while advertising keep-alive). No other request is
-ever retried.
-
-The scanner watches its own event loop: a task sleeps ``LOOP_LAG_INTERVAL_S`` and records how
-much later it woke up. A level whose p99 lag exceeds ``LOOP_LAG_THRESHOLD_MS`` is client-bound
-(see DECISIONS.md): its latencies say more about this machine than about the server.
 """
 
 from __future__ import annotations
@@ -28,53 +12,34 @@ import contextlib
 import gc
 import threading
 import time
-from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
 
 from .budget import StreamBudget
-from .measurement import LevelResult, Measurement, ModelsListing, RequestRecord
-from .openai_chat import read_sse
-from .openloop import arrival_offsets
-from .plan import MAX_LEVEL, ScanPlan, builtin_prompt
+from .capacity import CapacitySearch
+from .guarded_backend import ConnectGuard
+from .load import LOOP_LAG_INTERVAL_S, ProgressCallback, RateProgressCallback, ScanLoad
+from .measurement import LevelResult, Measurement, ModelsListing
+from .objective import evaluate_level
+from .plan import MAX_LEVEL, ScanPlan
 from .preflight import fetch_models, run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
-from .slo import MAX_SEARCH_REQUESTS, evaluate_level, next_search_level, search_requests
-from .sse import SSEDecoder
 from .stopping import until_stopped
-from .stream import JSON_IMPL, StreamParser, classify_end
-from .transport import FRESH_CONNECTION, ConnectGuard, ScanTransport, StaleConnectionError
-from .workload import LoadBodies, PreparedWorkload, initial_workload, prepare_workload
+from .stream import JSON_IMPL
+from .transport import ScanTransport
 
 __all__ = [
-    "LOOP_LAG_INTERVAL_S",
+    "GC_GEN0_THRESHOLD",
     "LOOP_LAG_THRESHOLD_MS",
-    "ProgressCallback",
-    "RateProgressCallback",
     "list_models",
     "run_scan",
     "run_scan_async",
 ]
 
-#: The loop-lag monitor's sleep.
-LOOP_LAG_INTERVAL_S = 0.010
 #: A level whose p99 loop lag (ms) exceeds this is client-bound. See DECISIONS.md.
 LOOP_LAG_THRESHOLD_MS = 50.0
-#: After ``[DONE]`` the outcome is known; the end of the body is awaited this long at most.
-DONE_GRACE_S = 1.0
-#: How much of an error body is kept as the failure's detail.
-ERROR_DETAIL_BYTES = 512
-
-#: ``progress(concurrency, completed, total, record)``: called when a level starts (completed 0,
-#: record None) and after each of its requests ends (with that request's record).
-ProgressCallback = Callable[[int, int, int, RequestRecord | None], None]
-#: ``rate_progress(rate_per_s, completed, total, record)``: the same for an open-loop rate level.
-RateProgressCallback = Callable[[float, int, int, RequestRecord | None], None]
-#: A rate level's first deadline is this long after its set-up, so set-up is not lateness.
-RATE_LEAD_S = 0.005
-
 TOOL_NAME = "tokvera-scan"
 
 
@@ -87,324 +52,8 @@ def _tool_version() -> str:
         return "0+unknown"
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
-
-
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class _Scan:
-    """The state of one scan (one instance per run; nothing is shared between runs)."""
-
-    def __init__(self, plan: ScanPlan, client: httpx.AsyncClient,
-                 progress: ProgressCallback | None, lag_threshold_ms: float,
-                 precise_stale_detection: bool,
-                 rate_progress: RateProgressCallback | None = None) -> None:
-        self.plan = plan
-        self.rate_progress = rate_progress
-        # With ScanTransport, a stale keep-alive connection is recognised exactly
-        # (StaleConnectionError: reused, zero response bytes). With another transport, by
-        # httpcore's message and the absence of a new TCP connection.
-        self.precise = precise_stale_detection
-        self.client = client
-        self.progress = progress
-        self.lag_threshold_ms = lag_threshold_ms
-        self.url = plan.chat_url
-        self.timeout = plan.timeout_s
-        self._next_prompt = 0
-        self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens)
-        # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
-        self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
-                                 dataset=plan.workload.dataset, prompts=plan.prompts,
-                                 builtin=builtin_prompt)
-
-    def _body(self) -> bytes:
-        index = self._next_prompt
-        self._next_prompt += 1
-        return self.bodies.body(index)
-
-    async def prepare(self) -> None:
-        """Ask the server what the workload needs (reply-length parameters, prompt sizes)."""
-        self.bodies = await prepare_workload(
-            self.workload, self.bodies, client=self.client, base_url=self.plan.base_url,
-            chat_url=self.url, model=self.plan.model, timeout=self.timeout)
-
-    async def warm_up(self, concurrency: int, count: int) -> None:
-        """`count` requests at up to `concurrency` at once, before a level; not counted."""
-        if count <= 0:
-            return
-        pending = iter(range(count))
-
-        async def worker() -> None:
-            for i in pending:
-                await self.request(RequestRecord(level=concurrency, index=-1 - i))
-
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
-
-    # -- a level -------------------------------------------------------------------------------
-    async def run_level(self, concurrency: int, total: int) -> LevelResult:
-        records = [RequestRecord(level=concurrency, index=i) for i in range(total)]
-        level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms)
-        pending = iter(records)
-        completed = 0
-        if self.progress:
-            self.progress(concurrency, 0, total, None)
-
-        async def worker() -> None:
-            nonlocal completed
-            for record in pending:
-                await self.request(record)
-                completed += 1
-                if self.progress:
-                    self.progress(concurrency, completed, total, record)
-
-        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
-        cpu_start = time.process_time()
-        level.started_at = time.perf_counter()
-        try:
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, total))))
-        finally:
-            level.finished_at = time.perf_counter()
-            level.cpu_s = time.process_time() - cpu_start
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
-        return level
-
-    # -- an open-loop rate level -------------------------------------------------------------
-    async def run_rate_level(self, rate: float, total: int, index: int) -> LevelResult:
-        """`total` requests due at absolute deadlines (``openloop.arrival_offsets``), each sent
-        whether or not the earlier ones are done; at most ``max_connections`` in flight."""
-        spec = self.plan.open_loop
-        assert spec is not None
-        perf = time.perf_counter
-        offsets = arrival_offsets(spec.arrival, rate, total, index)
-        records = [RequestRecord(level=0, index=i) for i in range(total)]
-        level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
-                            rate_per_s=rate, arrival=spec.arrival.text,
-                            max_connections=spec.max_connections)
-        gate = asyncio.Semaphore(spec.max_connections) if spec.max_connections else None
-        in_flight = peak = completed = 0
-        if self.rate_progress:
-            self.rate_progress(rate, 0, total, None)
-
-        async def send(record: RequestRecord) -> None:
-            nonlocal in_flight, peak, completed
-            record.dispatched_at = perf()
-            if gate is not None:
-                record.waited_for_connection = gate.locked()
-                await gate.acquire()
-                record.connection_wait_s = perf() - record.dispatched_at
-            in_flight += 1
-            peak = max(peak, in_flight)
-            try:
-                await self.request(record, scheduled=True)
-            finally:
-                in_flight -= 1
-                if gate is not None:
-                    gate.release()
-            completed += 1
-            if self.rate_progress:
-                self.rate_progress(rate, completed, total, record)
-
-        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
-        cpu_start = time.process_time()
-        start = level.started_at = perf() + RATE_LEAD_S
-        tasks = []
-        try:
-            for record, offset in zip(records, offsets, strict=True):
-                due = record.scheduled_at = start + offset
-                # To the deadline, never "a gap after the last send": lateness does not add up.
-                slept = False
-                while (wait := due - perf()) > 0:
-                    await asyncio.sleep(wait)
-                    slept = True
-                if not slept:
-                    await asyncio.sleep(0)  # behind schedule: let the streams run meanwhile
-                tasks.append(asyncio.create_task(send(record)))
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            level.finished_at = perf()
-            level.cpu_s = time.process_time() - cpu_start
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
-        level.concurrency = max(1, peak)
-        return level
-
-    # -- one request ---------------------------------------------------------------------------
-    async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:
-        """Send one request and fill `record`; `scheduled`: its ``scheduled_at`` is already
-        set (a rate level's deadline), else it is now."""
-        body = self._body()
-        if not scheduled:
-            record.scheduled_at = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.timeout) as deadline:
-                await self._attempt(record, body, deadline, retry_allowed=True)
-        except TimeoutError:
-            if record.done_at is not None and record.failure is None:
-                # [DONE] came, then the body did not end within the grace period
-                failure = classify_end(record, events_seen=1, sse=True)
-                if failure is not None:
-                    record.failure, record.error = failure
-            elif record.failure is None:
-                record.failure = "timeout"
-                record.error = f"no complete answer within {self.timeout:g} s"
-        except Exception as exc:  # never let one request end the scan
-            if record.failure is None:
-                record.failure = "transport_error"
-                record.error = _short(exc)
-        record.ended_at = time.perf_counter()
-
-    async def _attempt(self, record: RequestRecord, body: bytes, deadline: asyncio.Timeout,
-                       retry_allowed: bool, fresh: bool = False) -> None:
-        connected = False
-        perf = time.perf_counter
-
-        async def trace(name: str, info: dict) -> None:
-            nonlocal connected
-            if name == "http11.send_request_body.complete":
-                record.body_written_at = perf()
-            elif name == "connection.connect_tcp.complete":
-                connected = True
-
-        extensions: dict = {"trace": trace}
-        if fresh:
-            extensions[FRESH_CONNECTION] = True
-        request = self.client.build_request("POST", self.url, content=body,
-                                            extensions=extensions)
-        record.sent_at = perf()
-        try:
-            response = await self.client.send(request, stream=True)
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            if retry_allowed and self._stale(exc, connected):
-                # A reused keep-alive connection the server had already closed.
-                record.retried = True
-                record.body_written_at = None
-                await self._attempt(record, body, deadline, retry_allowed=False, fresh=True)
-                return
-            record.failure = "transport_error"
-            record.error = _short(exc)
-            record.reused_connection = not connected
-            return
-        except httpx.TimeoutException as exc:
-            record.failure = "timeout"
-            record.error = _short(exc)
-            return
-        except httpx.HTTPError as exc:
-            record.failure = "transport_error"
-            record.error = _short(exc)
-            return
-        record.headers_at = perf()
-        record.status_code = response.status_code
-        record.reused_connection = not connected
-        try:
-            if not 200 <= response.status_code < 300:
-                record.failure = f"http_status_{response.status_code}"
-                record.error = await _error_detail(response)
-            else:
-                await self._read_stream(record, response, deadline)
-        finally:
-            await response.aclose()
-
-    def _stale(self, exc: httpx.HTTPError, connected: bool) -> bool:
-        if isinstance(exc, StaleConnectionError):
-            return True
-        return not self.precise and not connected and _failed_before_response(exc)
-
-    async def _read_stream(self, record: RequestRecord, response: httpx.Response,
-                           deadline: asyncio.Timeout) -> None:
-        """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder`` and chunk meaning
-        in ``StreamParser`` (which fills `record`), fed by ``openai_chat.read_sse`` (after
-        ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most), failure classes in
-        ``_classify``."""
-        sse = "event-stream" in response.headers.get("content-type", "")
-        head = bytearray()  # a non-SSE body's first bytes, for the failure's detail
-        pieces = _body_pieces(response)
-        if not sse:
-            pieces = _keeping_head(pieces, head)
-        decoder = SSEDecoder()
-        broke: httpx.TransportError | None = None
-        try:
-            await read_sse(pieces, decoder, StreamParser(record),
-                           on_done=lambda: _shorten(deadline, DONE_GRACE_S))
-        except httpx.TransportError as exc:  # the body broke off (reset, truncated chunking)
-            broke = exc
-        if record.failure is None:
-            failure = _classify(record, decoder, sse=sse, head=bytes(head), broke=broke,
-                                content_type=response.headers.get("content-type"))
-            if failure is not None:
-                record.failure, record.error = failure
-
-
-def _body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The body as it arrives: raw bytes unless the server compressed it anyway."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    return response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
-
-
-async def _keeping_head(pieces: AsyncIterator[bytes], head: bytearray) -> AsyncIterator[bytes]:
-    async for piece in pieces:
-        if len(head) < ERROR_DETAIL_BYTES:
-            head += piece[:ERROR_DETAIL_BYTES]
-        yield piece
-
-
-def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: bytes,
-              broke: httpx.TransportError | None,
-              content_type: str | None) -> tuple[str, str] | None:
-    """The failure class of a 2xx stream that was read to its end (or broke off), or None."""
-    if decoder.oversized:
-        return "stream_error", f"an SSE line or event over {decoder.max_line} bytes (not buffered)"
-    if broke is not None and record.done_at is None:
-        return "incomplete_stream", _short(broke)
-    if not sse and decoder.events_seen == 0 and head:
-        return "not_sse", (f"{content_type or 'no content-type'}: "
-                           + head.decode("utf-8", "replace")[:200])
-    return classify_end(record, events_seen=decoder.events_seen, sse=sse)
-
-
-def _failed_before_response(exc: httpx.HTTPError) -> bool:
-    """For transports other than ScanTransport: the signature of a keep-alive connection the
-    server had already closed (EOF before a response, a reset, a failed write). httpcore's
-    message does not tell apart a partial status line, which ScanTransport's byte count does."""
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return "without sending a response" in str(exc)
-    return isinstance(exc, httpx.ReadError | httpx.WriteError)
-
-
-def _shorten(deadline: asyncio.Timeout, seconds: float) -> None:
-    when = asyncio.get_running_loop().time() + seconds
-    current = deadline.when()
-    if current is None or when < current:
-        deadline.reschedule(when)
-
-
-async def _error_detail(response: httpx.Response) -> str:
-    detail = b""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(2.0):
-            async for piece in response.aiter_bytes():
-                detail += piece
-                if len(detail) >= ERROR_DETAIL_BYTES:
-                    break
-    text = detail[:ERROR_DETAIL_BYTES].decode("utf-8", "replace").strip()
-    return f"HTTP {response.status_code}" + (f": {text[:200]}" if text else "")
-
-
-async def _lag_monitor(samples: array, interval: float = LOOP_LAG_INTERVAL_S) -> None:
-    perf = time.perf_counter
-    sleep = asyncio.sleep
-    while True:
-        start = perf()
-        await sleep(interval)
-        samples.append(max(0.0, (perf() - start - interval) * 1000.0))
 
 
 def _client_headers(plan: ScanPlan) -> dict[str, str]:
@@ -451,7 +100,7 @@ async def run_scan_async(
     async with httpx.AsyncClient(transport=own_transport, timeout=timeout,
                                  follow_redirects=False, trust_env=False,
                                  headers=_client_headers(plan)) as client:
-        scan = _Scan(plan, client, progress, lag_threshold_ms,
+        scan = ScanLoad(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport),
                      rate_progress=rate_progress)
         preflight = await run_preflight(plan, client, scan.request)
@@ -529,24 +178,21 @@ async def run_scan_async(
     )
 
 
-async def _search(scan: _Scan, plan: ScanPlan, levels: list[LevelResult],
+async def _search(scan: ScanLoad, plan: ScanPlan, levels: list[LevelResult],
                   searched: list[LevelResult], stream_budget: StreamBudget | None = None,
                   wait_left: float | None = None) -> bool:
-    """The capacity search (scans.grader.slo): run the levels it asks for, appending them to
+    """Run the levels the capacity search (capacity.py) asks for, appending them to
     `searched`; True when it stopped at its bound rather than at the boundary it sought. Each
     searched level waits for the stream budget like a plan level (the site's workers share
     one per process)."""
     assert plan.slo is not None
-    ceiling = min(MAX_LEVEL, plan.search_max_level)
-    tried = {lv.concurrency: evaluate_level(lv, plan.slo)["met"] for lv in levels}
-    sent = spent = 0  # measured requests; requests with their warm-up
     warmup = plan.workload.warmup
-    while (nxt := next_search_level(tried, ceiling)) is not None:
-        count = search_requests(nxt)
-        if (len(searched) >= plan.search_levels or sent + count > MAX_SEARCH_REQUESTS
-                or (plan.search_max_requests is not None
-                    and spent + count + warmup > plan.search_max_requests)):
-            return True
+    search = CapacitySearch({lv.concurrency: evaluate_level(lv, plan.slo)["met"] for lv in levels},
+                            max_level=min(MAX_LEVEL, plan.search_max_level),
+                            max_levels=plan.search_levels,
+                            max_requests=plan.search_max_requests, warmup=warmup)
+    while (step := search.next_level()) is not None:
+        nxt, count = step
         waiting_since = time.perf_counter()
         async with (stream_budget.level(nxt, wait_left) if stream_budget
                     else contextlib.nullcontext()):
@@ -555,11 +201,8 @@ async def _search(scan: _Scan, plan: ScanPlan, levels: list[LevelResult],
             await scan.warm_up(nxt, warmup)
             level = await scan.run_level(nxt, count)
         searched.append(level)
-        sent += count
-        spent += count + warmup
-        tried[nxt] = evaluate_level(level, plan.slo)["met"]
-    best = max((c for c, ok in tried.items() if ok), default=None)
-    return best is not None and best >= ceiling
+        search.record(nxt, count, evaluate_level(level, plan.slo)["met"])
+    return search.exhausted
 
 
 #: During a scan the youngest GC generation is collected after this many allocations instead of

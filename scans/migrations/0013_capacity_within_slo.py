@@ -11,7 +11,7 @@ def _number(value):
 def fill_from_reports(apps, schema_editor):
     """Scans stored before these columns whose report has a capacity (pushed reports made
     with --find-capacity; the site did not search yet): the same rule as
-    scans.worker.capacity_fields, frozen here."""
+    scans.running.worker.capacity_fields, frozen here."""
     Scan = apps.get_model("scans", "Scan")
     for scan in Scan._base_manager.filter(status="succeeded", report__has_key="capacity").only(
             "pk", "report").iterator():

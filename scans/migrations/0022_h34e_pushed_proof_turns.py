@@ -1,4 +1,4 @@
-"""An index for the proof workers' turns (scans/pushes.py): which team's pushed report is proven
+"""An index for the proof workers' turns (scans/running/pushes.py): which team's pushed report is proven
 next is decided by when each waiting team's last proof started, so the claim reads the recent
 starts of pushed scans, newest first, without reading scheduled scans at all.
 

@@ -1,18 +1,18 @@
-"""A scan's base URL, load and down/degraded causes as columns (scans/models.py, Scan), so that
+"""A scan's base URL, load and down/degraded causes as columns (scans/models/scans.py, Scan), so that
 lists, charts and states read no report; new scans get them as they are stored
-(scans/worker.py, report_columns). This fills them for the scans stored before: each report
+(scans/running/worker.py, report_columns). This fills them for the scans stored before: each report
 is read once (one jsonb_each over it keeps only the parts needed), BATCH scans per
 transaction, so a big table is neither locked nor rewritten in one go. Run again, it only
 rewrites the same values.
 
-The SQL is a copy, frozen here: the load is what scans.rollups' _plan_sql reads, the text
+The SQL is a copy, frozen here: the load is what scans.history.rollups' _plan_sql reads, the text
 PostgreSQL's ->> gives."""
 
 from django.db import migrations, models
 
 BATCH = 500
 
-PLAN_PATHS = {  # scans.profile.PLAN_PATHS as of this migration
+PLAN_PATHS = {  # scans.endpoints.profile.PLAN_PATHS as of this migration
     "levels": ("levels",),
     "requests": ("requests_per_level",),
     "max_tokens": ("max_tokens",),

@@ -1,4 +1,4 @@
-"""The proof workers' turns read one small row per waiting team (scans/pushes.py, claim_turn):
+"""The proof workers' turns read one small row per waiting team (scans/running/pushes.py, claim_turn):
 
 - `Scan.proof_team`, the endpoint's team copied onto a pushed scan, and a partial index of the
   queued pushed scans on (proof_team_id, queued_at, id): the distinct waiting teams are read by

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from accounts.middleware import same_for_everyone
@@ -69,7 +69,7 @@ def _public(response: HttpResponse) -> HttpResponse:
 
 @same_for_everyone
 @require_GET
-def badge_svg(request, key):
+def badge_svg(request: HttpRequest, key: str) -> HttpResponse:
     state = _badge_state(key)
     svg = charts.badge(BADGE_LABEL, state["message"], state["colour"],
                        grade=state["grade"], provisional=state["provisional"],
@@ -82,7 +82,7 @@ def badge_svg(request, key):
 
 @same_for_everyone
 @require_GET
-def badge_json(request, key):
+def badge_json(request: HttpRequest, key: str) -> HttpResponse:
     """The shields.io endpoint format: schemaVersion, label, message, color."""
     state = _badge_state(key)
     return _public(JsonResponse({

@@ -9,20 +9,26 @@ is an error at the field and nothing is saved. `?kind=X` shows only the fields k
 
 from __future__ import annotations
 
+from typing import Any
+from uuid import UUID
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
+from accounts.identity import SignedInRequest
+from accounts.models import Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from accounts.validators import validate_one_line
 from accounts.views import team_for_request, team_to_create_in
-from scans.channels import delivery, kinds, service
 from scans.models import ChannelKind, Delivery, DeliveryStatus, Endpoint, NotificationChannel
+from scans.notify.channels import delivery, kinds, service
 
 HISTORY_PER_CHANNEL = 10
 
@@ -31,7 +37,7 @@ class WriteOnlyInput(forms.TextInput):
     """A text input that never renders a stored value: only what this same POST submitted
     comes back (so a refused URL can be fixed, not retyped); the form's initial never has it."""
 
-    def format_value(self, value):
+    def format_value(self, value: Any) -> Any:
         return value or None
 
 
@@ -58,7 +64,8 @@ class ChannelForm(forms.Form):
     clear_secret = forms.BooleanField(label="Remove the stored signing secret", required=False)
     enabled = forms.BooleanField(label="Send alerts to this channel", required=False, initial=True)
 
-    def __init__(self, *args, channel: NotificationChannel | None = None, can_manage=False, **kwargs):
+    def __init__(self, *args: Any, channel: NotificationChannel | None = None, can_manage: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.channel = channel or NotificationChannel()
         self.can_manage = can_manage
@@ -68,7 +75,7 @@ class ChannelForm(forms.Form):
             self.fields["url"].help_text += " Leave blank to keep the stored URL."
             self.fields["secret"].help_text += " Leave blank to keep the stored secret."
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         if self.errors:
             return cleaned
@@ -98,11 +105,11 @@ def _examples(kind: str) -> list[tuple[str, str]]:
     return [(ChannelKind(k).label, t) for k, t in kinds.EXAMPLES.items() if not kind or k == kind]
 
 
-def _channel_or_404(request, public_id) -> NotificationChannel:
+def _channel_or_404(request: HttpRequest, public_id: UUID) -> NotificationChannel:
     return get_visible_or_404(request, NotificationChannel, public_id=public_id)
 
 
-def _save(request, form: ChannelForm, team) -> bool:
+def _save(request: HttpRequest, form: ChannelForm, team: Team) -> bool:
     form.channel.team = team
     try:
         service.save(form.channel)
@@ -119,7 +126,7 @@ def _event_label(kind: str) -> str:
 
 
 @login_required
-def channel_list(request, slug):
+def channel_list(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     channels = list(NotificationChannel.objects.for_team(team).order_by("name"))
     history: dict[int, list[tuple[Delivery, str]]] = {}
@@ -146,7 +153,7 @@ def channel_list(request, slug):
 
 @login_required
 @sensitive_post_parameters("url", "secret")
-def channel_create(request, slug):
+def channel_create(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_to_create_in(request, slug)
     # One form per kind: ?kind=X (or the kind a POST chose) shows only the fields X uses.
     kind = _kind_shown(request.POST.get("kind") if request.method == "POST" else request.GET.get("kind"))
@@ -171,7 +178,7 @@ def channel_create(request, slug):
 
 @login_required
 @sensitive_post_parameters("url", "secret")
-def channel_edit(request, public_id):
+def channel_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     channel = _channel_or_404(request, public_id)
     require_write(request, channel)
     team = channel.team
@@ -204,7 +211,7 @@ def channel_edit(request, public_id):
 
 
 @login_required
-def channel_delete(request, public_id):
+def channel_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """GET: a confirmation page; POST: delete the channel with its delivery history."""
     channel = _channel_or_404(request, public_id)
     require_write(request, channel)
@@ -227,7 +234,7 @@ def channel_delete(request, public_id):
 
 @login_required
 @require_POST
-def channel_test(request, public_id):
+def channel_test(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """Hand a test message to a worker and come back to the channel's card: no web thread
     waits on the receiver. Limited per team and per account (429 with Retry-After); 503 with
     Retry-After, nothing saved, while the task queue is unreachable."""

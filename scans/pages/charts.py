@@ -32,17 +32,27 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from scans.grader import formatting, scoring
-from scans.grader.scoring import CHECK_LABELS
-from scans.grader.ticks import decimals, nice_ticks
-from scans.history import CheckPoint, GradePoint
+from scans.grader import (
+    BANDS,
+    CHECK_LABELS,
+    INSUFFICIENT_EVIDENCE,
+    SCORING_VERSION,
+    Check,
+    check_by_id,
+    format_check_value,
+    format_number,
+    nice_ticks,
+    tick_decimals,
+)
+from scans.history.check_results import CheckPoint
+from scans.history.grades import GradePoint
 
 __all__ = ["BAND_COLOURS", "MAINTENANCE_COLOUR", "STATUS_COLOURS", "Series", "SeriesPoint",
            "badge", "changes", "check_chart", "check_label", "grade_chart", "series_chart",
@@ -51,10 +61,10 @@ __all__ = ["BAND_COLOURS", "MAINTENANCE_COLOUR", "STATUS_COLOURS", "Series", "Se
 BAND_COLOURS = {"A": "#1a9c5b", "B": "#6fae2b", "C": "#d9a400", "D": "#e07b1a", "F": "#d23b3b"}
 NO_GRADE_COLOUR = "#8a90a0"
 STATUS_COLOURS = {"pass": "#1a9c5b", "warn": "#d9a400", "fail": "#d23b3b",
-                  scoring.INSUFFICIENT_EVIDENCE: NO_GRADE_COLOUR, "preview": NO_GRADE_COLOUR}
+                  INSUFFICIENT_EVIDENCE: NO_GRADE_COLOUR, "preview": NO_GRADE_COLOUR}
 INK, MUTED, LINE, BREAK = "#1d2230", "#5c6478", "#dde1ea", "#3451d1"
 COLOURS = {"ink": INK, "muted": MUTED, "line": LINE, "break": BREAK, "none": NO_GRADE_COLOUR}
-STATUS_WORDS = {scoring.INSUFFICIENT_EVIDENCE: "insufficient evidence", "preview": "preview"}
+STATUS_WORDS = {INSUFFICIENT_EVIDENCE: "insufficient evidence", "preview": "preview"}
 OPS = {"<=": "≤", ">=": "≥", "==": "="}
 
 
@@ -88,11 +98,16 @@ def _render(template: str, context: dict) -> SafeString:
                      .strip())
 
 
-def _series_key(point) -> tuple:
+# What a chart plots: a grade, a check's value or a point of a drawn series, read by the
+# attributes they share (getattr for those only some have).
+Point: TypeAlias = Any
+
+
+def _series_key(point: Point) -> tuple:
     return (point.scoring_version, getattr(point, "profile_key", ""), getattr(point, "url", ""))
 
 
-def _segments(points: Sequence, key=_series_key) -> list[list]:
+def _segments(points: Sequence, key: Callable[[Any], tuple] = _series_key) -> list[list]:
     """Consecutive runs of points of one scoring version, one load profile and one URL (a
     change of any breaks the line: grades of another version, another load or another server
     are not comparable)."""
@@ -126,7 +141,7 @@ def _when(at: datetime) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname() or ''}".rstrip()
 
 
-def _what(point) -> str:
+def _what(point: Point) -> str:
     return (f"{point.scans} scans from {_when(point.at)} to {_when(point.last_at)}"
             if point.scans > 1 else _when(point.at))
 
@@ -303,8 +318,8 @@ def nice_axis(values: Sequence[float], most: int = 5, floor: float = 0.0,
 def tick_text(value: float, unit: str, step: float) -> str:
     """A tick's label, as round as its step: "150 ms", "2.5 %", "1.5×", "40"."""
     if unit == "share":
-        return f"{value * 100:,.{decimals(step * 100)}f} %"
-    text = f"{value:,.{decimals(step)}f}"
+        return f"{value * 100:,.{tick_decimals(step * 100)}f} %"
+    text = f"{value:,.{tick_decimals(step)}f}"
     return {"ms": f"{text} ms", "ratio": f"{text}×"}.get(unit, text)
 
 
@@ -315,7 +330,7 @@ def every_other(values: Sequence[float], keep: int = 4) -> list[float]:
     return list(values[::math.ceil((len(values) - 1) / (keep - 1))])
 
 
-def _break(before, after, versions: bool = True) -> dict:
+def _break(before: Point, after: Point, versions: bool = True) -> dict:
     """What changed between two runs, as every chart marks it: the scoring version (unless
     `versions` is False), else the load profile, else the URL (`label` is drawn beside the
     dashed line, `title` is its hover text)."""
@@ -465,7 +480,7 @@ def _legends(items: list[dict], frame: _Frame) -> dict:
     return {"wide": _legend(items, frame.left, 12.0), "narrow": narrow}
 
 
-def _gap(point, cx: float, title: str, data: dict, cls: str) -> dict:
+def _gap(point: Point, cx: float, title: str, data: dict, cls: str) -> dict:
     """An unmeasured point: a dashed line across the plot, the reason on hover; no value."""
     return {"cls": f"mark {cls}", "data": _data(data), "gap": True, "cx": _num(cx),
             "hover_x": _num(cx - 4), "title": title,
@@ -483,10 +498,10 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
     step = (width - 2 * pad) / max(n - 1, 1)
     index = {id(p): i for i, p in enumerate(points)}
 
-    def cx(point) -> float:
+    def cx(point: GradePoint) -> float:
         return pad + index[id(point)] * step
 
-    def cy(point) -> float:
+    def cy(point: Any) -> float:  # a graded point: its points are set
         return height - pad - point.points / 100 * (height - 2 * pad)
 
     segments = []
@@ -534,7 +549,7 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
                    until, 100.0)
     size = frame.phone_font
     bands, upper = [], 100
-    for letter, least in scoring.BANDS:
+    for letter, least in BANDS:
         middle = (frame.y(upper) + frame.y(least)) / 2
         tall = frame.y(least) - frame.y(upper)
         narrow = min(size, tall - 2)
@@ -544,7 +559,7 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
                       "narrow": {"x": _num(frame.right - 3), "y": _num(middle + narrow * 0.36),
                                  "size": _num(narrow)}})
         upper = least
-    bounds = sorted({0, 100, *(least for _, least in scoring.BANDS)})
+    bounds = sorted({0, 100, *(least for _, least in BANDS)})
     axes = frame.axes([(float(v), str(v)) for v in bounds], narrow_y=[0.0, 60.0, 100.0])
     axes["grid"] = []  # the bands are the grid
     runs = _segments(points)
@@ -605,11 +620,11 @@ def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
 # --- one check -------------------------------------------------------------------------------
 
 
-def _format_value(value: float, check: scoring.Check) -> str:
+def _format_value(value: float, check: Check) -> str:
     """By the one rounding rule of scans.grader.formatting, beside the check's bounds."""
     if check.op == "==":
         return "present" if value >= 0.5 else "absent"
-    return formatting.check_value(value, check.unit, (check.pass_value, check.warn_value))
+    return format_check_value(value, check.unit, (check.pass_value, check.warn_value))
 
 
 def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, until: datetime,
@@ -620,7 +635,7 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
     bounds of the current scoring version over that version's runs (named in the legend),
     breaks between versions, loads and URLs (as the grade chart's), unmeasured scans as gaps
     with `reasons[scan_id]` on hover, `maintenance` windows shaded and keyed."""
-    check = scoring.check_by_id(check_id)
+    check = check_by_id(check_id)
     reasons = reasons or {}
     boolean = check.op == "=="
     frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - axis_margin(width), since,
@@ -638,16 +653,16 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
     runs = _segments(points)
     bounds = []
     for run in runs:
-        if run[0].scoring_version != scoring.SCORING_VERSION or boolean:
+        if run[0].scoring_version != SCORING_VERSION or boolean:
             continue
         x1, x2 = frame.x(run[0].at), frame.x(run[-1].last_at)
         x1, x2 = (x1 - 4, x2 + 4) if x1 == x2 else (x1, x2)
         for name, bound in (("pass", check.pass_value), ("warn", check.warn_value)):
             bounds.append({"name": name, "value": _num(float(bound)),
-                           "version": scoring.SCORING_VERSION, "colour": STATUS_COLOURS[name],
+                           "version": SCORING_VERSION, "colour": STATUS_COLOURS[name],
                            "x1": _num(x1), "x2": _num(x2), "y": _num(frame.y(float(bound))),
                            "title": f"{name} {OPS[check.op]} {_format_value(float(bound), check)} "
-                                    f"(scoring {scoring.SCORING_VERSION})"})
+                                    f"(scoring {SCORING_VERSION})"})
     legend = []
     if not boolean:
         legend = [{"key": name, "colour": STATUS_COLOURS[name], "dash": "5 3",
@@ -677,7 +692,7 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
                                  "empty": None if points else frame.empty()})
 
 
-def _check_mark(point: CheckPoint, check: scoring.Check, frame: _Frame,
+def _check_mark(point: CheckPoint, check: Check, frame: _Frame,
                 reasons: Mapping[uuid.UUID, str]) -> dict:
     data = {"at": _iso(point.at), "value": point.value, "status": point.status,
             "scans": point.scans, "scoring_version": point.scoring_version,
@@ -744,7 +759,7 @@ def series_chart(name: str, title: str, unit: str, series: Sequence[Series], sin
     axes = frame.axes(ticks, narrow_y=every_other(values))
 
     def show(value: float) -> str:
-        return formatting.number(value, "ms" if unit == "ms" else "rate") + (
+        return format_number(value, "ms" if unit == "ms" else "rate") + (
             " ms" if unit == "ms" else "")
 
     segments = []

@@ -3,19 +3,23 @@ whether the caller may write to a team."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
+from django.http import HttpRequest
+
 from accounts.tenancy import Access, get_visible_or_404
 from scans.models import Endpoint, Scan, ScanStatus
 
 
-def endpoint_or_404(request, public_id) -> Endpoint:
+def endpoint_or_404(request: HttpRequest, public_id: UUID | str) -> Endpoint:
     return get_visible_or_404(request, Endpoint, public_id=public_id)
 
 
-def can_write(request, team_id: int) -> bool:
+def can_write(request: HttpRequest, team_id: int) -> bool:
     return Access.for_request(request).can_write(team_id)
 
 
-def scan_or_404(request, public_id) -> Scan:
+def scan_or_404(request: HttpRequest, public_id: UUID | str) -> Scan:
     return get_visible_or_404(request, Scan, public_id=public_id)
 
 

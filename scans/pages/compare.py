@@ -1,14 +1,17 @@
 """Compare pages: a scan against another of its endpoint, and endpoints of a team side by side
-(what moved is computed in scans/compare.py)."""
+(what moved is computed in scans/history/compare.py)."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
+from accounts.identity import SignedInRequest
 from accounts.views import team_for_request
-from scans.compare import FLAG_RELATIVE_CHANGE, compare
+from scans.history.compare import FLAG_RELATIVE_CHANGE, compare
 from scans.models import Endpoint, Scan, ScanStatus
 from scans.pages.common import previous_scan, scan_or_404
 
@@ -16,7 +19,7 @@ COMPARE_CHOICES = 50  # the most recent succeeded scans offered to compare with
 
 
 @login_required
-def scan_compare(request, public_id):
+def scan_compare(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """This scan against another succeeded scan of the same endpoint: `?with=<scan id>`, any
     one (not only the previous), else the previous. The earlier of the two is "before"."""
     scan = scan_or_404(request, public_id)
@@ -55,7 +58,7 @@ def _named(label: str) -> str:
     return label if label == "this scan" else f"the {label}"
 
 
-def _uuid_or_404(value: str):
+def _uuid_or_404(value: str) -> UUID:
     import uuid
 
     try:
@@ -65,7 +68,7 @@ def _uuid_or_404(value: str):
 
 
 @login_required
-def endpoints_compare(request, slug):
+def endpoints_compare(request: SignedInRequest, slug: str) -> HttpResponse:
     """Two endpoints of the team side by side: their latest succeeded scans compared
     (`?a=<endpoint id>&b=<endpoint id>`)."""
     team = team_for_request(request, slug)

@@ -13,18 +13,24 @@ Three answers from the same view:
 
 from __future__ import annotations
 
+from typing import Any
+from uuid import UUID
+
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from accounts import encryption
+from accounts.identity import SignedInRequest
+from accounts.models import Team
 from accounts.tenancy import Access, require_write
 from accounts.views import team_to_create_in
-from scans import connection_test, endpoints
+from scans.endpoints import connection_check as connection_test
+from scans.endpoints import service as endpoints
 from scans.models import Endpoint
 from scans.origins import origin_of
 from scans.pages.common import endpoint_or_404
@@ -36,7 +42,7 @@ FRAGMENT_HEADER = "X-Tokvera-Fragment"
 @login_required
 @require_POST
 @sensitive_post_parameters("api_key")
-def test_connection_new(request, slug):
+def test_connection_new(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_to_create_in(request, slug)
     return _answer(request, team, None)
 
@@ -44,13 +50,13 @@ def test_connection_new(request, slug):
 @login_required
 @require_POST
 @sensitive_post_parameters("api_key")
-def test_connection(request, public_id):
+def test_connection(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
     return _answer(request, endpoint.team, endpoint)
 
 
-def _answer(request, team, endpoint: Endpoint | None):
+def _answer(request: HttpRequest, team: Team, endpoint: Endpoint | None) -> HttpResponse:
     data = request.POST.copy()
     picked = data.get("pick_model", "").strip()  # a model id chosen from the last result
     if picked:
@@ -105,16 +111,16 @@ def _answer(request, team, endpoint: Endpoint | None):
     return response
 
 
-def _test_url(team, endpoint: Endpoint | None) -> str:
+def _test_url(team: Team, endpoint: Endpoint | None) -> str:
     if endpoint is not None:
         return reverse("endpoint-test-connection", args=[endpoint.public_id])
     return reverse("endpoint-test-connection-new", args=[team.slug])
 
 
-def _api_key(data, endpoint: Endpoint | None) -> str | None:
+def _api_key(data: QueryDict, endpoint: Endpoint | None) -> str | None:
     """The key typed in the form; else, for an endpoint whose URL stays on its stored origin,
     the stored key (it is sent there by every scan anyway); never the stored key to another
-    origin (scans/guarded_urls.py)."""
+    origin (scans/endpoints/url_rules.py)."""
     typed = data.get("api_key", "").strip()
     if typed:
         return typed
@@ -129,7 +135,7 @@ def _api_key(data, endpoint: Endpoint | None) -> str | None:
     return encryption.decrypt(endpoint.api_key_encrypted) or None if same_origin else None
 
 
-def _number(value) -> float:
+def _number(value: Any) -> float:  # whatever was posted; anything but a number is the maximum
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -148,7 +154,7 @@ _NOT_RENDERED_BACK = {
 }
 
 
-def _initial(data) -> dict:
+def _initial(data: QueryDict) -> dict:
     """What was typed, as the unbound form's initial values (no error is shown for a form
     nobody tried to save). Unticked boxes are absent from a POST: they are off."""
     initial: dict = {key: data.get(key) for key in data if key not in _NOT_RENDERED_BACK}

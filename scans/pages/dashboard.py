@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import OuterRef, Subquery
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from accounts.identity import SignedInRequest
 from accounts.views import team_for_request
-from scans import history, slo, state
-from scans.alerts import SLO_ALERT_WINDOW_DAYS
+from scans.history import slo_windows as slo
+from scans.history import state
+from scans.history.grades import latest_grades
+from scans.history.slo_wording import WindowWords
 from scans.models import Endpoint, EndpointMode, Scan, ScanStatus
+from scans.notify.alerts import SLO_ALERT_WINDOW_DAYS
 from scans.pages import charts
 from scans.pages.common import can_write
 
@@ -27,7 +34,7 @@ DASHBOARD_REFRESH_S = 15
 
 
 @login_required
-def team_dashboard(request, slug):
+def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
     """Every endpoint with its state and cause, latest grade, provisional marker, the sparkline
     of its last 30 grades, last and next scan, and its SLO status, a page at a time. An
     endpoint no scan has finished for has one empty state across those cells (its first scan
@@ -75,7 +82,7 @@ def team_dashboard(request, slug):
     everything.sort(key=_dashboard_key(sort, states))
     page = Paginator(everything, DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
     endpoints = list(page.object_list)
-    latest = history.latest_grades(endpoints, n=SPARKLINE_SCANS)
+    latest = latest_grades(endpoints, n=SPARKLINE_SCANS)
     windows = slo.windows_for(endpoints, slo_days)
     now = timezone.now()
     rows = []
@@ -88,6 +95,7 @@ def team_dashboard(request, slug):
             "latest": grades[-1] if grades else None,
             "sparkline": charts.sparkline(grades) if grades else None,
             "window": windows[endpoint.pk],
+            "slo_words": WindowWords(windows[endpoint.pk]),
             "first_scan": first_scan,
             # the time alone within the coming day, else its date too
             "first_scan_format": "H:i T" if first_scan == "due" and
@@ -104,7 +112,11 @@ def team_dashboard(request, slug):
     })
 
 
-def _before_first_scan(endpoint) -> str:
+# An endpoint row of team_dashboard: an Endpoint annotated with its latest scans.
+DashboardRow = Any
+
+
+def _before_first_scan(endpoint: DashboardRow) -> str:
     """What a row with no finished scan says instead of its grade, history and SLO: its first
     scan running, queued, or due (at next_scan_at); pushed, paused, or nothing scheduled."""
     if endpoint.running_scan:
@@ -123,8 +135,8 @@ DASHBOARD_SORTS = {"state": "problems first", "name": "name", "grade": "grade",
                    "last_scan": "last scan"}
 
 
-def _dashboard_key(sort: str, states: dict):
-    def key(endpoint):
+def _dashboard_key(sort: str, states: dict) -> Callable[[DashboardRow], tuple]:
+    def key(endpoint: DashboardRow) -> tuple:
         current = states[endpoint.pk]
         name = (endpoint.name.lower(), endpoint.pk)
         if sort == "name":

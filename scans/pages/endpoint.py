@@ -6,26 +6,39 @@ the role is checked after it is found (viewers get 403 on writes). Writes run in
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from accounts.identity import SignedInRequest
 from accounts.tenancy import Access, require_manage, require_write
 from accounts.views import team_to_create_in
-from scans import dispatch, history, maintenance, slo, state
-from scans import profile as load_profile
-from scans.grader import slo as grader_slo
+from scans import maintenance
+from scans.endpoints import profile as load_profile
+from scans.endpoints import service as endpoints
+from scans.grader import describe_slo, goodput_text
+from scans.history import slo_windows as slo
+from scans.history import state
+from scans.history.capacity import capacity_history, latest_capacity
+from scans.history.check_results import check_history, unmeasured_reasons
+from scans.history.grades import grade_history
+from scans.history.headlines import headline_history
+from scans.history.slo_wording import WindowWords
 from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
 from scans.pages import charts
 from scans.pages.common import endpoint_or_404
 from scans.pages.forms import EndpointForm
+from scans.running import dispatch
 
 # The endpoint page's chart ranges, shortest first: query value → (label, span).
 RANGES = {"1h": ("1 hour", timedelta(hours=1)), "6h": ("6 hours", timedelta(hours=6)),
@@ -33,7 +46,7 @@ RANGES = {"1h": ("1 hour", timedelta(hours=1)), "6h": ("6 hours", timedelta(hour
           "30d": ("30 days", timedelta(days=30)), "90d": ("90 days", timedelta(days=90))}
 
 
-def default_range(endpoint: Endpoint, now) -> str:
+def default_range(endpoint: Endpoint, now: datetime) -> str:
     """The shortest range that holds every scan of the endpoint (an endpoint with 40 minutes
     of scans opens at 1 hour, not as a smudge at the right edge of 30 days); the longest when
     the first scan is older than all of them, the shortest with no scan yet."""
@@ -60,37 +73,39 @@ SCANS_PER_PAGE = 25
 
 
 @login_required
-def endpoint_create(request, slug):
+def endpoint_create(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_to_create_in(request, slug)
     form = EndpointForm(request.POST or None, request.FILES or None, team=team)
     if request.method == "POST" and form.is_valid():
-        with transaction.atomic():
-            endpoint = form.save(commit=False)
-            endpoint.team = team
-            endpoint.save()
-            form.save_channels(endpoint)
-        messages.success(request, f"Endpoint {endpoint.name} added.")
-        return redirect("endpoint-detail", public_id=endpoint.public_id)
+        try:
+            saved = endpoints.create(team, form.endpoint_data(), Access.for_request(request))
+        except endpoints.REFUSALS as exc:
+            form.refused(exc)
+        else:
+            messages.success(request, f"Endpoint {saved.endpoint.name} added.")
+            return redirect("endpoint-detail", public_id=saved.endpoint.public_id)
     return render(request, "scans/endpoint_form.html",
                   {"team": team, "form": form, "endpoint": None},
                   status=400 if form.is_bound else 200)
 
 
 @login_required
-def endpoint_edit(request, public_id):
+def endpoint_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
-    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint,
-                        can_manage=Access.for_request(request).can_manage(endpoint.team_id))
+    form = EndpointForm(request.POST or None, request.FILES or None, instance=endpoint)
     if request.method == "POST" and form.is_valid():
-        with transaction.atomic():
-            form.save()
-        messages.success(request, f"Endpoint {endpoint.name} saved.")
-        for label in form.dropped_secrets:
-            messages.warning(request, f"The stored {label} was removed because its URL now "
-                                      f"points at another server; enter it again if it "
-                                      f"belongs there.")
-        return redirect("endpoint-detail", public_id=endpoint.public_id)
+        try:
+            saved = endpoints.update(endpoint, form.endpoint_data(), Access.for_request(request))
+        except endpoints.REFUSALS as exc:
+            form.refused(exc)
+        else:
+            messages.success(request, f"Endpoint {saved.endpoint.name} saved.")
+            for label in saved.dropped_secrets:
+                messages.warning(request, f"The stored {label} was removed because its URL now "
+                                          f"points at another server; enter it again if it "
+                                          f"belongs there.")
+            return redirect("endpoint-detail", public_id=saved.endpoint.public_id)
     if request.method == "POST":
         endpoint.refresh_from_db()  # the page shows what is stored, not the rejected input
     return render(request, "scans/endpoint_form.html",
@@ -99,7 +114,7 @@ def endpoint_edit(request, public_id):
 
 
 @login_required
-def endpoint_delete(request, public_id):
+def endpoint_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """GET: a confirmation page; POST: delete the endpoint with its scans."""
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
@@ -115,7 +130,7 @@ def endpoint_delete(request, public_id):
 
 @login_required
 @require_POST
-def endpoint_prompt_sample_delete(request, public_id):
+def endpoint_prompt_sample_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
     with transaction.atomic():
@@ -127,7 +142,7 @@ def endpoint_prompt_sample_delete(request, public_id):
 
 @login_required
 @require_POST
-def endpoint_badge_rotate(request, public_id):
+def endpoint_badge_rotate(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """A new badge key: the old badge URLs stop working at once (owners and admins)."""
     endpoint = endpoint_or_404(request, public_id)
     require_manage(request, endpoint)
@@ -141,7 +156,7 @@ def endpoint_badge_rotate(request, public_id):
 
 @login_required
 @require_POST
-def endpoint_scan_now(request, public_id):
+def endpoint_scan_now(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
     try:
@@ -161,7 +176,7 @@ def endpoint_scan_now(request, public_id):
 
 
 @login_required
-def endpoint_detail(request, public_id):
+def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     until = timezone.now()
     range_key = request.GET.get("range", "")
@@ -173,7 +188,7 @@ def endpoint_detail(request, public_id):
     location = request.GET.get("location") if len(locations) > 1 else None
     if location not in locations:
         location = None
-    grades = history.grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS,
+    grades = grade_history(endpoint, since, until, max_points=GRADE_CHART_POINTS,
                                    location=location)
     # Every chart shades the endpoint's maintenance windows and marks load and URL changes.
     held = maintenance.maintenance_intervals(endpoint, since, until)
@@ -181,15 +196,17 @@ def endpoint_detail(request, public_id):
     # Every chart's time axis spans the whole chosen range, so its title tells the truth.
     trends = []
     for check_id in TREND_CHECKS:
-        points = history.check_history(endpoint, check_id, since, until,
+        points = check_history(endpoint, check_id, since, until,
                                        max_points=CHECK_CHART_POINTS, location=location)
-        reasons = history.unmeasured_reasons(
+        reasons = unmeasured_reasons(
             endpoint, check_id, [p.scan_id for p in points if p.value is None and p.scan_id])
         trends.append({"check_id": check_id, "label": charts.check_label(check_id),
                        "points": points,
                        "chart": charts.check_chart(points, check_id, since, until,
                                                    reasons=reasons, maintenance=held)})
-    windows = [slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS]
+    # Each window with its words: the figures and what the page says of them.
+    windows = [(w, WindowWords(w)) for w in
+               (slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS)]
     # A list never loads reports (each up to REPORT_MAX_BYTES): the load is a column.
     page = Paginator(endpoint.scans.order_by("-queued_at").defer("report").annotate(
         **load_profile.plan_columns()), SCANS_PER_PAGE).get_page(request.GET.get("page"))
@@ -234,11 +251,12 @@ def endpoint_detail(request, public_id):
     })
 
 
-def _headline_charts(endpoint: Endpoint, since, until, location=None, changes=(),
-                     held=()) -> list[dict]:
+def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,
+                     changes: Sequence[dict] = (),
+                     held: Sequence[tuple[datetime, datetime]] = ()) -> list[dict]:
     """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks;
     `changes` (the grade history's load and URL changes) marked, `held` (maintenance) shaded."""
-    points = history.headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+    points = headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
                                       location=location)
 
     def series(key: str, label: str, colour: str, dash: str = "") -> charts.Series:
@@ -261,13 +279,14 @@ def _headline_charts(endpoint: Endpoint, since, until, location=None, changes=()
     ]
 
 
-def _capacity(endpoint: Endpoint, since, until, location=None, changes=(), held=()) -> dict:
+def _capacity(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,
+              changes: Sequence[dict] = (), held: Sequence[tuple[datetime, datetime]] = ()) -> dict:
     """Capacity within the SLO (issue 22): what the latest scan that searched found, in words,
     and its trend over the range (a scan where no level met the SLO serves 0 streams)."""
-    latest = history.latest_capacity(endpoint)
+    latest = latest_capacity(endpoint)
     found = getattr(latest, "capacity_found", None) if latest is not None else None
     found = found if isinstance(found, dict) else {}
-    points = history.capacity_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+    points = capacity_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
                                       location=location)
     series = [charts.Series("capacity", "streams within the SLO", "#3451d1", "", [
         charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.scans, value=p.streams,
@@ -281,8 +300,8 @@ def _capacity(endpoint: Endpoint, since, until, location=None, changes=(), held=
     return {
         "latest": latest, "reason": str(found.get("reason") or ""),
         "levels_tried": "/".join(str(c) for c in found.get("levels_tried") or []),
-        "slo_text": grader_slo.describe_slo(slo_found) if isinstance(slo_found, dict) else "",
-        "goodput": grader_slo.goodput_text(
+        "slo_text": describe_slo(slo_found) if isinstance(slo_found, dict) else "",
+        "goodput": goodput_text(
             latest.capacity_requests_per_s, latest.capacity_output_tokens_per_s,
             latest.capacity_output_unit) if latest is not None else "",
         "points": points,

@@ -1,29 +1,41 @@
-"""The endpoint form: validation at the edge, secrets write-only.
+"""The endpoint form: it parses, scans/endpoints/service.py decides and writes.
+
+What a field is called, its bounds, label and help come from its row in
+scans/endpoints/profile_fields.py; the form adds what only a page needs (levels and locations
+as text, files, boxes that remove a secret) and shows the service's refusals at their fields.
 
 Secrets (the API key, the prompt sample, the load dataset) are accepted, encrypted and never
 rendered back: their inputs are password fields that do not echo a value, even when the form
 is shown again with errors, and the page only says whether one is stored. A blank secret field
 keeps what is stored; a "clear" box removes it. Changing a URL whose secret is stored follows
-scans/guarded_urls.py: members are refused, and a new origin drops the secret. Where alerts go
-is the team's notification channels (scans/channels/): all of them, or those picked here.
+scans/endpoints/url_rules.py: members are refused, and a new origin drops the secret. Where
+alerts go is the team's notification channels (scans/notify/channels/): all of them, or those
+picked here.
 """
 
 from __future__ import annotations
 
 import re
-from typing import cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from accounts.models import Team
 from accounts.validators import validate_one_line
-from scans import endpoint_limits, endpoints, profile, scheduling
-from scans.grader.plan import DEFAULT_LEVELS, MAX_LEVEL, PlanError
-from scans.grader.prompts import PromptsFileError, parse_prompts_text
-from scans.grader.slo import DEFAULT_SEARCH_LEVELS
-from scans.grader.workload import DatasetError
-from scans.guarded_urls import GuardedURL
+from scans.endpoints import limits, profile, profile_fields, scheduling
+from scans.endpoints import service as endpoints
+from scans.grader import (
+    DEFAULT_LEVELS,
+    DEFAULT_SEARCH_LEVELS,
+    MAX_LEVEL,
+    DatasetError,
+    PlanError,
+    PromptsFileError,
+    parse_prompts_text,
+)
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, NotificationChannel
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm"]
@@ -32,14 +44,19 @@ MAX_PROMPT_SAMPLE_BYTES = 5 * 1024 * 1024
 MAX_SECRET_CHARS = 4000
 
 
-def _formfield(model_field, **kwargs):
+def _formfield(model_field: models.Field, **kwargs: Any) -> forms.Field | None:
     if isinstance(model_field, models.URLField):
         kwargs["assume_scheme"] = "https"  # a URL typed without a scheme is read as https
     return model_field.formfield(**kwargs)
 
 
+# The table's rows that are columns of the endpoint (the dataset is a file, stored encrypted).
+_TABLE_COLUMNS = tuple(row for row in profile_fields.FIELDS if row.kind != "dataset")
+_DATASET = profile_fields.BY_NAME["load_dataset"]
+
+
 class ChannelChoiceField(forms.ModelMultipleChoiceField):
-    def label_from_instance(self, obj) -> str:
+    def label_from_instance(self, obj: NotificationChannel) -> str:
         off = "" if obj.enabled else ", turned off"
         return f"{obj.name} ({obj.get_kind_display()}{off})"
 
@@ -61,12 +78,7 @@ class EndpointForm(forms.ModelForm):
         help_text="Your export of real traffic: JSONL or one prompt per line (UTF-8, at most 5 MB). "
                   "Stored encrypted, never sent anywhere; used only for repeat_prompt_share.")
     load_dataset = forms.FileField(
-        label="Load dataset", required=False,
-        help_text="Prompts the load sends instead of built-in ones, as tokvera scan --dataset "
-                  'reads them: JSONL, one {"prompt": "..."} or {"messages": [...]} per line '
-                  f"(UTF-8, at most {profile.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB, "
-                  f"{profile.SITE_MAX_DATASET_PROMPTS:,} prompts). Stored encrypted, never "
-                  "shown again.")
+        label=_DATASET.label, required=False, help_text=profile_fields.help_text(_DATASET))
     clear_load_dataset = forms.BooleanField(label="Remove the stored load dataset",
                                             required=False)
     channels = ChannelChoiceField(
@@ -78,46 +90,27 @@ class EndpointForm(forms.ModelForm):
         model = Endpoint
         formfield_callback = _formfield
         fields = [
-            "name", "base_url", "model", "mode", "requests_per_level", "max_tokens",
-            "timeout_s", "interval_minutes", "enabled", "accepts_pushes", "price_input_per_mtok",
-            "price_output_per_mtok", "input_tokens", "output_tokens", "shared_prefix_tokens",
-            "warmup", "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate",
-            "slo_objective", "all_channels", "alert_after_errors", *endpoints.CAPACITY_FIELDS,
+            "name", "base_url", "model", "mode", "interval_minutes", "enabled", "accepts_pushes",
+            *(row.name for row in _TABLE_COLUMNS),
+            "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
+            "all_channels", "alert_after_errors",
         ]
         labels = {
+            **{row.name: row.label for row in _TABLE_COLUMNS},
             "base_url": "Base URL",
-            "requests_per_level": "Requests per level",
-            "timeout_s": "Timeout per request (s)",
             "interval_minutes": "Scan every (minutes)",
             "accepts_pushes": "Also accept pushed reports",
-            "price_input_per_mtok": "Price per million input tokens (USD)",
-            "price_output_per_mtok": "Price per million output tokens (USD)",
             "slo_grade_floor": "SLO: grade at least",
             "slo_ttft_p95_ms": "SLO: TTFT p95 at concurrency 1 at most (ms)",
             "slo_error_rate": "SLO: error rate at most (share)",
             "slo_objective": "SLO objective (share of the covered time)",
             "all_channels": "Alert every channel of the team",
             "alert_after_errors": "Alert after this many errored scans in a row",
-            "input_tokens": "Prompt length (tokens)",
-            "output_tokens": "Reply length (tokens)",
-            "shared_prefix_tokens": "Shared prefix (tokens)",
-            "warmup": "Warm-up requests per level",
-            "capacity_search": "Find the capacity within the SLO",
-            "capacity_search_levels": "Capacity search: at most this many extra levels",
-            "capacity_alert_below": "Alert when the capacity drops below (streams)",
         }
         help_texts = {
-            "capacity_search": "After the levels, each scan searches for the most concurrent "
-                               "streams that meet the TTFT and error-rate targets above (95% of "
-                               "requests within them). Not graded. The search's requests count "
-                               "against the site's per-scan limits.",
-            "capacity_search_levels": "From 1 to 16 (default 8); at most "
-                                      f"{profile.SITE_MAX_LEVEL} streams.",
-            "capacity_alert_below": "One alert when a scan finds fewer, one when it recovers. "
-                                    "Blank: no capacity alert.",
+            **{row.name: profile_fields.help_text(row) for row in _TABLE_COLUMNS if row.help},
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
             "model": "As the server names it at /models: Test connection lists them.",
-            "requests_per_level": "Blank: at least 20, and four rounds of each level.",
             "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
                                 f"({MAX_INTERVAL_MINUTES}).",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
@@ -126,24 +119,14 @@ class EndpointForm(forms.ModelForm):
                 "0.9 means 90% of the time scans cover in a window must meet every target "
                 "(30 days at 0.9 allow 3 days of bad time)."
             ),
-            "input_tokens": f"Each prompt is this long as the server counts it (at most "
-                            f"{profile.SITE_MAX_INPUT_TOKENS:,}). Blank: built-in prompts "
-                            "or the dataset's.",
-            "output_tokens": f"Every reply this long (at most {profile.SITE_MAX_OUTPUT_TOKENS:,}"
-                             "), where the server accepts ignore_eos or min_tokens; it replaces "
-                             "max tokens. Blank: replies end where the model stops.",
-            "shared_prefix_tokens": "The first tokens of every prompt are the same (a system "
-                                    "prompt); below the prompt length. Blank: none.",
-            "warmup": f"Requests sent before each level, not counted (at most "
-                      f"{profile.SITE_MAX_WARMUP}). Blank: none.",
         }
 
-    def __init__(self, *args, can_manage: bool = False, team=None, **kwargs):
+    def __init__(self, *args: Any, team: Team | None = None, can_manage: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.team = team  # a new endpoint's team: the endpoint cap is checked against it
-        self.can_manage = can_manage  # owners and admins may move a URL with a stored secret
-        self._dropped: list[GuardedURL] = []  # the URLs whose secret a new origin removes
-        self.dropped_secrets: list[str] = []  # their labels, once saved
+        # A new endpoint's team: its channels. Who may move a URL with a stored secret is the
+        # service's to decide (`can_manage` is accepted from callers that still say it).
+        self.team = team
         self.fields["interval_minutes"].validators += [
             MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]
         self.fields["interval_minutes"].widget.attrs.update(
@@ -151,14 +134,11 @@ class EndpointForm(forms.ModelForm):
         self.fields["base_url"].error_messages["invalid"] = (
             "Expected an http(s) URL such as https://host/v1.")
         self.fields["name"].validators.append(validate_one_line)
-        self.fields["requests_per_level"].validators.append(MinValueValidator(1))
-        self.fields["max_tokens"].validators.append(MinValueValidator(1))
         self.fields["capacity_search_levels"].required = False  # blank: the default
-        self.fields["capacity_alert_below"].validators.append(MinValueValidator(1))
-        for name in ("input_tokens", "output_tokens", "shared_prefix_tokens"):
-            self.fields[name].validators.append(MinValueValidator(1))
-        for name in ("price_input_per_mtok", "price_output_per_mtok", "slo_ttft_p95_ms"):
-            self.fields[name].validators.append(MinValueValidator(0))
+        for row in _TABLE_COLUMNS:
+            column = Endpoint._meta.get_field(row.name)
+            _bound(self.fields[row.name], row, getattr(column, "validators", []))
+        self.fields["slo_ttft_p95_ms"].validators.append(MinValueValidator(0))
         levels = (self.instance.levels if self.instance.pk and self.instance.levels
                   else list(DEFAULT_LEVELS))
         self.fields["levels_text"].initial = ", ".join(str(level) for level in levels)
@@ -178,6 +158,11 @@ class EndpointForm(forms.ModelForm):
                 + self.fields["api_key"].help_text + " Leave blank to keep the stored key.")
             self.fields["prompt_sample"].help_text += " Leave empty to keep the stored sample."
             self.fields["load_dataset"].help_text += " Leave empty to keep the stored dataset."
+
+    @property
+    def workload_fields(self) -> list:
+        """The workload's numbers, in the table's order (the template's "Workload" fieldset)."""
+        return [self[name] for name in profile_fields.names("workload", kind="number")]
 
     @property
     def errors_outside_target(self) -> bool:
@@ -208,7 +193,7 @@ class EndpointForm(forms.ModelForm):
             end = "" if message.endswith("?") else "."
             raise forms.ValidationError(f"{message[0].upper()}{message[1:]}{end}") from None
 
-    def clean_slo_error_rate(self):
+    def clean_slo_error_rate(self) -> float | None:
         value = self.cleaned_data["slo_error_rate"]
         if value is not None and not 0 <= value <= 1:
             raise forms.ValidationError("Expected a share between 0 and 1 (0.01 is 1%).")
@@ -218,13 +203,13 @@ class EndpointForm(forms.ModelForm):
         value = self.cleaned_data.get("capacity_search_levels")
         return DEFAULT_SEARCH_LEVELS if value is None else value
 
-    def clean_slo_objective(self):
+    def clean_slo_objective(self) -> float:
         value = self.cleaned_data["slo_objective"]
         if value is None or not 0 < value <= 1:
             raise forms.ValidationError("Expected a share above 0 and at most 1 (0.9 is 90%).")
         return value
 
-    def clean_timeout_s(self):
+    def clean_timeout_s(self) -> float:
         value = self.cleaned_data["timeout_s"]
         if value is None or not 0 < value <= 3600:
             raise forms.ValidationError("Expected a number of seconds above 0, at most 3600.")
@@ -251,9 +236,9 @@ class EndpointForm(forms.ModelForm):
         upload = self.cleaned_data.get("load_dataset")
         if not upload:
             return None
-        if upload.size > profile.SITE_MAX_DATASET_BYTES:
+        if upload.size > limits.SITE_MAX_DATASET_BYTES:
             raise forms.ValidationError(
-                f"The dataset is larger than {profile.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB.")
+                f"The dataset is larger than {limits.SITE_MAX_DATASET_BYTES // (1024 * 1024)} MB.")
         try:
             text = upload.read().decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -266,15 +251,7 @@ class EndpointForm(forms.ModelForm):
             raise forms.ValidationError(f"{message[0].upper()}{message[1:]}{end}") from None
         return text
 
-    def _new_load_dataset(self, cleaned) -> dict:
-        """The dataset the profile will have: a new upload's text, none, or the stored one."""
-        if cleaned.get("clear_load_dataset"):
-            return {"load_dataset": ""}
-        if cleaned.get("load_dataset"):
-            return {"load_dataset": cleaned["load_dataset"]}
-        return {"load_dataset_encrypted": self.instance.load_dataset_encrypted}
-
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         super().clean()
         cleaned = self.cleaned_data  # what ModelForm.clean() returns, typed without None
         if cleaned.get("api_key") and cleaned.get("clear_api_key"):
@@ -282,51 +259,7 @@ class EndpointForm(forms.ModelForm):
         if cleaned.get("load_dataset") and cleaned.get("clear_load_dataset"):
             self.add_error("load_dataset",
                            "Either give a new dataset or remove the stored one, not both.")
-        if self.instance.pk is None and self.team is not None:
-            try:
-                endpoint_limits.check_room_for_endpoint(self.team.pk)
-            except endpoint_limits.TooManyEndpoints as exc:
-                message = str(exc)
-                raise forms.ValidationError(f"{message[0].upper()}{message[1:]}.") from None
-        if self.errors:
-            return cleaned
-        self._check_url_changes(cleaned)
-        if self.errors:
-            return cleaned
-        try:
-            endpoints.check_profile({
-                "base_url": cleaned["base_url"], "model": cleaned.get("model", ""),
-                "levels": cleaned["levels_text"],
-                "requests_per_level": cleaned.get("requests_per_level"),
-                "max_tokens": cleaned.get("max_tokens") or 0, "timeout_s": cleaned["timeout_s"],
-                "price_input_per_mtok": cleaned.get("price_input_per_mtok"),
-                "price_output_per_mtok": cleaned.get("price_output_per_mtok"),
-                **{name: cleaned.get(name) for name in endpoints.WORKLOAD_FIELDS},
-                **{name: cleaned.get(name) for name in ("slo_ttft_p95_ms", "slo_error_rate")},
-                **{name: cleaned.get(name) for name in endpoints.CAPACITY_FIELDS},
-                **self._new_load_dataset(cleaned)})
-        except PlanError as exc:
-            field = _profile_error_field(str(exc))
-            if field is None:
-                raise forms.ValidationError(f"This scan profile cannot run: {exc}.") from None
-            self.add_error(field, f"This scan profile cannot run: {exc}.")
         return cleaned
-
-    def _check_url_changes(self, cleaned) -> None:
-        given = set()
-        if cleaned.get("api_key") or cleaned.get("clear_api_key"):
-            given.add("api_key_encrypted")
-        if cleaned.get("load_dataset") or cleaned.get("clear_load_dataset"):
-            given.add("load_dataset_encrypted")
-        if cleaned.get("prompt_sample"):
-            given.add("prompt_sample_encrypted")
-        changes = endpoints.url_changes(
-            self.instance,
-            {"base_url": cleaned["base_url"]},
-            given, self.can_manage)
-        for field_name, message in changes.refused.items():
-            self.add_error(field_name, message)
-        self._dropped = changes.dropped
 
     def clean_locations_text(self) -> list[str]:
         try:
@@ -334,37 +267,43 @@ class EndpointForm(forms.ModelForm):
         except scheduling.UnknownLocation as exc:
             raise forms.ValidationError(f"{str(exc).capitalize()}.") from None
 
-    # -- saving ---------------------------------------------------------------------------------
-    def save(self, commit: bool = True) -> Endpoint:
-        endpoint = super().save(commit=False)
+    # -- what the service is given, and what it refuses --------------------------------------
+    def endpoint_data(self) -> dict:
+        """The parsed form as scans.endpoints.service takes it: every field of the form (as
+        ModelForm put them on its instance), levels and locations, the secrets given (a blank
+        field keeps the stored one, a "remove" box gives ""), the channels picked."""
         cleaned = self.cleaned_data
-        endpoint.levels = cleaned["levels_text"]
-        endpoint.locations = cleaned["locations_text"]
-        # The URL moved to another origin: its secret stays behind.
-        self.dropped_secrets += endpoints.drop_secrets(endpoint, self._dropped)
-        if cleaned.get("clear_api_key"):  # a blank field keeps the stored key
-            endpoints.set_secret(endpoint, "api_key", "")
-        elif cleaned.get("api_key"):
-            endpoints.set_secret(endpoint, "api_key", cleaned["api_key"])
+        data = {name: getattr(self.instance, name) for name in self._meta.fields or ()}
+        data |= {"levels": cleaned["levels_text"], "locations": cleaned["locations_text"],
+                 "channels": [channel.public_id for channel in cleaned.get("channels") or []]}
+        for name in ("api_key", "load_dataset"):
+            if cleaned.get(f"clear_{name}"):
+                data[name] = ""
+            elif cleaned.get(name):
+                data[name] = cleaned[name]
         if cleaned.get("prompt_sample"):
-            endpoints.set_secret(endpoint, "prompt_sample", cleaned["prompt_sample"])
-        if cleaned.get("clear_load_dataset"):
-            endpoints.set_secret(endpoint, "load_dataset", "")
-        elif cleaned.get("load_dataset"):
-            endpoints.set_secret(endpoint, "load_dataset", cleaned["load_dataset"])
-        if commit:
-            # Only what this form owns: alert state, badge key and manual-scan time are
-            # written by workers and other pages meanwhile.
-            endpoints.save(endpoint, self.initial.get("interval_minutes"),
-                           [*self.Meta.fields, *FORM_EXTRA_FIELDS])
-            self.save_channels(endpoint)
-        else:
-            scheduling.apply_schedule(endpoint, self.initial.get("interval_minutes"))
-        return endpoint
+            data["prompt_sample"] = cleaned["prompt_sample"]
+        return data
 
-    def save_channels(self, endpoint: Endpoint) -> None:
-        """The picked channels (a new endpoint's too: the view saves it first)."""
-        endpoint.channels.set(self.cleaned_data.get("channels") or [])
+    def save(self, commit: bool = True) -> Endpoint:
+        """Never: a form that saved itself would pass by the service's rules."""
+        raise TypeError("endpoints are written by scans.endpoints.service (create, update)")
+
+    def refused(self, exc: Exception) -> None:
+        """Show a refusal of the service: at the field it is about, else above the form."""
+        message = str(exc)
+        if isinstance(exc, endpoints.URLChangeRefused):
+            for field_name, why in exc.refused.items():
+                self.add_error(field_name, why)
+        elif isinstance(exc, PlanError):
+            field = profile_fields.field_named_by(message, _SHOWN_AT_THEIR_FIELD)
+            self.add_error(field, f"This scan profile cannot run: {message}.")
+        elif isinstance(exc, limits.TooManyEndpoints):
+            self.add_error(None, f"{message[0].upper()}{message[1:]}.")
+        elif isinstance(exc, endpoints.UnknownChannels):  # deleted while the page was open
+            self.add_error("channels", f"{message[0].upper()}{message[1:]}.")
+        else:
+            raise exc
 
 
 # The form's first section (name, URL, key, model, then Test connection); the rest is "advanced".
@@ -372,24 +311,18 @@ class EndpointForm(forms.ModelForm):
 TARGET_FIELDS = ("name", "base_url", "api_key", "clear_api_key", "model")
 
 
-FORM_EXTRA_FIELDS = ("levels", "locations", "api_key_encrypted", "prompt_sample_encrypted",
-                     "load_dataset_encrypted", "next_scan_at")
+# A profile error about a workload or capacity field is shown at that field (the first whose
+# words begin the one-line PlanError); any other stays at the top of the form.
+_SHOWN_AT_THEIR_FIELD = (*profile_fields.group("workload"), *profile_fields.group("capacity"))
 
 
-# A profile error about one workload field is shown at that field (the first word that names
-# it in the one-line PlanError); any other stays at the top of the form.
-_PROFILE_ERROR_FIELDS = (
-    ("shared-prefix", "shared_prefix_tokens"), ("shared prefix", "shared_prefix_tokens"),
-    ("input-tokens", "input_tokens"), ("input tokens", "input_tokens"),
-    ("output-tokens", "output_tokens"), ("output tokens", "output_tokens"),
-    ("warm", "warmup"), ("dataset", "load_dataset"),
-    ("capacity alert", "capacity_alert_below"), ("capacity search", "capacity_search"),
-)
-
-
-def _profile_error_field(message: str) -> str | None:
-    for word, field in _PROFILE_ERROR_FIELDS:
-        if message.lower().startswith(("--" + word, word, "a " + word, "the " + word)):
-            return field
-    return None
-
+def _bound(field: forms.Field, row: profile_fields.ProfileField, model_checks: Iterable[Any]) -> None:
+    """The row's bounds on the input (the browser's min and max) and its minimum as a check
+    (unless the field or the model column checks it already: one message, not two); a maximum
+    is the site's to refuse, in its own words (profile.validate_profile)."""
+    field.widget.attrs.update(row.widget_bounds())
+    if row.minimum is None or row.above_minimum:
+        return  # an exclusive minimum: the field's own clean method words it
+    if not any(isinstance(check, MinValueValidator) and check.limit_value == row.minimum
+               for check in [*field.validators, *model_checks]):
+        field.validators.append(MinValueValidator(row.minimum))

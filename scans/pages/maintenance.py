@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import zoneinfo
 from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from accounts.models import Profile
+from accounts.identity import SignedInRequest
+from accounts.models import Profile, Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from accounts.validators import validate_one_line
 from accounts.views import team_for_request, team_to_create_in
-from scans import maintenance, status_page
+from scans import maintenance
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
+from scans.status_pages import availability
 
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
 NOW = "now"  # the form's "now, for N minutes": stored as a one-off window from now
@@ -79,7 +84,8 @@ class MaintenanceForm(forms.Form):
         help_text="Off: scans still run (their time is left out of the SLO either way).",
     )
 
-    def __init__(self, *args, team, window: MaintenanceWindow | None = None, **kwargs):
+    def __init__(self, *args: Any, team: Team, window: MaintenanceWindow | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.window = window  # the stored window being edited, if any
         endpoints = Endpoint.objects.for_team(team).order_by("name")
@@ -90,7 +96,7 @@ class MaintenanceForm(forms.Form):
         assert isinstance(field, forms.ChoiceField)
         field.choices = choices
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         # Only parsing here: the rules are scans.maintenance.window_errors, as for the API.
         cleaned = super().clean() or {}
         kind = cleaned.get("kind")
@@ -175,7 +181,7 @@ def _initial(window: MaintenanceWindow) -> dict:
     }
 
 
-def _user_zone(request) -> str:
+def _user_zone(request: SignedInRequest) -> str:
     zone = Profile.objects.filter(user_id=request.user.pk).values_list("timezone", flat=True).first()
     return str(zone or "UTC")
 
@@ -183,11 +189,11 @@ def _user_zone(request) -> str:
 def _excluded_text(span: timedelta) -> str:
     minutes = int(span.total_seconds() // 60)
     taken = maintenance.duration_text(minutes) if minutes else "no time"
-    return f"took {taken} out of availability in the last {status_page.DAYS} days"
+    return f"took {taken} out of availability in the last {availability.DAYS} days"
 
 
 @login_required
-def maintenance_list(request, slug):
+def maintenance_list(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
     now = timezone.now()
     windows = list(MaintenanceWindow.objects.for_team(team).select_related("endpoint"))
@@ -198,7 +204,7 @@ def maintenance_list(request, slug):
             "when": maintenance.describe(w),
             "next": nexts.get(w.pk),
             "now": bool(nexts.get(w.pk) and nexts[w.pk].covers(now)),
-            "excluded": _excluded_text(maintenance.excluded(w, now, status_page.DAYS)),
+            "excluded": _excluded_text(maintenance.excluded(w, now, availability.DAYS)),
         }
         for w in windows
     ]
@@ -210,7 +216,7 @@ def maintenance_list(request, slug):
 
 
 @login_required
-def maintenance_create(request, slug):
+def maintenance_create(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_to_create_in(request, slug)
     zone = _user_zone(request)
     now = timezone.now().astimezone(maintenance.zone(zone))
@@ -232,7 +238,7 @@ def maintenance_create(request, slug):
 
 
 @login_required
-def maintenance_edit(request, public_id):
+def maintenance_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     window = get_visible_or_404(request, MaintenanceWindow, public_id=public_id)
     require_write(request, window)
     team = window.team
@@ -250,7 +256,7 @@ def maintenance_edit(request, public_id):
 
 
 @login_required
-def maintenance_delete(request, public_id):
+def maintenance_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """GET: a confirmation page; POST: delete the window (past SLO figures count its time
     again)."""
     window = get_visible_or_404(request, MaintenanceWindow, public_id=public_id)

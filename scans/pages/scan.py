@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from uuid import UUID
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, JsonResponse
@@ -10,26 +13,27 @@ from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.identity import SignedInRequest
 from accounts.tenancy import require_write
-from scans import dispatch, retention
-from scans import profile as load_profile
-from scans import progress as live
-from scans import state as endpoint_state
-from scans.grader.progress import progress_text
-from scans.grader.report import render_html
-from scans.models import Scan, ScanStatus
+from scans.endpoints import profile as load_profile
+from scans.grader import progress_text, render_html
+from scans.history import retention
+from scans.history import state as endpoint_state
+from scans.models import Endpoint, Scan, ScanStatus
 from scans.pages.common import can_write, previous_scan, scan_or_404
+from scans.running import dispatch
+from scans.running import live_progress as live
 
 
 @login_required
-def scan_detail(request, public_id):
+def scan_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """The scan under its endpoint's name: status, grade, and the report (framed, sized to its
     content). While queued or running, the page polls scan-status for live progress."""
     scan = scan_or_404(request, public_id)
     endpoint = scan.endpoint
     report_html = pruned = None
     if scan.report and scan.report_pruned_at:
-        # Past REPORT_RETENTION_DAYS only the summary is left (scans/retention.py): shown as
+        # Past REPORT_RETENTION_DAYS only the summary is left (scans/history/retention.py): shown as
         # tables, not as a report whose histograms would read "no sample".
         pruned = {"sentence": retention.pruned_sentence(), "at": scan.report_pruned_at,
                   **retention.summary_tables(scan.report)}
@@ -56,7 +60,7 @@ def status_label(scan: Scan) -> str:
     return str(scan.get_status_display())
 
 
-def _down(endpoint, scan: Scan) -> dict | None:
+def _down(endpoint: Endpoint, scan: Scan) -> dict | None:
     """A down scan leads with its cause and since when (down is a state, not a grade): since
     the first scan of the current down run when this is the endpoint's latest scan, else
     since this scan."""
@@ -72,10 +76,10 @@ def _down(endpoint, scan: Scan) -> dict | None:
 FINISHED = (ScanStatus.SUCCEEDED, ScanStatus.ERRORED, ScanStatus.REFUSED, ScanStatus.CANCELLED)
 
 
-def _progress(scan: Scan, now=None) -> dict:
+def _progress(scan: Scan, now: datetime | None = None) -> dict:
     """Where an unfinished scan stands, in words and seconds (scan page and scan-status): how
     long it has waited or run and, while it runs, its worker's live figures (the level, the
-    requests done of its total, TTFT p50, output rate, time left; scans/progress.py)."""
+    requests done of its total, TTFT p50, output rate, time left; scans/running/live_progress.py)."""
     now = now or timezone.now()
     finished = scan.status in FINISHED
     figures = None
@@ -101,12 +105,12 @@ def _duration(seconds: int) -> str:
 
 @login_required
 @require_GET
-def scan_status(request, public_id):
+def scan_status(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """A scan's status as JSON, for the scan page's live progress (team-scoped like the page)."""
     scan = scan_or_404(request, public_id)
     progress = _progress(scan)
 
-    def when(at):
+    def when(at: datetime | None) -> str | None:
         return at.isoformat() if at else None
 
     response = JsonResponse({
@@ -130,7 +134,7 @@ def scan_status(request, public_id):
 @login_required
 @require_GET
 @xframe_options_sameorigin
-def scan_report_html(request, public_id):
+def scan_report_html(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """The stored report as the CLI's self-contained report.html (shown framed on the scan
     page, or on its own)."""
     scan = scan_or_404(request, public_id)
@@ -148,7 +152,7 @@ def scan_report_html(request, public_id):
 
 @login_required
 @require_POST
-def scan_cancel(request, public_id):
+def scan_cancel(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """Cancel a queued or running manual/API scan (team members who may write; 404 to other
     teams, 403 to read-only members). The page then shows it cancelled, with no grade."""
     scan = scan_or_404(request, public_id)

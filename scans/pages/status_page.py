@@ -6,28 +6,30 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_safe
 
+from accounts.identity import SignedInRequest
 from accounts.middleware import same_for_everyone
 from accounts.models import Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from accounts.validators import validate_one_line
-from scans import status_page
-from scans.models import Endpoint, StatusPageEndpoint
+from scans.models import Endpoint, StatusPage, StatusPageEndpoint
+from scans.status_pages.rendering import CACHE_S, StatusPageUnavailable, cached_page
+from scans.status_pages.settings import page_of, save_settings, validate_slug
 
 UNAVAILABLE_RETRY_AFTER_S = 30
 
 
 @same_for_everyone
 @require_safe
-def public_status_page(request, slug):
+def public_status_page(request: HttpRequest, slug: str) -> HttpResponse:
     """Anonymous and shared-cache friendly: no session, user or CSRF token is read, so Django
     adds no cookie and no Vary: Cookie."""
     try:
-        html = status_page.cached_page(slug)
-    except status_page.StatusPageUnavailable:
+        html = cached_page(slug)
+    except StatusPageUnavailable:
         response = HttpResponse(
             "This status page is unavailable right now; try again shortly.",
             status=503,
@@ -39,13 +41,13 @@ def public_status_page(request, slug):
     if html is None:
         raise Http404("No such status page.")
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
-    response["Cache-Control"] = f"public, max-age={status_page.CACHE_S}"
+    response["Cache-Control"] = f"public, max-age={CACHE_S}"
     response["X-Content-Type-Options"] = "nosniff"
     response["Referrer-Policy"] = "no-referrer"
     return response
 
 
-def _form_rows(team: Team, page, posted=None) -> list[dict]:
+def _form_rows(team: Team, page: StatusPage, posted: QueryDict | None = None) -> list[dict]:
     shown = {e.endpoint_id: e for e in StatusPageEndpoint.objects.for_team(team).filter(status_page=page)}
     rows = []
     for endpoint in Endpoint.objects.for_team(team).order_by("name"):
@@ -71,9 +73,9 @@ def _form_rows(team: Team, page, posted=None) -> list[dict]:
 
 
 @login_required
-def status_page_settings(request, slug):
+def status_page_settings(request: SignedInRequest, slug: str) -> HttpResponse:
     team = get_visible_or_404(request, Team, slug=slug)
-    page = status_page.page_of(team)
+    page = page_of(team)
     can_write = Access.for_request(request).can_write(team.pk)
     errors: dict[str, str] = {}
     posted = None
@@ -89,7 +91,7 @@ def status_page_settings(request, slug):
             new_slug = new_status_page_slug()
         elif chosen and chosen != page.slug:
             try:
-                new_slug = status_page.validate_slug(chosen)
+                new_slug = validate_slug(chosen)
             except ValidationError as exc:
                 errors["slug"] = exc.messages[0]
         title = posted.get("title", "").strip()
@@ -106,7 +108,7 @@ def status_page_settings(request, slug):
                 errors[field] = exc.messages[0]
         if not errors:
             try:
-                status_page.save_settings(
+                save_settings(
                     page,
                     enabled=posted.get("enabled") == "on",
                     slug=new_slug,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from scans.grader import formatting, scoring
+from scans.grader import GRADES, check_by_id, format_check_value
 
 register = template.Library()
 
@@ -23,7 +23,7 @@ def check_value(value, unit: str = "") -> str:
     report.html use it too); None → "not measured"."""
     if value is not None and not isinstance(value, bool):
         value = float(value)
-    text = formatting.check_value(value, unit, missing="not measured")
+    text = format_check_value(value, unit, missing="not measured")
     if value is not None and unit and unit not in ("ms", "share", "ratio", "present"):
         text = f"{text} {unit}"  # a rate's unit ("tokens/s"): every number carries its unit
     return text
@@ -60,18 +60,18 @@ def pillar(name: str) -> str:
 @register.filter
 def letter(grade: str) -> str:
     """A grade for display: the letter, or "no letter"."""
-    return grade if grade in scoring.GRADES else "no letter"
+    return grade if grade in GRADES else "no letter"
 
 
 @register.filter
 def grade_class(grade: str) -> str:
-    return f"grade-{grade}" if grade in scoring.GRADES else "grade-none"
+    return f"grade-{grade}" if grade in GRADES else "grade-none"
 
 
 @register.filter
 def check_measures(check_id: str) -> str:
     try:
-        check = scoring.check_by_id(check_id)
+        check = check_by_id(check_id)
     except KeyError:
         return ""
     return f"{check.measures} ({check.unit})"

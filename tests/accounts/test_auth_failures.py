@@ -9,7 +9,6 @@ authentications were not limited at all (300 in 2.7 s, each a cache and a databa
 from __future__ import annotations
 
 import secrets
-import sys
 import uuid
 from contextlib import contextmanager
 
@@ -20,11 +19,11 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts import credentials, teams
-from benchmarks import hosts
+from benchmarks.network import hosts
 from common import auth_failures
 from tests.conftest import bearer, free_port, make_user
 from tests.helpers.network import make_catalog
-from tests.helpers.processes import accepts, running, wait_for
+from tests.helpers.processes import gunicorn
 from tests.helpers.workers import worker_env
 
 LIMIT = 5
@@ -113,15 +112,11 @@ def _loopback() -> str:
 
 @contextmanager
 def _gunicorn(tmp_path):
-    port = free_port()
-    args = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-            "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60"]
     # A cache namespace of its own, and the production limit's shape at a small size.
     env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", AUTH_FAILURE_LIMIT=str(LIMIT),
                      NETWORK_HEARTBEAT_LIMIT="20")
-    with running(args, env, log=tmp_path / "gunicorn.log"):
-        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
-        yield f"http://127.0.0.1:{port}"
+    with gunicorn(env, workers=2, threads=4, log=tmp_path / "gunicorn.log") as url:
+        yield url
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from django.urls import reverse
 from accounts import teams
 from accounts.models import Invitation, Membership, Role
 from tests.conftest import database_url, free_port, make_user
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
 
 
 def invite_link(world, email: str, role: str = Role.ADMIN) -> tuple[str, str]:

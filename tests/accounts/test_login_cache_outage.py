@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import httpx
 import pyotp
@@ -16,7 +15,7 @@ from allauth.mfa.totp.internal.auth import TOTP, generate_totp_secret
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from tests.conftest import database_url, free_port, make_user
-from tests.helpers.processes import accepts, running, wait_for
+from tests.helpers.processes import gunicorn
 
 RIGHT = "correct horse battery staple"  # tests.conftest.make_user's password
 
@@ -49,14 +48,9 @@ def test_login_and_its_two_factor_step_work_while_the_cache_is_down(tmp_path):
     RecoveryCodes.activate(careful)
 
     down = free_port()  # nothing listens there: the cache's Redis is down
-    port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "CACHE_URL": f"redis://127.0.0.1:{down}/1",
            "DEBUG": "0", "SECRET_KEY": "cache-outage-" + "k" * 40, "ALLOWED_HOSTS": "127.0.0.1"}
-    with running([sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind",
-                  f"127.0.0.1:{port}", "--workers", "1", "--timeout", "60"],
-                 env, tmp_path / "site.log"):
-        wait_for(lambda: accepts(port), 60, "the site")
-        site = f"http://127.0.0.1:{port}"
+    with gunicorn(env, log=tmp_path / "site.log") as site:
 
         with httpx.Client(base_url=site, trust_env=False, timeout=30) as browser:
             wrong = _post_form(browser, "/login/", {"login": plain.email, "password": "not it"})

@@ -13,14 +13,14 @@ import subprocess
 import sys
 
 from tests.conftest import scratch_database
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
 
 MOVED = {"scans_team": "accounts_team", "scans_membership": "accounts_membership",
          "scans_invitation": "accounts_invitation", "scans_apitoken": "accounts_apitoken"}
 
 # Columns a later migration removed on purpose, where their values went tested elsewhere:
 # scans 0017, the endpoint's alert settings, now notification channels
-# (tests/scans/test_channels_migration.py).
+# (tests/scans/notify/test_channels_migration.py).
 REMOVED_LATER = {"scans_endpoint": {"alert_email", "webhook_url", "webhook_secret_encrypted"}}
 
 SCRIPT = r'''

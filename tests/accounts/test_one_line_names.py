@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import ApiToken, Team
-from benchmarks import hosts
+from benchmarks.network import hosts
 from scans.models import Endpoint
 from tests.helpers.factories import make_endpoint, make_scan
 from tests.helpers.servers import webhook_receiver

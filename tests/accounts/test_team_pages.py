@@ -86,9 +86,9 @@ def test_delete_spells_out_what_is_lost_and_needs_the_name_typed():
 
 
 def test_delete_counts_the_notification_channels_and_each_alert_and_delivery_once():
-    from scans import alerts
-    from scans.channels import delivery
     from scans.models import NotificationChannel
+    from scans.notify import alerts
+    from scans.notify.channels import delivery
     from tests.helpers.factories import make_channel
 
     world = build_world()

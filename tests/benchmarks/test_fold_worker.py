@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from benchmarks import routing
 from benchmarks.models import Job, JobStatus
+from benchmarks.network import routing
 from benchmarks.tasks import PASS_QUEUE
 from tests.helpers.network import build_net, make_catalog
 from tests.helpers.workers import start_worker, worker_env

@@ -10,8 +10,8 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 
-from benchmarks import hosts
 from benchmarks.models import AuditEntry, CatalogModel, Host, JobStatus
+from benchmarks.network import hosts
 from tests.conftest import make_user
 
 

@@ -17,9 +17,9 @@ import httpx
 import psycopg
 import pytest
 
-from scans.grader.stats import ewma
+from scans.grader.figures import ewma
 from tests.conftest import free_port, scratch_database
-from tests.helpers.processes import ROOT, running, wait_for
+from tests.helpers.processes import ROOT, gunicorn, running, wait_for
 
 MODEL = "e2e-q4"
 FLAKY_MODEL = "flaky-q4"  # served only by the agent whose upstream always fails
@@ -39,13 +39,6 @@ def _process(args, env, name: str, logs: Path):
     return running(args, env, logs / f"{name}.log")
 
 
-def _port_open(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code > 0
-    except httpx.HTTPError:
-        return False
-
-
 class Site:
     def __init__(self, env, port, logs):
         self.env, self.port, self.logs, self.runs = env, port, logs, 0
@@ -54,12 +47,9 @@ class Site:
     def running(self):
         self.runs += 1
         # Threads, as in production: each agent's waiting lease holds one (docs/operations.md).
-        args = [sys.executable, "-m", "gunicorn", "tests.benchmarks.site_for_e2e:application",
-                "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "60",
-                "--worker-class", "gthread", "--threads", "16"]
-        with _process(args, self.env, f"site-{self.runs}", self.logs) as proc:
-            wait_for(lambda: _port_open(self.port) or proc.poll() is not None, 30, "the site")
-            assert proc.poll() is None, (self.logs / f"site-{self.runs}.log").read_text()[-2000:]
+        # The same port each time: the agents call it again after the restart.
+        with gunicorn(self.env, app="tests.benchmarks.site_for_e2e:application", threads=16,
+                      port=self.port, log=self.logs / f"site-{self.runs}.log"):
             yield
 
 

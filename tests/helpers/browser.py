@@ -20,9 +20,10 @@ import pytest
 from django.db import connections
 
 from tests.conftest import REQUIRE_SERVICES
+from tests.helpers.paths import ROOT
 
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"  # the checkout's test-artifacts/
+ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]

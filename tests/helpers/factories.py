@@ -6,10 +6,10 @@ import functools
 import json
 
 from accounts import encryption
-from scans import worker as scan_worker
 from scans.grader import scoring
 from scans.grader.scoring import CheckValue
 from scans.models import Endpoint, NotificationChannel, Scan, ScanStatus, ScanTrigger
+from scans.running import worker as scan_worker
 
 GOOD_VALUES = {
     "ttft_p95_at_concurrency_1": CheckValue(210.0),
@@ -77,7 +77,7 @@ def make_channel(team, kind: str, name: str | None = None, url: str = "", secret
                  enabled: bool = True) -> NotificationChannel:
     """A channel of `team`, stored as the channels page stores one (its URL checked when the
     test allows the address, e.g. loopback)."""
-    from scans.channels import kinds, service
+    from scans.notify.channels import kinds, service
 
     channel = NotificationChannel(team=team)
     name = name or f"{kind} {NotificationChannel.dangerously_unscoped.filter(team=team).count() + 1}"
@@ -102,8 +102,8 @@ def make_scan(endpoint, report=None, status=ScanStatus.SUCCEEDED, trigger=ScanTr
 @functools.cache
 def _measured_report_json(model: str, error_rate: float, variant: int) -> str:
     from scans.grader import ScanPlan, run_scan
+    from scans.grader.demo_server import TargetConfig, running_target
     from scans.grader.report import report_from_measurement
-    from scans.grader.target import TargetConfig, running_target
 
     config = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8, error_rate=error_rate, seed=variant)
     with running_target(config) as (host, port):
@@ -120,10 +120,10 @@ def measured_report(model: str = "tiny", *, error_rate: float = 0.0, variant: in
 
 
 def send_alert_now(endpoint, scan, kind: str, detail: str):
-    """Record one alert as scans.alerts.after_scan does and try each of its deliveries here
+    """Record one alert as scans.notify.alerts.after_scan does and try each of its deliveries here
     (no worker); returns the event."""
-    from scans import alerts
-    from scans.channels import delivery
+    from scans.notify import alerts
+    from scans.notify.channels import delivery
 
     event = delivery.record(endpoint, scan, kind, alerts.payload(endpoint, scan, kind, detail))
     for row in event.deliveries.all():

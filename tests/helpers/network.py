@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from rest_framework.test import APIClient
 
 from accounts import teams
-from benchmarks import hosts
+from benchmarks.network import hosts
 from benchmarks.models import CatalogModel, Host, Job, JobStatus
 from tests.conftest import bearer, make_user
 

@@ -20,7 +20,6 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -28,6 +27,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.helpers.servers import Request, serve
 
 FIXED_HOSTS = (
     "hooks.slack.com",
@@ -196,57 +197,43 @@ def _route(host: str, path: str) -> tuple[str, int, dict | str] | None:
 @contextlib.contextmanager
 def running_services(folder: Path) -> Iterator[Services]:
     ca_path, cert_path, key_path = _certificates(folder)
-    state: dict = {}
     lock = threading.Lock()
+    services: Services | None = None
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def reply(request: Request) -> tuple[int, dict[str, str], bytes]:
+        if request.method != "POST":
+            return 501, {}, b""
+        host = (request.headers.get("Host") or "").split(":")[0].lower()
+        path = request.path.split("?")[0]
+        assert services is not None  # set before the port is known to anyone
+        route = _route(host, path)
+        if route is None:
+            return _answer(404, {"error": "no such API here"})
+        name, status, answer = route
+        try:
+            body: dict | str = json.loads(request.body) if request.body else ""
+        except ValueError:
+            body = request.body.decode("utf-8", "replace")
+        with lock:
+            services.received.append(Received(name, host, request.path, dict(request.headers), body))
+            if services.failures_left.get(name, 0) > 0:
+                services.failures_left[name] -= 1
+                return _answer(503, {"error": "try again later"})
+            _track(services, name, request.path, body)
+        if isinstance(answer, dict) and isinstance(body, dict) and body.get("dedup_key"):
+            answer = {**answer, "dedup_key": body["dedup_key"]}  # PagerDuty echoes the key
+        return _answer(status, answer)
 
-        def do_POST(self):  # noqa: N802 - http.server's naming
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            host = (self.headers.get("Host") or "").split(":")[0].lower()
-            path = self.path.split("?")[0]
-            services: Services = state["services"]
-            route = _route(host, path)
-            if route is None:
-                return self._answer(404, {"error": "no such API here"})
-            name, status, answer = route
-            try:
-                body: dict | str = json.loads(raw) if raw else ""
-            except ValueError:
-                body = raw.decode("utf-8", "replace")
-            with lock:
-                services.received.append(Received(name, host, self.path, dict(self.headers), body))
-                if services.failures_left.get(name, 0) > 0:
-                    services.failures_left[name] -= 1
-                    return self._answer(503, {"error": "try again later"})
-                _track(services, name, self.path, body)
-            if isinstance(answer, dict) and isinstance(body, dict) and body.get("dedup_key"):
-                answer = {**answer, "dedup_key": body["dedup_key"]}  # PagerDuty echoes the key
-            return self._answer(status, answer)
-
-        def _answer(self, status, answer):
-            data = (json.dumps(answer) if isinstance(answer, dict) else answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json" if isinstance(answer, dict) else "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    state["services"] = services = Services(port=server.server_port, ca_path=ca_path)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serve(reply, tls=context) as port:
+        services = Services(port=port, ca_path=ca_path)
         yield services
-    finally:
-        server.shutdown()
-        server.server_close()
+
+
+def _answer(status: int, answer: dict | str) -> tuple[int, dict[str, str], bytes]:
+    data = (json.dumps(answer) if isinstance(answer, dict) else answer).encode()
+    return status, {"Content-Type": "application/json" if isinstance(answer, dict) else "text/plain"}, data
 
 
 def channel_urls(port: int) -> dict[str, str]:

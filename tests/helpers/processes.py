@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import ROOT
 
 
 def wait_for(predicate, seconds: float, what: str, every: float = 0.2):
@@ -50,3 +52,31 @@ def running(args, env: dict, log: Path | None = None, cwd: Path = ROOT):
             proc.wait()
         if log:
             out.close()
+
+
+@contextmanager
+def gunicorn(env: dict, *, app: str = "tokvera_site.wsgi", workers: int = 1, threads: int | None = None,
+             timeout_s: int = 60, port: int | None = None, log: Path | None = None) -> Iterator[str]:
+    """The site under gunicorn on 127.0.0.1 for the length of the `with` block; yields its base
+    URL (`http://127.0.0.1:PORT`) once the port accepts connections.
+
+    `env`: the whole environment (usually `tests.helpers.workers.worker_env(...)`). `app`: the
+    WSGI application (`module` or `module:name`). `threads`: gthread workers with that many
+    threads each, production's shape (docs/operations.md); None keeps gunicorn's sync workers.
+    `timeout_s`: gunicorn's `--timeout`. `port`: a fixed port (to restart the site where its
+    clients expect it); a free one if None. `log`: gunicorn's output, shown when it fails to start.
+    """
+    # Imported here: scripts outside pytest (tests/perf) import this module without settings.
+    from tests.conftest import free_port
+
+    port = port or free_port()
+    args = [sys.executable, "-m", "gunicorn", app, "--bind", f"127.0.0.1:{port}",
+            "--workers", str(workers), "--timeout", str(timeout_s)]
+    if threads is not None:
+        args += ["--worker-class", "gthread", "--threads", str(threads)]
+    with running(args, env, log=log) as proc:
+        wait_for(lambda: accepts(port) or proc.poll() is not None, 60, f"gunicorn on port {port}")
+        if proc.poll() is not None:
+            output = log.read_text()[-2000:] if log else "(no log kept)"
+            raise AssertionError(f"gunicorn exited with {proc.returncode} before serving: {output}")
+        yield f"http://127.0.0.1:{port}"

@@ -12,16 +12,18 @@ import ssl
 import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
+from http.client import HTTPMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 
 from scans.grader import ScanPlan, run_scan
 from scans.grader.measurement import Measurement
+from tests.helpers.paths import ROOT
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json")
-                    .read_text(encoding="utf-8"))
+SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text(encoding="utf-8"))
 
 
 def validate_report(report: dict) -> None:
@@ -204,31 +206,86 @@ def paced_stream_server(events: list[bytes], delay: float = 0.005) -> Handler:
     return handler
 
 
+@dataclass
+class Request:
+    """One request as `serve` hands it to its answer."""
+
+    method: str
+    path: str  # with its query string
+    headers: HTTPMessage  # read case-insensitively: headers.get("Host")
+    body: bytes
+
+
+# answer(request) -> (status, headers, body)
+Answer = Callable[[Request], tuple[int, dict[str, str], bytes]]
+NO_BODY_STATUSES = (204, 304)
+
+
+@contextlib.contextmanager
+def serve(answer: Answer, *, tls: ssl.SSLContext | None = None) -> Iterator[int]:
+    """The one loopback HTTP/1.1 server of the tests: every request (GET, POST, PUT, PATCH,
+    DELETE), on a thread of its own, gets `answer(request)`; over TLS when given a context.
+    Yields the port; the server stops when the block ends. (Raw, misbehaving servers are
+    `raw_server`.)"""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            status, headers, data = answer(Request(self.command, self.path, self.headers, body))
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            if status not in NO_BODY_STATUSES:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if data:
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer  # noqa: N815 - http.server's naming
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def json_answer(status: int, obj: object) -> tuple[int, dict[str, str], bytes]:
+    """An answer for `serve`: `obj` as a JSON body."""
+    return status, {"Content-Type": "application/json"}, json.dumps(obj).encode()
+
+
+def healthz(request: Request) -> tuple[int, dict[str, str], bytes]:
+    """An answer for `serve`: a stand-in site whose /healthz answers 200 (anything else 404)."""
+    if request.method != "GET":
+        return 501, {}, b""
+    return (200 if request.path == "/healthz" else 404), {}, b""
+
+
 @contextlib.contextmanager
 def webhook_receiver() -> Iterator[tuple[str, list[tuple[dict, bytes]]]]:
     """A loopback HTTP server that answers every POST 204 and keeps (headers, body) of each;
     yields (its URL, that list). Alert webhooks are sent to it."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     received: list[tuple[dict, bytes]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's naming
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append((dict(self.headers), body))
-            self.send_response(204)
-            self.end_headers()
+    def keep(request: Request) -> tuple[int, dict[str, str], bytes]:
+        if request.method != "POST":
+            return 501, {}, b""
+        received.append((dict(request.headers), request.body))
+        return 204, {}, b""
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hook", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(keep) as port:
+        yield f"http://127.0.0.1:{port}/hook", received
 
 
 class SilentReceiver:

@@ -1,5 +1,6 @@
-"""Real Celery workers for the scheduling tests: the run command's worker (threads pool, many
-scans at once), started in their own process group so a test can kill one whole."""
+"""Real Celery workers: `start()` is the one way a test runs one (the run command's worker:
+threads pool, many scans at once), in its own process group so that `stop()` can signal or
+kill it whole."""
 
 from __future__ import annotations
 
@@ -12,15 +13,14 @@ from pathlib import Path
 from django.conf import settings
 
 from tests.conftest import database_url
-from tests.helpers.processes import (
-    ROOT,
-    wait_for,  # noqa: F401 - the scheduling tests import it from here
-)
+from tests.helpers.paths import ROOT
 
-FAST_SETTINGS = "tests.scans.scheduling.fast_scan_settings"
+# Scans heartbeat every second under it, so a dead worker's scan is reaped in seconds.
+FAST_SETTINGS = "tests.helpers.fast_scan_settings"
 
 
 def worker_env(**overrides: str) -> dict:
+    """The environment of a worker (or any site process) on the test database and broker."""
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": FAST_SETTINGS,
@@ -33,9 +33,10 @@ def worker_env(**overrides: str) -> dict:
     }
 
 
-def start_worker(*args: str, env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+def start(*args: str, env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
     """`celery -A tokvera_site worker` with the pool and concurrency of the settings (the run
-    command's worker), plus `args` (-Q, -n, …)."""
+    command's worker), plus `args` (-Q, -n, --pool, …); its output goes to `log` if given.
+    Stop it with `stop()`."""
     out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--without-gossip",
@@ -43,6 +44,10 @@ def start_worker(*args: str, env: dict | None = None, log: Path | None = None) -
         cwd=ROOT, env=env or worker_env(), start_new_session=True,
         stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
     )
+
+
+# The name tests/benchmarks still imports (its owner moves it to start()).
+start_worker = start
 
 
 def stop(worker: subprocess.Popen, sig=signal.SIGTERM) -> None:

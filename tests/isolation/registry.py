@@ -121,7 +121,7 @@ def _network_job(w):
 
 
 def _network_submission(w) -> dict:
-    from benchmarks import hosts
+    from benchmarks.network import hosts
     from benchmarks.models import CatalogModel
 
     CatalogModel.objects.get_or_create(

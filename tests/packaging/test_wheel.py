@@ -25,7 +25,8 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
-from tests.helpers.processes import ROOT, accepts, running
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import accepts, running
 
 PACKAGES = ("common", "accounts", "scans", "benchmarks", "tokvera_site")
 MODEL = "tiny"

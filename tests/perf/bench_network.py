@@ -38,7 +38,7 @@ then measures, with a raw asyncio HTTP client on uvloop, on 127.0.0.1:
    HTTP in Rust; not a dependency: pip install granian).
 3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
 
-Percentiles are the project's nearest-rank `scans.grader.stats.percentile`. Prints one JSON
+Percentiles are the project's nearest-rank `scans.grader.figures.percentile`. Prints one JSON
 summary, then the headline figures and the machine's load average on stderr.
 """
 
@@ -417,7 +417,7 @@ def database_connections() -> int:
 def _summary(statuses, latencies, elapsed) -> dict:
     """Served per second and the latency percentiles of the calls answered 200/202; `statuses`
     counts every answer (0: no answer, the connection failed)."""
-    from scans.grader.stats import percentile
+    from scans.grader.figures import percentile
 
     ok = statuses.get(200, 0) + statuses.get(202, 0)
     def ms(p):
@@ -566,7 +566,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
                          *((host_reporting_together if complete_batch else host)(t)
                            for t in host_tokens), keep_alive())
     elapsed = time.perf_counter() - began
-    from scans.grader.stats import percentile
+    from scans.grader.figures import percentile
 
     calls = sum(sum(by_status.values()) for by_status in statuses.values())
     return {
@@ -582,7 +582,7 @@ def fold_latency(wait_s: float = 10.0) -> dict:
     from django.db.models import F
 
     from benchmarks.models import Job
-    from scans.grader.stats import percentile
+    from scans.grader.figures import percentile
 
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and Job.dangerously_unscoped.filter(

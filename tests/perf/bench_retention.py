@@ -11,7 +11,7 @@ run by hand against a scratch database (it empties the scan tables there):
 
 (a) One endpoint, 105,120 scans (a year every 5 minutes), inserted with INSERT … SELECT
 generate_series: the last REPORT_RETENTION_DAYS with the full report, the older ones with its
-summary (what the pass leaves: scans/retention.py), ten CheckResult rows per scan as the
+summary (what the pass leaves: scans/history/retention.py), ten CheckResult rows per scan as the
 worker writes them, then the rollups (one first pass). Prints pg_total_relation_size of each
 table after VACUUM ANALYZE (the steady state: a pruned report's old space is reused by new
 rows), and what keeping every full report would take.
@@ -178,7 +178,7 @@ def main() -> None:
 
     from accounts import teams
     from accounts.models import Team
-    from scans import retention, rollups
+    from scans.history import retention, rollups
     from scans.models import Endpoint, RollupWatermark, Scan
 
     kept = (Endpoint.dangerously_unscoped.filter(name="endpoint-year").first()

@@ -34,7 +34,7 @@ TARGET_TTFT_MS = 200.0
 def _child(url: str, level: int, requests: int, uvloop: bool) -> None:
     sys.path.insert(0, str(ROOT))
     from scans.grader import ScanPlan, run_scan
-    from scans.grader.stats import percentile
+    from scans.grader.figures import percentile
 
     plan = ScanPlan(base_url=url, model="bench", levels=tuple(sorted({1, level})) if level > 1
                     else (1,), requests=(1, requests) if level > 1 else (requests,),

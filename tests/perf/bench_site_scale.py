@@ -130,8 +130,8 @@ def measure() -> None:
     from django.utils import timezone
 
     from accounts.models import Team
-    from scans import dispatch
     from scans.models import CheckResult, Endpoint, Scan
+    from scans.running import dispatch
 
     with connection.cursor() as cur:
         cur.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")

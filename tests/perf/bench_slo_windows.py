@@ -7,7 +7,7 @@ pytest; run by hand against a scratch database:
 Builds (once; --rebuild to redo) N endpoints with D days of 5-minute scans, one in ten missing
 its grade floor, then prints medians of several runs: the dashboard's 7-day windows of every
 endpoint (one query), and one endpoint's 7-day window with its status and alert level, which
-scans/alerts.py reads after every stored scan.
+scans/notify/alerts.py reads after every stored scan.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def build(endpoints: int, days: int) -> None:
 
 
 def measure() -> None:
-    from scans import slo
+    from scans.history import slo_windows as slo
     from scans.models import Endpoint, Scan
 
     endpoints = list(Endpoint.dangerously_unscoped.filter(team__slug="bench-slo"))

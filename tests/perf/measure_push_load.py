@@ -46,8 +46,8 @@ def recreate_database() -> None:
 def max_size_report(limit: int) -> bytes:
     """A genuine report of 2,000 requests, its tokens per request chosen to land under `limit`."""
     from scans.grader import ScanPlan, run_scan
+    from scans.grader.demo_server import TargetConfig, running_target
     from scans.grader.report import report_from_measurement
-    from scans.grader.target import TargetConfig, running_target
 
     tokens, body = 64, b""
     for _ in range(4):
@@ -106,8 +106,8 @@ def main() -> None:
     from django.core.management import call_command
 
     from accounts import teams
-    from scans import pushes
     from scans.models import Endpoint, Scan
+    from scans.running import pushes
     from tests.helpers.processes import accepts, wait_for
 
     call_command("migrate", verbosity=0)

@@ -57,9 +57,9 @@ def main() -> None:
     from django.test import Client
 
     from accounts import teams
-    from scans import dispatch
-    from scans.grader.target import MODEL_ID, TargetConfig, running_target
+    from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
     from scans.models import Endpoint, Scan, ScanTrigger
+    from scans.running import dispatch
     from tokvera_site.celery import app
 
     owner = get_user_model().objects.create_user("lag", "lag@example.test", "x" * 20)

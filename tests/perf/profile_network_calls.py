@@ -58,7 +58,7 @@ def main() -> None:
     from django.test import Client
 
     from accounts import teams
-    from benchmarks import catalog, hosts
+    from benchmarks.network import catalog, hosts
     from common import ratelimit
     from tests.conftest import make_user
     from tokvera_site.celery import app

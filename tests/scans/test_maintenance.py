@@ -11,11 +11,14 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from scans import dispatch, maintenance, slo
-from scans import worker as scan_worker
+from scans import maintenance
+from scans.history import slo_windows as slo
+from scans.history.slo_wording import WindowWords
 from scans.models import MaintenanceKind, MaintenanceWindow, Scan, ScanTrigger
+from scans.running import dispatch
+from scans.running import worker as scan_worker
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, report_for, scan_at
+from tests.scans.conftest import CAPPED_D, GRADE_A, NOW, report_for, scan_at
 from tests.scans.pages.test_endpoint_state import _free_port, real_scan
 
 pytestmark = pytest.mark.django_db
@@ -150,12 +153,12 @@ def test_slo_time_in_a_window_is_maintenance_neither_good_nor_bad_nor_no_data(wo
     assert without.bad_s == 2 * 3600 and without.covered_s == 6 * 3600
     assert held.maintenance_s == 2 * 3600
     assert held.covered_s == 4 * 3600 and held.bad_s == 0 and held.share == 1.0
-    assert held.maintenance_text == "maintenance for 2 h of the 7 days"
+    assert WindowWords(held).maintenance_text == "maintenance for 2 h of the 7 days"
     # no data is the time neither scanned nor in maintenance; the budget is of the time outside
     assert held.uncovered_s == 7 * 86400 - 6 * 3600
     assert held.budget_s == pytest.approx(0.01 * (7 * 86400 - 2 * 3600))
     assert held.burn_rate[6 * 3600] == 0.0 and without.burn_rate[6 * 3600] > 0
-    assert held.coverage_text == "scans cover 4 h of the 6 d 22 h outside maintenance (2.4%)"
+    assert WindowWords(held).coverage_text == "scans cover 4 h of the 6 d 22 h outside maintenance (2.4%)"
 
 
 def test_a_window_inside_one_scans_interval_cuts_only_its_own_time(world):

@@ -15,9 +15,9 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import dispatch
 from scans import tasks as scan_tasks
 from scans.models import MaintenanceWindow, Scan, ScanStatus, ScanTrigger
+from scans.running import dispatch
 from tests.helpers.factories import make_endpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)

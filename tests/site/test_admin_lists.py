@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from accounts import teams
 from accounts.models import ApiToken
-from benchmarks.models import AuditEntry, CatalogModel, Job
+from benchmarks.models import AuditEntry, Job
 from tests.conftest import make_user
-from tests.helpers.network import make_host, make_job
+from tests.helpers.network import make_catalog, make_host, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -47,8 +47,7 @@ def test_admin_lists_and_the_host_page_show_one_time_format_and_figures_with_uni
     owner = make_user("owner")
     team = teams.create_team("acme-admin", "Acme", owner=owner)
     token, _secret = teams.issue_token(team, "read-only")
-    model = CatalogModel.objects.create(id="tiny-q4", display_name="Tiny", quant="q4",
-                                        context_len=32768)
+    model = make_catalog("tiny-q4", display_name="Tiny", quant="q4", context_len=32768)
     host = make_host(team, "gpu-box", models=[model.pk], ttft=321.0449, tps=45.5512,
                      gpu="RTX 4090", now=timezone.now())
     host.reputation = 0.734512

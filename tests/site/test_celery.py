@@ -4,8 +4,6 @@ worker delivering a task over Redis against the real database."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -17,7 +15,7 @@ from django_celery_beat.models import PeriodicTask
 from accounts.models import Invitation
 from common.periodic_tasks import all_periodic_tasks, ensure_periodic_tasks
 from tests.conftest import database_url
-from tests.helpers.processes import ROOT
+from tests.helpers import workers
 from tokvera_site.celery import CountdownTooLong, app, check_countdown
 
 # Tasks that may be acknowledged late because running them twice is harmless. A task added with
@@ -96,11 +94,7 @@ def test_a_real_worker_runs_a_task_sent_through_redis():
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
     }
     app.control.purge()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tokvera_site", "worker", "--pool", "solo",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
+    worker = workers.start("--pool", "solo", env=env)
     try:
         app.send_task("scans.tasks.delete_expired_invitations")
         deadline = time.monotonic() + 60
@@ -110,8 +104,7 @@ def test_a_real_worker_runs_a_task_sent_through_redis():
             time.sleep(0.2)
         assert not Invitation.dangerously_unscoped.filter(pk=expired.pk).exists()
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        workers.stop(worker)
 
 
 def _team():
@@ -124,7 +117,7 @@ def _team():
 def test_the_tasks_services_send_by_name_are_registered_under_those_names():
     """dispatch and pushes send their tasks by name (the task module imports them): a renamed
     task must fail here, not silently in production."""
-    from scans import dispatch, pushes
+    from scans.running import dispatch, pushes
 
     app.loader.import_default_modules()
     assert dispatch.RUN_SCAN_TASK in app.tasks and pushes.PROVE_TASK in app.tasks

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
 
 
 def _python(code: str) -> list[str]:

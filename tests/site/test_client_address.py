@@ -26,10 +26,10 @@ import pytest
 from django.test import Client
 
 from accounts import teams
-from benchmarks import hosts
+from benchmarks.network import hosts
 from tests.conftest import free_port, make_user
 from tests.helpers.network import make_catalog
-from tests.helpers.processes import accepts, running, wait_for
+from tests.helpers.processes import accepts, gunicorn, running, wait_for
 from tests.helpers.workers import worker_env
 
 LIMIT = 5
@@ -54,16 +54,12 @@ def _via_proxy(client: str, forged: str | None = None) -> dict[str, str]:
 
 @contextmanager
 def _gunicorn(tmp_path, **env: str):
-    port = free_port()
-    args = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-            "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60"]
     settings = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", AUTH_FAILURE_LIMIT=str(LIMIT),
                           AUTH_FAILURE_WINDOW_S=WINDOW_S,
                           TRUSTED_PROXY_COUNT="1", **env)
-    with running(args, settings, log=tmp_path / "gunicorn.log"):
-        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield client
+    with gunicorn(settings, workers=2, threads=4, log=tmp_path / "gunicorn.log") as url, \
+            httpx.Client(base_url=url, timeout=30) as client:
+        yield client
 
 
 def _flood(site: httpx.Client, path: str, authorization: str, address: str,

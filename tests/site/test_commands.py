@@ -6,6 +6,7 @@ from django.core.management.base import CommandError
 
 from accounts.models import Membership, Role, Team
 from common.paths import VAR_DIR
+from tests.helpers.servers import healthz, serve
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +66,7 @@ def test_the_demo_endpoint_asks_for_the_model_its_target_lists():
     import json
     import urllib.request
 
-    from scans.grader.target import TargetConfig, running_target
+    from scans.grader.demo_server import TargetConfig, running_target
     from scans.models import Endpoint
 
     call_command("seed_demo")
@@ -79,29 +80,13 @@ def test_the_demo_endpoint_asks_for_the_model_its_target_lists():
 
 
 def test_the_ready_banner_with_the_login_is_printed_once_the_site_answers_at_site_url(settings, capsys):
-    import http.server
-    import threading
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the stdlib's name
-            self.send_response(200 if self.path == "/healthz" else 404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serve(healthz) as port:
         call_command("seed_demo")
         capsys.readouterr()
-        settings.SITE_URL = f"http://127.0.0.1:{server.server_port}"
+        settings.SITE_URL = f"http://127.0.0.1:{port}"
         call_command("seed_demo", "--login-when-up")
         out = capsys.readouterr().out
-    finally:
-        server.shutdown()
-        server.server_close()
-    site = f"http://127.0.0.1:{server.server_port}"
+    site = f"http://127.0.0.1:{port}"
     lines = out.splitlines()
     assert lines[0] == lines[-1] == "=" * 58  # a banner that stands out at the end
     assert f"Tokvera is ready: {site}/" in lines

@@ -15,7 +15,8 @@ import time
 import httpx
 
 from tests.conftest import free_port
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import gunicorn
 from tokvera_site.devservices import EmbeddedPostgres
 
 PUBLIC = ("/benchmarks", "/v1/slo", "/v1/stats")
@@ -47,9 +48,9 @@ def _get(port: int, path: str) -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=30, trust_env=False)
 
 
-def _wait_until_up(port: int, proc: subprocess.Popen) -> None:
+def _wait_until_up(port: int) -> None:
+    """Until the site answers /healthz."""
     for _ in range(300):
-        assert proc.poll() is None, "the site exited"
         try:
             _get(port, "/healthz")
             return
@@ -71,12 +72,8 @@ def test_with_the_database_down_public_pages_serve_their_copy_and_healthz_says_w
         team_token = _manage(env, "createtoken", "--team", "outage", "--scope", "read-write")
         host_token = _manage(env, "createhost", "rig-1", "--team", "outage")
         port = free_port()
-        site = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", "1", "--timeout", "60"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "gunicorn.log").open("w"))
-        try:
-            _wait_until_up(port, site)
+        with gunicorn(env, port=port, log=tmp_path / "gunicorn.log"):
+            _wait_until_up(port)
             before = {path: _get(port, path) for path in PUBLIC}
             assert {r.status_code for r in before.values()} == {200}
             assert json.loads(_get(port, "/healthz").text)["database"] == "ok"
@@ -101,8 +98,5 @@ def test_with_the_database_down_public_pages_serve_their_copy_and_healthz_says_w
             postgres.start()
             assert _get(port, "/healthz").status_code in {200, 503}  # the broker may be absent
             assert json.loads(_get(port, "/healthz").text)["database"] == "ok"
-        finally:
-            site.terminate()
-            site.wait(timeout=30)
     finally:
         postgres.stop()

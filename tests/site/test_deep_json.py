@@ -1,14 +1,14 @@
 """JSON nested too deep is a 400, never a RecursionError 500 (issue 10, finding 12): on the
 host heartbeat (and every API view) through common/parsers.py; the report upload reads its
-body itself (scans/pushes.py) so that it can limit its size before parsing, and its proof task
+body itself (scans/running/pushes.py) so that it can limit its size before parsing, and its proof task
 refuses it with the same rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import hosts
-from benchmarks.heartbeat import HEARTBEAT_MAX_BYTES
+from benchmarks.network import hosts
+from benchmarks.network.host_protocol import HEARTBEAT_MAX_BYTES
 from common.parsers import MAX_JSON_DEPTH, TOO_DEEP
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import free_port, scratch_database
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
 from tokvera_site.devservices import EmbeddedPostgres, ServiceError
 
 

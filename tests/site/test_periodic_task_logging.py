@@ -14,8 +14,10 @@ from django.conf import settings
 
 from common.periodic_tasks import ensure_periodic_tasks
 from tests.conftest import broker_key
-from tests.helpers.processes import ROOT, running, wait_for
-from tests.helpers.workers import start_worker, stop, worker_env
+from tests.helpers import workers
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import running, wait_for
+from tests.helpers.workers import stop, worker_env
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -61,7 +63,7 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
 
     app.send_task(NOT_PERIODIC)  # after the ticks: a one-thread worker runs it last
     quiet_worker = tmp_path / "worker.log"
-    worker = start_worker("--concurrency", "1", env=env, log=quiet_worker)
+    worker = workers.start("--concurrency", "1", env=env, log=quiet_worker)
     try:
         wait_for(
             lambda: (
@@ -90,7 +92,7 @@ def test_beat_and_workers_keep_the_periodic_tasks_routine_lines_quiet_unless_ask
     broker.delete(broker_key("celery"))
     app.send_task(TICK)
     loud_worker = tmp_path / "worker-info.log"
-    worker = start_worker("--concurrency", "1", env=loud_env, log=loud_worker)
+    worker = workers.start("--concurrency", "1", env=loud_env, log=loud_worker)
     try:
         wait_for(
             lambda: f"Task {TICK}[" in _text(loud_worker) and " succeeded in " in _text(loud_worker),

@@ -3,12 +3,12 @@ is the one the target lists, so the first report a newcomer sees carries no "mod
 listed" warning."""
 
 import re
-from pathlib import Path
 
 from scans.grader import ScanPlan, run_scan
-from scans.grader.target import running_target
+from scans.grader.demo_server import running_target
+from tests.helpers.paths import ROOT
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = ROOT / "README.md"
 
 
 def _readme_scan_model() -> str:

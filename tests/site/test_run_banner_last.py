@@ -3,7 +3,6 @@ once the Celery workers have answered and logged their start-up, not as soon as 
 answers. Runs the run command's own worker, proofs and login lines (Procfile.dev) under honcho,
 as `make run` does, with a stand-in web that answers /healthz at once."""
 
-import http.server
 import os
 import signal
 import subprocess
@@ -11,7 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
+from tests.helpers.servers import healthz, serve
 from tests.helpers.workers import worker_env
 
 RULE = "=" * 58
@@ -28,40 +28,29 @@ def _procfile_lines(*names: str) -> str:
 
 
 def test_the_login_banner_comes_after_the_workers_start_up(tmp_path: Path):
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the stdlib's name
-            self.send_response(200 if self.path == "/healthz" else 404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    web = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=web.serve_forever, daemon=True).start()
-    (tmp_path / "demo_password").write_text("pw-for-the-test")
-    procfile = tmp_path / "Procfile"
-    procfile.write_text(_procfile_lines("worker", "proofs", "login"))
-    env = worker_env(TOKVERA_VAR_DIR=str(tmp_path),
-                     SITE_URL=f"http://127.0.0.1:{web.server_port}", PYTHONUNBUFFERED="1")
-    honcho = subprocess.Popen(
-        [str(Path(sys.executable).parent / "honcho"), "-f", str(procfile), "-d", str(ROOT),
-         "start"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True)
-    watchdog = threading.Timer(90, os.killpg, (honcho.pid, signal.SIGKILL))
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        assert honcho.stdout is not None
-        for line in honcho.stdout:
-            lines.append(line.rstrip("\n"))
-            if "password   pw-for-the-test" in line:
-                break
-    finally:
-        watchdog.cancel()
-        os.killpg(honcho.pid, signal.SIGTERM)
-        honcho.wait(timeout=60)
-        web.shutdown()
-        web.server_close()
+    with serve(healthz) as web_port:
+        (tmp_path / "demo_password").write_text("pw-for-the-test")
+        procfile = tmp_path / "Procfile"
+        procfile.write_text(_procfile_lines("worker", "proofs", "login"))
+        env = worker_env(TOKVERA_VAR_DIR=str(tmp_path),
+                         SITE_URL=f"http://127.0.0.1:{web_port}", PYTHONUNBUFFERED="1")
+        honcho = subprocess.Popen(
+            [str(Path(sys.executable).parent / "honcho"), "-f", str(procfile), "-d", str(ROOT),
+             "start"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True)
+        watchdog = threading.Timer(90, os.killpg, (honcho.pid, signal.SIGKILL))
+        watchdog.start()
+        lines: list[str] = []
+        try:
+            assert honcho.stdout is not None
+            for line in honcho.stdout:
+                lines.append(line.rstrip("\n"))
+                if "password   pw-for-the-test" in line:
+                    break
+        finally:
+            watchdog.cancel()
+            os.killpg(honcho.pid, signal.SIGTERM)
+            honcho.wait(timeout=60)
     output = "\n".join(lines)
     assert "password   pw-for-the-test" in lines[-1], output
     banner_at = max(i for i, line in enumerate(lines) if line.endswith(RULE))

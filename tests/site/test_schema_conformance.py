@@ -18,8 +18,6 @@ minute and a half on two cores. The figures (cases, seconds) are printed at the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -40,11 +38,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from benchmarks import hosts, services
-from tests.conftest import build_world, free_port
+from benchmarks.network import hosts, services
+from tests.conftest import build_world
 from tests.helpers.factories import make_endpoint, make_scan
 from tests.helpers.network import make_catalog
-from tests.helpers.processes import ROOT, accepts, wait_for
+from tests.helpers.processes import gunicorn
 from tests.helpers.workers import worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -73,25 +71,14 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 @contextmanager
 def _site(tmp_path):
-    port = free_port()
     env = worker_env(DJANGO_SETTINGS_MODULE="tokvera_site.settings", DEBUG="0",
                      ALLOWED_HOSTS="127.0.0.1", OUTBOUND_ALLOW="loopback",
                      TOKVERA_VAR_DIR=str(tmp_path / "var"), CELERY_BROKER_URL="filesystem://",
                      # A fuzzed lease may ask to wait 30 s for work that never comes: 1 s
                      # keeps the run short and its answers inside the client's timeout.
                      NETWORK_LEASE_WAIT_MAX_S="1")
-    log = open(tmp_path / "gunicorn.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--threads", "4", "--timeout", "60"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    with gunicorn(env, threads=4, log=tmp_path / "gunicorn.log") as url:
+        yield url
 
 
 def _seed():

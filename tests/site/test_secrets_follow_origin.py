@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts import encryption
-from scans.channels import service
 from scans.models import NotificationChannel
+from scans.notify.channels import service
 from tests.conftest import bearer
 from tests.helpers.factories import make_channel, make_endpoint
 from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers.processes import ROOT
+from tests.helpers.paths import ROOT
 
 
 def _start(**env_overrides) -> subprocess.CompletedProcess:

@@ -1,3 +1,6 @@
+from argparse import ArgumentParser
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import validate_email, validate_slug
 from django.forms import ValidationError
@@ -8,12 +11,12 @@ from accounts import teams
 class Command(BaseCommand):
     help = "Create a team and make EMAIL its owner (the account is created if needed)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("slug")
         parser.add_argument("--owner", required=True, metavar="EMAIL")
         parser.add_argument("--name", default="")
 
-    def handle(self, slug, owner, name, **options):
+    def handle(self, slug: str, owner: str, name: str, **options: Any) -> None:
         try:
             validate_slug(slug)
             validate_email(owner)

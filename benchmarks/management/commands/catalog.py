@@ -1,9 +1,9 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from benchmarks import catalog
 from benchmarks.models import CatalogModel
-from benchmarks.system_wide import ALL_HOSTS
+from benchmarks.network import catalog
+from benchmarks.network.system_wide import ALL_HOSTS
 
 
 class Command(BaseCommand):

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts import teams
-from benchmarks import hosts
 from benchmarks.models import GRANTABLE_TRUST
+from benchmarks.network import hosts
 
 
 class Command(BaseCommand):

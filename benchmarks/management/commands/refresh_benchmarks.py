@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from benchmarks import public_cache
+from benchmarks.public import cache as public_cache
 
 
 class Command(BaseCommand):

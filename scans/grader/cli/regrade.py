@@ -12,7 +12,8 @@ from pathlib import Path
 
 from scans.grader import scoring
 from scans.grader.cli import UsageError, summary
-from scans.grader.report import comparability, regrade, workload_lines, write_report
+from scans.grader.report import regrade, write_report
+from scans.grader.report_text import comparability, workload_lines
 
 EXIT_NOT_COMPARABLE = 6
 PREFIX = "tokvera regrade: "

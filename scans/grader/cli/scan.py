@@ -21,14 +21,16 @@ from typing import TYPE_CHECKING
 
 from scans.grader import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan, scoring
 from scans.grader import formatting as fmt
+from scans.grader.capacity import DEFAULT_SEARCH_LEVELS
 from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
+from scans.grader.objective import DEFAULT_ATTAINMENT, Slo, SloError, parse_slo
 from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, parse_arrival, parse_rates
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.progress import LevelFigures as _Running  # the site's scan page shows the same
 from scans.grader.progress import ScanProgress, time_left
-from scans.grader.report import is_down, report_from_measurement, write_report
-from scans.grader.slo import DEFAULT_ATTAINMENT, DEFAULT_SEARCH_LEVELS, Slo, SloError, parse_slo
+from scans.grader.report import report_from_measurement, write_report
+from scans.grader.report_text import is_down
 from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
@@ -222,7 +224,7 @@ class ScanBars:
         self._update(level, f"c={level}", completed, total, record)
 
     def rate(self, rate: float, completed: int, total: int, record: object = None) -> None:
-        """An open-loop rate level's progress (runner.RateProgressCallback)."""
+        """An open-loop rate level's progress (load.RateProgressCallback)."""
         self._scan.rate(rate, completed, total, record)
         self._update(f"rate {rate:g}", f"{rate:g}/s", completed, total, record)
 

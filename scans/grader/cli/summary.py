@@ -22,9 +22,19 @@ from typing import Any
 
 from scans.grader import formatting as fmt
 from scans.grader import headline, scoring
-from scans.grader.openloop import RATE_COLUMNS, describe_open_loop, rate_flag, rate_rows
-from scans.grader.report import cli_notes, down_cause, is_down, workload_lines
-from scans.grader.slo import describe_capacity, describe_slo, goodput_text
+from scans.grader.report_text import (
+    RATE_COLUMNS,
+    cli_notes,
+    describe_capacity,
+    describe_open_loop,
+    describe_slo,
+    down_cause,
+    goodput_text,
+    is_down,
+    rate_flag,
+    rate_rows,
+    workload_lines,
+)
 
 __all__ = ["PREFIX", "RATE_TITLE", "SEARCH_TITLE", "cap_lines", "closing_lines", "is_down",
            "open_loop_lines", "rate_table_lines", "slo_lines", "summary_lines", "table_lines",

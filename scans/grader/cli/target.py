@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from scans.grader.cli import UsageError
-from scans.grader.target import REASONING_FIELDS, TargetConfig, TargetServer
+from scans.grader.demo_server import REASONING_FIELDS, TargetConfig, TargetServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,9 @@
-"""Fill the report columns of scans stored without them (scans/scan_columns.py): run once after
+"""Fill the report columns of scans stored without them (scans/running/scan_columns.py): run once after
 upgrading to the scan columns, when every worker runs the new release. Prints what it did."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scans import scan_columns
+from scans.running import scan_columns
 
 
 class Command(BaseCommand):

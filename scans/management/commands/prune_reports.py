@@ -1,10 +1,10 @@
 """Run the report retention pass by hand (the beat runs it hourly): scans finished more than
-REPORT_RETENTION_DAYS ago keep only their summary (scans/retention.py). Prints what it did."""
+REPORT_RETENTION_DAYS ago keep only their summary (scans/history/retention.py). Prints what it did."""
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from scans import retention
+from scans.history import retention
 
 
 class Command(BaseCommand):

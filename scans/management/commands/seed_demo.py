@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from accounts import identity, teams
 from common.paths import VAR_DIR
-from scans.grader.target import MODEL_ID as TARGET_MODEL
+from scans.grader import DEMO_MODEL_ID
 from scans.models import Endpoint
 
 DEMO_USERNAME = "demo"
@@ -139,10 +139,10 @@ class Command(BaseCommand):
             # PORT changed since the demo was made: the demo endpoint follows its target.
             demo.filter(name=DEMO_ENDPOINT).update(base_url=target_url)
         # The model the demo target lists at /models: under any other name it is degraded.
-        demo.filter(name=DEMO_ENDPOINT).exclude(model=TARGET_MODEL).update(model=TARGET_MODEL)
+        demo.filter(name=DEMO_ENDPOINT).exclude(model=DEMO_MODEL_ID).update(model=DEMO_MODEL_ID)
         if not demo.exists():
             demo.create(
-                team=team, name=DEMO_ENDPOINT, base_url=target_url, model=TARGET_MODEL,
+                team=team, name=DEMO_ENDPOINT, base_url=target_url, model=DEMO_MODEL_ID,
                 levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
                 interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
                 next_scan_at=timezone.now(),

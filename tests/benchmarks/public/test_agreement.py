@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts import teams
-from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
+from benchmarks.network import hosts
 from tests.benchmarks.public.test_hand_built_network import Page
 from tests.conftest import make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job

@@ -12,7 +12,7 @@ import json
 import pytest
 from django.utils import timezone
 
-from benchmarks import public_cache
+from benchmarks.public import cache as public_cache
 from tests.benchmarks.public.test_hand_built_network import EXPECTED_TIERS, EXPECTED_WINDOWS
 from tests.helpers.browser import ARTIFACTS, offline
 from tests.helpers.network import build_network

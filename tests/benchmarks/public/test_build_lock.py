@@ -21,7 +21,7 @@ import pytest
 import time_machine
 
 from accounts import teams
-from benchmarks import public_cache
+from benchmarks.public import cache as public_cache
 from tests.conftest import database_url, make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job
 

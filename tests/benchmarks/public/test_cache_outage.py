@@ -13,8 +13,8 @@ import time_machine
 from django.test import Client
 
 from accounts import teams
-from benchmarks import hosts
 from benchmarks.models import Host, JobStatus
+from benchmarks.network import hosts
 from tests.conftest import bearer, make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job
 from tokvera_site.devservices import EmbeddedRedis

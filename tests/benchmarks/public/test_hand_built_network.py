@@ -15,7 +15,7 @@ import pytest
 import time_machine
 from django.test import Client
 
-from benchmarks import snapshot
+from benchmarks.public import snapshot
 from tests.helpers.network import T0
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,11 @@ import re
 import pytest
 from django.test import Client
 
-from benchmarks import ewma as folding
-from benchmarks import public_cache, public_page, snapshot
 from benchmarks.models import Host, Job
+from benchmarks.network import ewma as folding
+from benchmarks.public import cache as public_cache
+from benchmarks.public import page as public_page
+from benchmarks.public import snapshot
 from common.periodic_tasks import all_periodic_tasks
 
 DOC = public_page.METHODOLOGY_PATH.read_text(encoding="utf-8")

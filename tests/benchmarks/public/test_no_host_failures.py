@@ -13,8 +13,8 @@ import pytest
 import time_machine
 from django.test import Client
 
-from benchmarks import jobs
 from benchmarks.models import Job
+from benchmarks.network import jobs
 from tests.benchmarks.public.test_hand_built_network import Page
 from tests.helpers.network import T0
 

@@ -10,8 +10,8 @@ import time_machine
 from django.test import Client
 
 from accounts import teams
-from benchmarks import snapshot
 from benchmarks.models import JobStatus
+from benchmarks.public import snapshot
 from tests.conftest import make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job
 

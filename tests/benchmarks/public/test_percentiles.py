@@ -1,5 +1,5 @@
 """The snapshot's percentiles come from PostgreSQL's percentile_disc; they must equal the
-project's one nearest-rank rule (scans.grader.stats.percentile) on the same cases: completion latencies
+project's one nearest-rank rule (scans.grader.figures.percentile) on the same cases: completion latencies
 from jobs and TTFT / TPS from host EWMAs."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from accounts import teams
-from benchmarks import snapshot
-from scans.grader.stats import percentile
+from benchmarks.public import snapshot
+from scans.grader.figures import percentile
 from tests.conftest import make_user
 from tests.helpers.network import T0, make_catalog, make_host, make_job
 

@@ -12,7 +12,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from benchmarks import public_cache, snapshot
+from benchmarks.public import cache as public_cache
+from benchmarks.public import snapshot
 from tests.helpers.network import T0
 
 pytestmark = pytest.mark.django_db

@@ -101,7 +101,7 @@ def test_a_hardware_row_is_listed_with_0_hosts(ops):
 
 
 def test_a_share_is_never_rounded_up_to_100_or_down_to_0_percent(ops):
-    from benchmarks.public_page import percent
+    from benchmarks.public.page import percent
 
     assert percent(0.99996) == "99.9\u00a0%"
     assert percent(1.0) == "100.0\u00a0%"

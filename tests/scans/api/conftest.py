@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.workers import start_worker, stop
+from tests.helpers import workers
+from tests.helpers.workers import stop
 from tokvera_site.celery import app
 
 
@@ -12,7 +13,7 @@ from tokvera_site.celery import app
 def proof_worker():
     """A real Celery worker on the proof queue ("proofs", prefork, one process), as deployed."""
     app.control.purge()
-    worker = start_worker("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
+    worker = workers.start("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
                           "-n", "proofs-test@%h")
     yield worker
     stop(worker)

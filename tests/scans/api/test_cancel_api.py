@@ -8,13 +8,14 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scans import progress as live
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import OriginLock, Scan, ScanStatus, ScanTrigger
+from scans.running import live_progress as live
 from tests.conftest import bearer
+from tests.helpers import workers
 from tests.helpers.factories import make_endpoint, make_scan
 from tests.helpers.processes import wait_for
-from tests.helpers.workers import start_worker, stop
+from tests.helpers.workers import stop
 from tokvera_site.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,7 +33,7 @@ def _scan(scan) -> Scan:
 @pytest.fixture
 def scan_worker_process(tmp_path):
     app.control.purge()
-    worker = start_worker("--concurrency", "1", log=tmp_path / "worker.log")
+    worker = workers.start("--concurrency", "1", log=tmp_path / "worker.log")
     yield worker
     stop(worker)
     app.control.purge()

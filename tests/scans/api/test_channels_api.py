@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
-from scans import alerts
-from scans.channels import delivery, kinds, service
 from scans.models import Delivery, DeliveryStatus, NotificationChannel, Scan, ScanTrigger
+from scans.notify import alerts
+from scans.notify.channels import delivery, kinds, service
 from tests.conftest import bearer
 from tests.helpers.factories import make_channel, make_endpoint
 from tests.helpers.notify_services import channel_urls, running_services

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, scan_at, with_values
+from tests.scans.conftest import GRADE_A, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from accounts import teams
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, scan_at
+from tests.scans.conftest import CAPPED_D, GRADE_A, scan_at
 
 pytestmark = pytest.mark.django_db
 

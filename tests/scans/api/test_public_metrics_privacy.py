@@ -8,7 +8,6 @@ ids, while each team still gets its own gauges.
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -17,28 +16,24 @@ import pytest
 from django.utils import timezone
 
 from accounts import teams
-from tests.conftest import free_port, make_user
+from tests.conftest import make_user
 from tests.helpers.factories import make_endpoint
-from tests.helpers.processes import accepts, running, wait_for
+from tests.helpers.processes import gunicorn
 from tests.helpers.workers import worker_env
-from tests.scans.pages.conftest import GRADE_A, scan_at
+from tests.scans.conftest import GRADE_A, scan_at
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @contextmanager
 def _gunicorn(tmp_path, **env: str):
-    port = free_port()
     multiproc = tmp_path / "prometheus"
     multiproc.mkdir()
-    args = [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-            "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60"]
-    with running(args, worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
-                                  PROMETHEUS_MULTIPROC_DIR=str(multiproc), **env),
-                 log=tmp_path / "gunicorn.log"):
-        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield client
+    settings = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
+                          PROMETHEUS_MULTIPROC_DIR=str(multiproc), **env)
+    with gunicorn(settings, workers=2, threads=4, log=tmp_path / "gunicorn.log") as url, \
+            httpx.Client(base_url=url, timeout=30) as client:
+        yield client
 
 
 def _team_with_endpoint(slug: str, endpoint_name: str):

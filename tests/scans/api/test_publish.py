@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from scans.models import Scan
 from tests.helpers.factories import make_endpoint
 from tokvera_site.cli import main

@@ -12,9 +12,10 @@ from django.urls import reverse
 
 from scans.models import Scan
 from tests.conftest import bearer
+from tests.helpers import workers
 from tests.helpers.factories import make_endpoint, measured_report
 from tests.helpers.processes import wait_for
-from tests.helpers.workers import start_worker, stop
+from tests.helpers.workers import stop
 from tokvera_site.celery import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -39,7 +40,7 @@ def test_a_teams_one_push_is_proven_before_another_teams_backlog_drains(world, a
     backlog = [_push(api, busy, world.read_write_token, body + b" " * i) for i in range(BACKLOG)]
     single = _push(api, quiet, world.other_team_token, body)
 
-    worker = start_worker("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
+    worker = workers.start("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
                           "-n", "proofs-fair@%h")
     try:
         ids = [scan.pk for scan in [*backlog, single]]

@@ -7,41 +7,23 @@ are measured by tests/perf/measure_push_load.py (DECISIONS.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from scans import pushes
 from scans.models import Scan
-from tests.conftest import clear_cache, free_port
+from scans.running import pushes
+from tests.conftest import clear_cache
+from tests.helpers import workers
 from tests.helpers.factories import make_endpoint, measured_report
-from tests.helpers.processes import accepts, wait_for
-from tests.helpers.workers import ROOT, start_worker, stop, worker_env
+from tests.helpers.processes import gunicorn, wait_for
+from tests.helpers.workers import stop, worker_env
 from tokvera_site.celery import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 IN_FLIGHT = 8
-
-
-@contextmanager
-def _gunicorn():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "tokvera_site.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "2", "--worker-class", "gthread", "--threads", "8", "--timeout", "120"],
-        cwd=ROOT, env=worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: accepts(port), 60, f"gunicorn on port {port}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _max_size_bodies(endpoint, count: int) -> list[bytes]:
@@ -63,10 +45,11 @@ def test_healthz_answers_while_eight_maximum_size_pushes_are_in_flight(world):
     endpoint = make_endpoint(world.team, mode="pushed")
     bodies = _max_size_bodies(endpoint, IN_FLIGHT)
     assert all(len(b) <= pushes.limit("REPORT_MAX_BYTES") for b in bodies)
-    proofs = start_worker("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
+    proofs = workers.start("-Q", "proofs", "--pool", "prefork", "--concurrency", "1",
                           "-n", "proofs-load@%h")
     try:
-        with _gunicorn() as site:
+        with gunicorn(worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1"), workers=2, threads=8,
+                      timeout_s=120) as site:
             url = f"{site}/api/v1/endpoints/{endpoint.public_id}/reports"
             headers = {"Authorization": f"Bearer {world.read_write_token}",
                        "Content-Type": "application/json"}

@@ -1,4 +1,4 @@
-"""The proof workers' turns (scans/pushes.py, claim_turn): choosing the next report to prove
+"""The proof workers' turns (scans/running/pushes.py, claim_turn): choosing the next report to prove
 reads a few rows per waiting team, however many reports one team has queued, so a big backlog
 does not slow every team's verdict; and a report another turn claimed while its own turn could
 not be sent is kept, and said to be kept. Real PostgreSQL (EXPLAIN ANALYZE of the queries the
@@ -14,8 +14,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from scans import pushes
 from scans.models import PushedReportBody, Scan
+from scans.running import pushes
 from tests.conftest import bearer, free_port
 from tests.helpers.factories import make_endpoint, measured_report
 from tokvera_site.celery import app as celery_app

@@ -16,12 +16,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import worker as scan_worker
 from scans.models import CheckResult, PushedReportBody, Scan
+from scans.running import worker as scan_worker
 from tests.conftest import bearer
+from tests.helpers import workers
 from tests.helpers.factories import make_endpoint, measured_report
 from tests.helpers.processes import wait_for
-from tests.helpers.workers import start_worker, stop
+from tests.helpers.workers import stop
 from tokvera_site.celery import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -79,7 +80,7 @@ def test_the_worker_without_q_leaves_proofs_to_the_proof_workers(world, api):
     app.control.purge()
     report = measured_report()
     endpoint = make_endpoint(world.team, mode="pushed", base_url=report["target"]["base_url"])
-    scans_worker = start_worker()
+    scans_worker = workers.start()
     try:
         response = _push(api, world, endpoint, report)
         assert response.status_code == 202

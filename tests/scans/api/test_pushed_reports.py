@@ -90,7 +90,7 @@ def test_a_forged_report_claiming_no_errors_over_all_failing_samples_is_refused_
 
 def test_an_honest_report_from_a_real_scan_is_accepted_and_graded_as_the_cli_graded_it(
         world, api, tmp_path):
-    from scans.grader.target import TargetConfig, running_target
+    from scans.grader.demo_server import TargetConfig, running_target
     from tokvera_site.cli import main
 
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)) as (host, port):
@@ -336,9 +336,9 @@ def test_every_field_the_scanner_measures_per_request_travels_in_the_report():
     import dataclasses
 
     from scans.grader import ScanPlan, run_scan
+    from scans.grader.demo_server import TargetConfig, running_target
     from scans.grader.proof import NOT_PUBLISHED, measurement_from_report
     from scans.grader.report import report_from_measurement
-    from scans.grader.target import TargetConfig, running_target
 
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8, reasoning_tokens=3,
                                      error_rate=0.3, seed=7)) as (host, port):

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from scans.grader import run_scan, slo
+from scans.grader import capacity, objective, run_scan
 from scans.grader.cli import target as target_cli
+from scans.grader.demo_server import TargetConfig, serving_target
 from scans.grader.plan import ScanPlan
 from scans.grader.report import regrade, report_from_measurement
-from scans.grader.target import TargetConfig, serving_target
 from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main
 
@@ -50,7 +50,7 @@ def _report(out: Path) -> dict:
 def test_the_search_finds_the_exact_boundary_from_the_plan_levels(true_capacity):
     tried = {c: c <= true_capacity for c in (1, 4, 16)}
     added = 0
-    while (nxt := slo.next_search_level(tried, 4096)) is not None and added < 16:
+    while (nxt := capacity.next_search_level(tried, 4096)) is not None and added < 16:
         assert nxt not in tried
         tried[nxt] = nxt <= true_capacity
         added += 1
@@ -59,7 +59,51 @@ def test_the_search_finds_the_exact_boundary_from_the_plan_levels(true_capacity)
 
 
 def test_no_search_when_no_level_met():
-    assert slo.next_search_level({1: False, 4: False}, 4096) is None
+    assert capacity.next_search_level({1: False, 4: False}, 4096) is None
+
+
+def _searched(search: capacity.CapacitySearch, true_capacity: int) -> list[int]:
+    levels = []
+    while (step := search.next_level()) is not None:
+        concurrency, requests = step
+        assert requests == capacity.search_requests(concurrency)
+        levels.append(concurrency)
+        search.record(concurrency, requests, concurrency <= true_capacity)
+    return levels
+
+
+def test_the_search_stops_at_its_boundary_not_exhausted():
+    search = capacity.CapacitySearch({1: True, 4: True, 16: False}, max_level=4096, max_levels=8,
+                                     max_requests=None, warmup=0)
+    assert _searched(search, 9) == [10, 7, 8, 9]
+    assert search.exhausted is False
+
+
+def test_the_search_stops_at_its_level_bound_exhausted():
+    search = capacity.CapacitySearch({1: True, 4: True, 16: True}, max_level=4096, max_levels=2,
+                                     max_requests=None, warmup=0)
+    assert _searched(search, 1000) == [32, 64]
+    assert search.exhausted is True
+
+
+def test_the_search_stops_where_the_request_budget_ends_warm_up_included():
+    # 32 streams send 64 requests and 5 warm-up requests: 69 fit in 100, the next 133 do not.
+    search = capacity.CapacitySearch({1: True, 16: True}, max_level=4096, max_levels=8,
+                                     max_requests=100, warmup=5)
+    assert _searched(search, 1000) == [32]
+    assert search.exhausted is True
+
+
+def test_a_search_that_met_its_highest_allowed_level_is_exhausted():
+    search = capacity.CapacitySearch({1: True, 4: True}, max_level=6, max_levels=8,
+                                     max_requests=None, warmup=0)
+    assert _searched(search, 1000) == [6]
+    assert search.exhausted is True
+
+
+def test_the_worst_case_rounds_start_at_two_streams():
+    # levels 2 and 3: ceil(20 / 2) + ceil(20 / 3) rounds, plus one warm-up round each
+    assert capacity.search_worst_waves(2, 1) == 10 + 7 + 1 + 1
 
 
 # -- a six-slot server -----------------------------------------------------------------------------
@@ -87,7 +131,7 @@ def test_the_capacity_of_a_six_slot_server_is_found_within_one_stream(tmp_path, 
     assert found["requests_per_s"] > 0 and found["output_tokens_per_s"] > 0
     assert found["attainment"] >= 0.95
     for lv in report["search_levels"]:
-        assert lv["requests"] == slo.search_requests(lv["concurrency"])
+        assert lv["requests"] == capacity.search_requests(lv["concurrency"])
     stdout = capsys.readouterr().out
     said = _said(stdout)
     assert f"capacity: {found['concurrency']} concurrent requests within the SLO" in said
@@ -154,7 +198,7 @@ def test_the_grade_is_the_same_with_and_without_the_search():
     with serving_target(SLOTTED) as (_, host, port):
         plan = ScanPlan(base_url=f"http://{host}:{port}/v1", model="tokvera-target",
                         levels=(1, 4, 16), timeout_s=10,
-                        slo=slo.parse_slo("ttft_p95_ms=80"), find_capacity=True)
+                        slo=objective.parse_slo("ttft_p95_ms=80"), find_capacity=True)
         measurement = run_scan(plan)
     assert measurement.searched_levels
     with_search = report_from_measurement(plan, measurement)
@@ -206,7 +250,7 @@ def test_bad_slo_input_is_one_line_exit_2_and_nothing_is_sent(extra, says, tmp_p
 
 
 def test_an_attainment_of_one_is_accepted():
-    assert slo.parse_slo("ttft_p95_ms=80", 1.0).attainment == 1.0
+    assert objective.parse_slo("ttft_p95_ms=80", 1.0).attainment == 1.0
 
 
 def test_a_pushed_reports_slo_is_recomputed_and_its_search_marked_unproven(tmp_path):

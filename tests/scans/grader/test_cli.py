@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from scans.grader.report import render_html
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
+from scans.grader.report_html import render_html
 from tests.helpers.servers import raw_server
 
 TOKVERA = [sys.executable, "-m", "tokvera_site.cli"]
@@ -245,7 +245,7 @@ def test_the_bars_time_left_is_the_whole_plans_from_the_measured_pace():
 
     from scans.grader import ScanPlan
     from scans.grader.cli.scan import ScanBars
-    from scans.grader.slo import parse_slo
+    from scans.grader.objective import parse_slo
 
     buffer = io.StringIO()
     clock = Clock()

@@ -12,8 +12,8 @@ import pytest
 
 from scans.grader import ScanPlan, run_scan
 from scans.grader.cli import summary
+from scans.grader.demo_server import TargetConfig, running_target
 from scans.grader.headline import COLUMNS, headline_rows
-from scans.grader.target import TargetConfig, running_target
 from tests.helpers.servers import END_CHUNKS, SSE_HEAD, good_stream, http_chunk, raw_server, read_request
 from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main

@@ -14,18 +14,19 @@ from pathlib import Path
 import pytest
 
 from scans.grader import ScanPlan, run_scan
+from scans.grader.demo_server import TargetConfig, serving_target
+from scans.grader.objective import parse_slo
 from scans.grader.openloop import (
     MIN_RATE_REQUESTS,
     Arrival,
     OpenLoop,
     arrival_offsets,
     parse_arrival,
-    rate_rows,
 )
 from scans.grader.proof import prove
-from scans.grader.report import regrade, render_html, report_from_measurement
-from scans.grader.slo import parse_slo
-from scans.grader.target import TargetConfig, serving_target
+from scans.grader.report import regrade, report_from_measurement
+from scans.grader.report_html import render_html
+from scans.grader.report_text import rate_rows
 from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,

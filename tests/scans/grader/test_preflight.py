@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from tests.helpers.servers import json_response, raw_server, read_request
 from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main
@@ -238,7 +238,8 @@ def test_version_and_regrade_print_one_line(tmp_path, capsys):
 
 
 def test_a_report_from_before_the_headline_fields_still_regrades_and_renders(tmp_path):
-    from scans.grader.report import regrade, render_html
+    from scans.grader.report import regrade
+    from scans.grader.report_html import render_html
 
     with running_target(TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)) as (host, port):
         assert main(_scan(f"http://{host}:{port}/v1", tmp_path / "r")) == 0

@@ -6,7 +6,7 @@ import pytest
 
 from scans.grader import run_scan
 from scans.grader.check_values import check_values
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,

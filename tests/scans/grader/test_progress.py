@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from scans.grader import ScanPlan, run_scan
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.grader.progress import ScanProgress, progress_text
 from scans.grader.stopping import ScanStopped
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
 
 
 def _plan(port: int, levels=(1, 2), requests=6, timeout_s=30.0) -> ScanPlan:

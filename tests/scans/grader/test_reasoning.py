@@ -22,8 +22,9 @@ import json
 
 from scans.grader import ScanPlan, run_scan, run_scan_async
 from scans.grader.cli import target as target_cli
-from scans.grader.report import regrade, render_html, report_from_measurement
-from scans.grader.target import TargetServer, running_target
+from scans.grader.demo_server import TargetServer, running_target
+from scans.grader.report import regrade, report_from_measurement
+from scans.grader.report_html import render_html
 from tests.helpers.servers import paced_stream_server, raw_server, scan, validate_report
 from tokvera_site.cli import main
 

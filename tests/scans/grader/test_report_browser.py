@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from tests.helpers.browser import ARTIFACTS
 from tokvera_site.cli import main
 

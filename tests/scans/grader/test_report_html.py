@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 
-from scans.grader.report import render_html
+from scans.grader.report_html import render_html
 from tests.helpers.processes import ROOT
 from tests.scans.grader.test_report_schema import minimal_report
 
 
 def test_rendering_report_html_imports_no_django_and_needs_no_settings(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps(minimal_report()))
-    code = ("import json, sys; from scans.grader.report import render_html; "
+    code = ("import json, sys; from scans.grader.report_html import render_html; "
             "html = render_html(json.load(open('report.json'))); "
             "print(json.dumps([html.startswith('<!DOCTYPE html>'), "
             "sorted(m for m in sys.modules if m.split('.')[0] in "

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from scans.grader.report import render_html
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
+from scans.grader.report_html import render_html
 from tests.helpers.browser import ARTIFACTS
 from tokvera_site.cli import main
 

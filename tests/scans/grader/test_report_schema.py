@@ -132,6 +132,6 @@ def test_the_schema_describes_every_field_of_a_request_timeline_the_scanner_writ
 def test_the_site_reads_the_schema_the_wheel_ships():
     """scans/grader/report.schema.json is the packaged copy of docs/report.schema.json (a link
     in a checkout; tests/packaging builds the wheel)."""
-    from scans import pushes
+    from scans.running import pushes
 
     assert pushes.SCHEMA_PATH.read_bytes() == SCHEMA_PATH.read_bytes()

@@ -6,8 +6,9 @@ import re
 
 from scans.grader import ScanPlan, run_scan
 from scans.grader.check_values import check_values
-from scans.grader.report import regrade, render_html, report_from_measurement
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
+from scans.grader.report import regrade, report_from_measurement
+from scans.grader.report_html import render_html
 from tests.helpers.servers import validate_report
 
 FAST = dict(ttft_ms=5, itl_ms=1, tokens=12)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from scans.grader import ScanPlan, run_scan
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.grader.progress import ScanProgress, progress_text
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
 from scans.grader.workload import Workload
 
 

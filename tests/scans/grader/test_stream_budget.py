@@ -13,7 +13,7 @@ import pytest
 
 from scans.grader import ScanPlan, run_scan
 from scans.grader.budget import StreamBudget
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 
 
 def test_scans_in_threads_never_have_more_streams_in_flight_than_the_budget():

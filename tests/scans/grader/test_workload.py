@@ -13,10 +13,12 @@ from dataclasses import replace
 import pytest
 
 from scans.grader import ScanPlan, run_scan
+from scans.grader.demo_server import TargetConfig, serving_target
 from scans.grader.plan import PlanError
-from scans.grader.report import comparability, report_from_measurement, workload_lines
-from scans.grader.target import TargetConfig, serving_target
-from scans.grader.workload import Workload, WorkloadError, load_dataset, tolerance
+from scans.grader.report import report_from_measurement
+from scans.grader.report_text import comparability, workload_lines
+from scans.grader.sizing import tolerance
+from scans.grader.workload import Workload, WorkloadError, load_dataset
 from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,

@@ -12,15 +12,16 @@ import re
 import pytest
 
 from scans.grader import ScanPlan, run_scan
-from scans.grader.report import comparability, report_from_measurement
-from scans.grader.target import TargetConfig, serving_target
+from scans.grader.demo_server import TargetConfig, serving_target
+from scans.grader.report import report_from_measurement
+from scans.grader.report_text import comparability
+from scans.grader.sizing import tolerance
 from scans.grader.workload import (
     PRESETS,
     InputSpread,
     Workload,
     WorkloadError,
     parse_input_tokens,
-    tolerance,
 )
 from tests.helpers.servers import (
     END_CHUNKS,

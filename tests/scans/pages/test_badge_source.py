@@ -16,7 +16,7 @@ from django.utils import timezone
 from accounts.models import Team
 from tests.conftest import bearer
 from tests.helpers.factories import measured_report
-from tests.scans.pages.conftest import GRADE_B, scan_at
+from tests.scans.conftest import GRADE_B, scan_at
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests.scans.pages.conftest import (
+from tests.scans.conftest import (
     CAPPED_C,
     CAPPED_D,
     GRADE_A,

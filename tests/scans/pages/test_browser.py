@@ -19,7 +19,7 @@ from django.utils import timezone
 from scans.models import Endpoint
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS, offline
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
 
 PASSWORD = "correct horse battery staple"
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import scan_at
+from tests.scans.conftest import scan_at
 from tests.scans.pages.test_capacity_page import AT_HIGHEST, MET, NONE_MET, searched_scan
 from tests.scans.pages.test_ux_browser import DESKTOP, PHONE, logged_in_page, no_horizontal_scroll
 

@@ -1,8 +1,8 @@
 """Capacity within the SLO on the site (issue 22): what the endpoint page, the dashboard, the
 form, the API and the team's gauge say for each answer a search can give ("serves up to N",
 "no level met the SLO", "met at the highest level tried"), and for an endpoint that never
-searched. Reports are stored through scans.worker.store_report, as the worker does; the
-end-to-end run against a six-slot target is tests/scans/scheduling/test_capacity_on_the_site.py.
+searched. Reports are stored through scans.running.worker.store_report, as the worker does; the
+end-to-end run against a six-slot target is tests/scans/running/test_capacity_on_the_site.py.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from scans import worker as scan_worker
 from scans.models import Endpoint, Scan, ScanTrigger
+from scans.running import worker as scan_worker
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import report_for, scan_at
+from tests.scans.conftest import report_for, scan_at
 from tests.scans.pages.test_endpoint_form import form_data
 
 pytestmark = pytest.mark.django_db

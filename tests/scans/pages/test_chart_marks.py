@@ -14,11 +14,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import history
+from scans.history.check_results import check_history
+from scans.history.grades import latest_grades
 from scans.models import MaintenanceKind, MaintenanceWindow, Scan
 from scans.pages import charts
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, scan_at
+from tests.scans.conftest import GRADE_A, scan_at
 from tests.scans.pages.test_charts import SVG, T0, check_point, grade_point, parse
 
 HOUR = timedelta(hours=1)
@@ -219,9 +220,9 @@ def test_check_history_and_the_dashboards_grades_carry_the_url_each_scan_reached
     for scan in scans[2:]:
         _move(scan, URL_B)
 
-    checks = history.check_history(endpoint, "error_rate", now - 5 * HOUR, now)
-    latest = history.latest_grades([endpoint])[endpoint.pk]
-    bucketed = history.check_history(endpoint, "error_rate", now - 5 * HOUR, now, max_points=2)
+    checks = check_history(endpoint, "error_rate", now - 5 * HOUR, now)
+    latest = latest_grades([endpoint])[endpoint.pk]
+    bucketed = check_history(endpoint, "error_rate", now - 5 * HOUR, now, max_points=2)
 
     assert [p.url for p in checks] == ["http://127.0.0.1:8080/v1"] * 2 + [URL_B] * 2
     assert [p.url for p in latest] == [p.url for p in checks]

@@ -19,7 +19,7 @@ from scans.models import MaintenanceWindow, Scan
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
 from tests.scans.pages.test_ux_browser import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

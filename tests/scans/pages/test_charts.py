@@ -8,7 +8,8 @@ import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
-from scans.history import CheckPoint, GradePoint
+from scans.history.check_results import CheckPoint
+from scans.history.grades import GradePoint
 from scans.pages import charts
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from scans.compare import compare
-from tests.scans.pages.conftest import (
+from scans.history.compare import compare
+from tests.scans.conftest import (
     CAPPED_C,
     GRADE_A,
     GRADE_B,

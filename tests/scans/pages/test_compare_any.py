@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from scans.compare import compare
 from scans.grader.scoring import CheckValue
+from scans.history.compare import compare
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, NOW, report_for, scan_at, with_values
+from tests.scans.conftest import GRADE_A, NOW, report_for, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from scans.compare import compare
-from scans.grader.report import is_down
+from scans.grader.report_text import is_down
+from scans.history.compare import compare
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, GRADE_B, NOW, report_for, scan_at
+from tests.scans.conftest import GRADE_A, GRADE_B, NOW, report_for, scan_at
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts import encryption
-from scans import connection_test
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
+from scans.endpoints import connection_check as connection_test
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import Endpoint
 from tests.conftest import free_port
 from tests.helpers.factories import make_endpoint

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scans.models import Scan, ScanStatus, ScanTrigger
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
 
 pytestmark = pytest.mark.django_db
 

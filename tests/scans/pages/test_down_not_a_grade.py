@@ -14,13 +14,15 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from scans import history, slo, state
-from scans import worker as scan_worker
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
+from scans.history import slo_windows as slo
+from scans.history import state
+from scans.history.grades import grade_history
 from scans.models import CheckResult, Scan, ScanTrigger
+from scans.running import worker as scan_worker
 from tests.conftest import bearer, free_port
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, NOW, scan_at
+from tests.scans.conftest import GRADE_A, NOW, scan_at
 
 pytestmark = pytest.mark.django_db
 
@@ -156,13 +158,13 @@ def test_a_down_scan_is_a_gap_on_the_grade_line_and_a_miss_in_the_slo_window(wor
     assert window.bad_s == 3600  # the down hour is down time
     assert window.scans == 168
 
-    points = history.grade_history(dead, since=start, until=NOW, max_points=500)
+    points = grade_history(dead, since=start, until=NOW, max_points=500)
     down = [p for p in points if p.down]
     assert len(down) == 1 and down[0].points is None and not down[0].has_letter
     from scans.pages import charts
     chart = str(charts.grade_chart(points, start, NOW))
     assert "no-letter down" in chart and "down (the endpoint did not answer)" in chart
-    bucketed = history.grade_history(dead, since=start, until=NOW, max_points=20)
+    bucketed = grade_history(dead, since=start, until=NOW, max_points=20)
     assert sum(p.down for p in bucketed) == 1
 
 

@@ -11,10 +11,10 @@ import re
 import pytest
 from django.urls import reverse
 
-from scans import worker as scan_worker
 from scans.grader import ScanPlan, run_scan
 from scans.grader.report import report_from_measurement
 from scans.models import Scan
+from scans.running import worker as scan_worker
 from tests.helpers.servers import raw_server
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts import encryption
 from scans.models import CheckResult, Endpoint, Scan
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, NOW, scan_at
+from tests.scans.conftest import GRADE_A, NOW, scan_at
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import Endpoint
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS, offline

@@ -10,10 +10,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from scans.models import Endpoint, Scan
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, scan_at
 
 pytestmark = pytest.mark.django_db
 

@@ -1,25 +1,24 @@
 """Endpoint state and its cause: real scans of real loopback servers (nothing listening, a
 server answering 404 for the model) become "down" with the cause on the dashboard, the endpoint
-page and the alert; the other states follow the rules in scans/state.py."""
+page and the alert; the other states follow the rules in scans/history/state.py."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import socket
-import threading
 from datetime import timedelta
 
 import pytest
 from django.core import mail
 
-from scans import alerts, state
-from scans import worker as scan_worker
 from scans.grader import ScanPlan, run_scan
 from scans.grader.report import report_from_measurement
+from scans.history import state
 from scans.models import Scan, ScanTrigger
+from scans.notify import alerts
+from scans.running import worker as scan_worker
 from tests.helpers.factories import make_endpoint, send_alert_now
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
+from tests.helpers.servers import Request, json_answer, serve
+from tests.scans.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 
@@ -30,31 +29,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _ModelNotFound(http.server.BaseHTTPRequestHandler):
+def _model_not_found(request: Request) -> tuple[int, dict[str, str], bytes]:
     """An OpenAI-style server that knows no model: every request gets a 404 naming it."""
-
-    def do_POST(self):
-        body = json.dumps({"error": {"message": "model 'tiny' not found",
-                                     "type": "not_found_error"}}).encode()
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST
-
-    def log_message(self, *args):
-        pass
+    return json_answer(404, {"error": {"message": "model 'tiny' not found",
+                                       "type": "not_found_error"}})
 
 
 @pytest.fixture
 def not_found_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ModelNotFound)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(_model_not_found) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def real_scan(endpoint) -> Scan:
@@ -170,7 +154,7 @@ def test_the_dashboard_sorts_by_name_on_request(world, owner_client):
 
 def test_the_endpoint_page_opens_with_the_headline_numbers_and_for_reasoning_models_thinking(
         world, owner_client):
-    from tests.scans.pages.conftest import report_for
+    from tests.scans.conftest import report_for
 
     endpoint = make_endpoint(world.team, name="thinker")
     report = report_for(GRADE_A)
@@ -192,7 +176,7 @@ def test_the_endpoint_page_opens_with_the_headline_numbers_and_for_reasoning_mod
 
 def test_an_endpoint_going_down_and_up_again_sends_one_message_each_way(
         world, eager_tasks, django_capture_on_commit_callbacks):
-    from tests.scans.pages.conftest import report_for
+    from tests.scans.conftest import report_for
 
     dead = make_endpoint(world.team, name="flaky box", alert_email=True,
                          base_url=f"http://127.0.0.1:{_free_port()}/v1")

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scans.models import Scan, ScanStatus
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, scan_at
+from tests.scans.conftest import GRADE_A, scan_at
 
 pytestmark = pytest.mark.django_db
 

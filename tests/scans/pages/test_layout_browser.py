@@ -15,13 +15,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import worker as scan_worker
-from scans.grader.target import TargetConfig, running_target
+from scans.grader.demo_server import TargetConfig, running_target
 from scans.models import Scan, ScanTrigger
+from scans.running import worker as scan_worker
 from tests.conftest import build_world, free_port
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, scan_at
 from tests.scans.pages.test_ux_browser import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -16,12 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import history
-from scans import profile as load_profile
-from scans import worker as scan_worker
+from scans.endpoints import profile as load_profile
+from scans.history.grades import latest_grades
 from scans.models import Scan
+from scans.running import worker as scan_worker
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, report_for
+from tests.scans.conftest import GRADE_A, report_for
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def test_the_dashboard_reads_no_report_and_still_marks_each_scans_load_and_url(
     assert touching == []
     assert f'data-endpoint="{endpoint.public_id}"' in response.content.decode()
     # What the sparkline reads: each scan's URL and load, from the columns.
-    (points,) = history.latest_grades([endpoint], n=30).values()
+    (points,) = latest_grades([endpoint], n=30).values()
     assert [p.url for p in points] == ["http://127.0.0.1:8080/v1"] * 2 + [
         "http://127.0.0.1:9090/v1"]
     assert points[-1].profile == load_profile.profile_of(last["plan"]).label
@@ -89,7 +89,7 @@ def test_the_endpoint_pages_list_of_scans_loads_no_report(world, owner_client):
 
 
 def test_the_columns_hold_what_the_report_says_as_the_rollups_read_it(world):
-    from scans import rollups
+    from scans.history import rollups
 
     endpoint = make_endpoint(world.team, name="dataset load")
     report = big_report("http://127.0.0.1:8080/v1", [1, 4, 16])

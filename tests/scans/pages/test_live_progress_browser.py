@@ -15,17 +15,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scans import dispatch
-from scans import worker as scan_worker
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.pages import dashboard as dashboard_page
+from scans.running import dispatch
+from scans.running import worker as scan_worker
 from tests.conftest import build_world
+from tests.helpers import workers
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
 from tests.helpers.processes import wait_for
-from tests.helpers.workers import start_worker, stop
-from tests.scans.pages.conftest import GRADE_A, report_for
+from tests.helpers.workers import stop
+from tests.scans.conftest import GRADE_A, report_for
 from tests.scans.pages.test_ux_browser import PHONE, logged_in_page, no_horizontal_scroll
 from tokvera_site.celery import app
 
@@ -37,12 +38,12 @@ REQUESTS = re.compile(r"Level (\d+) of (\d+), concurrency (\d+): (\d+) of (\d+) 
 @pytest.fixture
 def scan_worker_process(settings, tmp_path):
     """One real worker running one scan at a time, so a scan that ends frees it for the next."""
-    from tests.scans.scheduling import fast_scan_settings as fast
+    from tests.helpers import fast_scan_settings as fast
 
     for name in ("SCAN_HEARTBEAT_S", "SCAN_STALE_AFTER_S", "SCAN_ORIGIN_BUSY_RETRY_S"):
         setattr(settings, name, getattr(fast, name))
     app.control.purge()
-    worker = start_worker("--concurrency", "1", log=tmp_path / "worker.log")
+    worker = workers.start("--concurrency", "1", log=tmp_path / "worker.log")
     yield worker
     stop(worker)
     app.control.purge()

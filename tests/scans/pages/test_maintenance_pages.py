@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from scans.models import MaintenanceKind, MaintenanceWindow
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, scan_at
+from tests.scans.conftest import CAPPED_D, GRADE_A, scan_at
 
 pytestmark = pytest.mark.django_db
 

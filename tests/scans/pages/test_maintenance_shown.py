@@ -11,11 +11,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scans import status_page
 from scans.models import MaintenanceWindow, Scan
+from scans.status_pages.incidents import incidents
+from scans.status_pages.settings import page_of, save_settings
 from tests.conftest import clear_cache
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, scan_at
+from tests.scans.conftest import GRADE_A, scan_at
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +75,7 @@ def test_the_status_page_shows_maintenance_and_no_ongoing_incident(world):
     endpoint = _in_maintenance(world)
     healthy = make_endpoint(world.team, name="healthy")
     scan_at(healthy, timezone.now() - 5 * MINUTE, GRADE_A)
-    page = status_page.save_settings(status_page.page_of(world.team), enabled=True,
+    page = save_settings(page_of(world.team), enabled=True,
                                      slug="acme-status", title="Acme", shown=[(endpoint, ""),
                                                                               (healthy, "")])
 
@@ -97,7 +98,7 @@ def test_down_scans_inside_a_past_window_make_no_incident(world):
         team=world.team, endpoint=endpoint, name="reboot", kind="once", timezone="UTC",
         starts_at=now - 55 * MINUTE, ends_at=now - 40 * MINUTE)
 
-    assert status_page.incidents([endpoint], now - timedelta(days=90), now)[endpoint.pk] == []
+    assert incidents([endpoint], now - timedelta(days=90), now)[endpoint.pk] == []
 
 
 def test_an_incident_open_when_a_window_began_ends_there(world):
@@ -109,7 +110,7 @@ def test_an_incident_open_when_a_window_began_ends_there(world):
     MaintenanceWindow.dangerously_unscoped.create(
         team=world.team, endpoint=endpoint, name="emergency fix", kind="once", timezone="UTC",
         starts_at=now - 10 * MINUTE, ends_at=now + 50 * MINUTE)
-    page = status_page.save_settings(status_page.page_of(world.team), enabled=True,
+    page = save_settings(page_of(world.team), enabled=True,
                                      slug="acme-status", title="Acme", shown=[(endpoint, "")])
 
     body = Client().get(f"/status/{page.slug}/").content.decode()

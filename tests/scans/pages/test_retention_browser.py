@@ -10,12 +10,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import retention
+from scans.history import retention
 from scans.models import CheckResult, Scan
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, scan_at
+from tests.scans.conftest import CAPPED_C, scan_at
 from tests.scans.pages.test_ux_browser import DESKTOP, PHONE, logged_in_page, no_horizontal_scroll
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

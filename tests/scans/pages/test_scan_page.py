@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from scans import worker as scan_worker
 from scans.models import Scan
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, NOW, report_for, scan_at
+from scans.running import worker as scan_worker
+from tests.scans.conftest import CAPPED_C, GRADE_A, NOW, report_for, scan_at
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_a_succeeded_scan_shows_its_grade_and_the_framed_report(owner_client, en
 
 
 def test_the_report_html_is_the_cli_template_served_self_contained(owner_client, endpoint):
-    from scans.grader.report import render_html
+    from scans.grader.report_html import render_html
 
     scan = scan_at(endpoint, NOW - timedelta(hours=1), GRADE_A)
 

@@ -11,10 +11,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scans import slo
 from scans.grader.scoring import CheckValue
+from scans.history import slo_windows as slo
+from scans.history.slo_wording import WindowWords, missed_text, target_label
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, bulk_scans, scan_at, with_values
+from tests.scans.conftest import CAPPED_D, GRADE_A, NOW, bulk_scans, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 
@@ -38,10 +39,10 @@ def test_each_scan_stands_for_the_time_until_the_next_one_and_the_budget_is_in_t
     assert window.covered_s == 7 * 86400 and window.fully_covered
     assert window.bad_s == 3600  # the one grade-D scan stands for its hour
     assert window.budget_s == pytest.approx(0.01 * 7 * 86400)  # 1 h 40.8 min
-    assert window.budget_text == "1 h 41 min of 7 d allowed, 1 h used"
+    assert WindowWords(window).budget_text == "1 h 41 min of 7 d allowed, 1 h used"
     assert window.meets_objective is True
     assert window.share == pytest.approx(1 - 1 / 168)
-    assert window.targets[0].missed_text == "1 h"
+    assert missed_text(window.targets[0]) == "1 h"
 
 
 def test_a_scan_stands_for_at_most_its_interval_and_a_thin_window_says_how_much_is_covered(world):
@@ -53,7 +54,7 @@ def test_a_scan_stands_for_at_most_its_interval_and_a_thin_window_says_how_much_
 
     assert window.covered_s == 25 * 60
     assert not window.fully_covered
-    assert window.coverage_text == "scans cover 25 min of 7 d (0.2%)"
+    assert WindowWords(window).coverage_text == "scans cover 25 min of 7 d (0.2%)"
     assert window.meets_objective is True and window.bad_s == 0
 
 
@@ -110,17 +111,17 @@ def test_ttft_and_error_rate_targets_read_the_check_values(world):
     assert by_key["error_rate"].missed_s == 3600
     assert by_key["grade"].missed_s == 0
     assert window.bad_s == 3 * 3600
-    assert by_key["ttft_p95"].label == "TTFT p95 at concurrency 1 at most 500 ms"
-    assert by_key["error_rate"].label == "error rate at most 2.00%"
+    assert target_label(by_key["ttft_p95"]) == "TTFT p95 at concurrency 1 at most 500 ms"
+    assert target_label(by_key["error_rate"]) == "error rate at most 2.00%"
 
 
 def test_an_endpoint_never_scanned_has_an_empty_window_not_a_zero(world):
     window = slo.window(make_endpoint(world.team), 7, now=NOW)
 
     assert not window.enough and window.share is None and window.meets_objective is None
-    assert window.empty_message == "no scan covers the last 7 days"
+    assert WindowWords(window).empty_message == "no scan covers the last 7 days"
     assert [rate for _, rate, _ in window.burn_rates] == [None] * 7
-    assert window.status == "no_data" and window.status_label == "no data"
+    assert window.status == "no_data" and WindowWords(window).status_label == "no data"
 
 
 def test_the_seven_and_thirty_day_windows_differ_in_time(world):
@@ -203,9 +204,9 @@ SLOW_FIRST_TOKEN = with_values(GRADE_A, ttft_p95_at_concurrency_1=900.0)
 
 def _down(endpoint, when):
     """A scan that found nothing listening, stored down (no letter, no points)."""
-    from scans.grader.report import is_down
+    from scans.grader.report_text import is_down
     from scans.models import Scan
-    from tests.scans.pages.conftest import report_for
+    from tests.scans.conftest import report_for
 
     report = {**report_for(GRADE_A), "preflight": {"stopped": True,
                                                    "cause": "connection refused"}}
@@ -227,17 +228,17 @@ def test_a_target_missing_its_ttft_target_on_every_scan_is_breaching_at_ten_time
 
     assert window.share == 0 and window.meets_objective is False
     assert window.burn_rate[3600] == pytest.approx(10) and window.burn_rate[6 * 3600] == 10
-    assert window.status == "breaching" and window.status_label == "breaching"
-    firing = {w["label"]: w["firing"] for w in window.alert_windows}
+    assert window.status == "breaching" and WindowWords(window).status_label == "breaching"
+    firing = {w["label"]: w["firing"] for w in WindowWords(window).alert_windows}
     # 10x cannot reach 14.4x (a 90 % objective allows at most 10x); 6 h and 30 min at 6x can;
     # the slow pairs wait for half their long spans (12 h and 36 h) covered
     assert firing == {"1 h and 5 min": False, "6 h and 30 min": True,
                       "24 h and 2 h": False, "3 d and 6 h": False}
     assert window.alert_level == "page"
-    assert window.status_reason == ("the last 6 h burned the error budget at 10.0× and the "
+    assert WindowWords(window).status_reason == ("the last 6 h burned the error budget at 10.0× and the "
                                     "last 30 min at 10.0× (page at 6× or more)")
-    assert window.uncovered_text == "no data for 29 d 21 h of the 30 days"
-    assert window.allowance_text == "90% over 30 days allows 3 d of bad time"
+    assert WindowWords(window).uncovered_text == "no data for 29 d 21 h of the 30 days"
+    assert WindowWords(window).allowance_text == "90% over 30 days allows 3 d of bad time"
 
 
 def test_a_dead_port_down_for_37_minutes_is_breaching_not_meeting(world):
@@ -249,8 +250,8 @@ def test_a_dead_port_down_for_37_minutes_is_breaching_not_meeting(world):
 
     assert window.covered_s == 37 * 60 and window.bad_s == 37 * 60  # down time is bad time
     assert window.status == "breaching" and window.alert_level == "page"
-    assert window.allowance_text == "99% over 30 days allows 7 h 12 min of bad time"
-    assert window.budget_used_text == "37 min used, 6 h 35 min left"
+    assert WindowWords(window).allowance_text == "99% over 30 days allows 7 h 12 min of bad time"
+    assert WindowWords(window).budget_used_text == "37 min used, 6 h 35 min left"
     assert not window.budget_spent
 
 
@@ -268,9 +269,10 @@ def test_uncovered_time_is_never_counted_as_good(world):
     assert window.share == pytest.approx(2 / 3) and window.meets_objective is False
     assert window.budget_left > 0.98  # the old reading: "98 % left", green
     assert window.status == "breaching"
-    assert window.status_reason == "66.7% of the covered time was good, under the 90.0% objective"
+    assert WindowWords(window).status_reason == (
+        "66.7% of the covered time was good, under the 90.0% objective")
     assert window.alert_level == ""  # nothing burns now: the burn spans hold no scan
-    assert window.uncovered_text == "no data for 29 d 21 h of the 30 days"
+    assert WindowWords(window).uncovered_text == "no data for 29 d 21 h of the 30 days"
 
 
 def test_a_new_healthy_endpoint_has_no_data_until_an_hour_is_covered_then_meets(world):
@@ -280,13 +282,14 @@ def test_a_new_healthy_endpoint_has_no_data_until_an_hour_is_covered_then_meets(
 
     early = slo.window(endpoint, 7, now=NOW)
     assert early.share == 1 and early.status == "no_data"
-    assert early.status_reason == "too little data yet: 15 min of 1 h covered, nothing wrong in it"
+    assert WindowWords(early).status_reason == (
+        "too little data yet: 15 min of 1 h covered, nothing wrong in it")
 
     for i in range(12):
         scan_at(endpoint, NOW + i * FIVE_MIN, GRADE_A)
     later = slo.window(endpoint, 7, now=NOW + HOUR)
     assert later.covered_s == 75 * 60 and later.status == "meeting"
-    assert later.status_reason == ("100.0% of the covered time was good (objective 90.0%); "
+    assert WindowWords(later).status_reason == ("100.0% of the covered time was good (objective 90.0%); "
                                    "no burn-rate alert fires")
 
 
@@ -304,8 +307,8 @@ def test_a_slow_burn_is_at_risk_and_a_fast_one_breaching(world):
     assert window.burn_rate[86400] == pytest.approx(10 / 3)
     assert window.burn_rate[6 * 3600] == pytest.approx(10 / 3)  # under 6x: no page
     assert window.alert_level == "ticket" and window.status == "at_risk"
-    assert window.status_label == "at risk"
-    assert window.status_reason.startswith("the last 24 h burned the error budget at 3.3×")
+    assert WindowWords(window).status_label == "at risk"
+    assert WindowWords(window).status_reason.startswith("the last 24 h burned the error budget at 3.3×")
 
 
 def test_a_pair_needs_half_its_long_span_covered_before_it_fires(world):
@@ -318,7 +321,7 @@ def test_a_pair_needs_half_its_long_span_covered_before_it_fires(world):
 
     assert window.burn_rate[3600] == pytest.approx(100)
     assert window.alert_level == "" and window.status == "no_data"
-    assert window.status_label == "too little data yet"
+    assert WindowWords(window).status_label == "too little data yet"
 
 
 def test_a_spent_budget_says_how_far_over_it_is(world):
@@ -328,5 +331,5 @@ def test_a_spent_budget_says_how_far_over_it_is(world):
 
     window = slo.window(endpoint, 7, now=NOW)
 
-    assert window.budget_spent and window.budget_used_text == "5 h used: spent, 4 h 50 min over"
+    assert window.budget_spent and WindowWords(window).budget_used_text == "5 h used: spent, 4 h 50 min over"
     assert window.status == "breaching"

@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 from django.db.models import F
 
-from scans import dispatch
-from scans.grader.target import MODEL_ID, TargetConfig, running_target
+from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import CheckResult, Endpoint, OriginLock, Scan, ScanStatus, ScanTrigger
+from scans.running import dispatch
 from tests.conftest import build_world
+from tests.helpers import workers
 from tests.helpers.browser import ARTIFACTS
 from tests.helpers.factories import make_endpoint
 from tests.helpers.processes import wait_for
 from tests.helpers.servers import webhook_receiver
-from tests.helpers.workers import start_worker, stop, worker_env
+from tests.helpers.workers import stop, worker_env
 from tests.scans.pages.test_ux_browser import DESKTOP, PHONE, logged_in_page
 from tokvera_site.celery import app
 
@@ -90,7 +91,7 @@ def test_an_endpoint_missing_its_ttft_target_on_every_scan_is_breaching_and_page
     world = build_world()
     app.control.purge()  # nothing another test left in the queue reaches this worker
     env = worker_env(
-        DJANGO_SETTINGS_MODULE="tests.scans.pages.mail_capture_settings", TOKVERA_TEST_MAIL_DIR=str(mail_dir)
+        DJANGO_SETTINGS_MODULE="tests.helpers.mail_capture_settings", TOKVERA_TEST_MAIL_DIR=str(mail_dir)
     )
     with (
         running_target(TargetConfig(ttft_ms=300, itl_ms=2, tokens=8)) as (host, port),
@@ -109,7 +110,7 @@ def test_an_endpoint_missing_its_ttft_target_on_every_scan_is_breaching_and_page
             interval_minutes=60,
             webhook_url=hook_url,
         )
-        worker = start_worker(env=env, log=mail_dir.parent / "worker.log")
+        worker = workers.start(env=env, log=mail_dir.parent / "worker.log")
         try:
             scans = []
             for i in range(SCANS):
@@ -185,7 +186,7 @@ AMBER, GREY = "rgb(138, 106, 0)", "rgb(92, 100, 120)"  # .slo-at_risk, --muted
 def test_each_status_has_its_word_and_colour_on_the_dashboard_and_the_endpoint_page(browser, live_server):
     from django.utils import timezone
 
-    from tests.scans.pages.conftest import CAPPED_D, GRADE_A, bulk_scans, scan_at
+    from tests.scans.conftest import CAPPED_D, GRADE_A, bulk_scans, scan_at
 
     world = build_world()
     now = timezone.now()

@@ -11,10 +11,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scans import slo
+from scans.history import slo_windows as slo
+from scans.history.slo_wording import WindowWords
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
+from tests.scans.conftest import CAPPED_D, GRADE_A, NOW, scan_at, with_values
 
 pytestmark = pytest.mark.django_db
 
@@ -36,9 +37,10 @@ def test_four_minutes_of_bad_scans_are_too_little_data_not_breaching(world):
     window = slo.window(endpoint, 7, now=NOW)
 
     assert window.status == "no_data" and window.alert_level == ""
-    assert window.status_label == "too little data yet"
+    assert WindowWords(window).status_label == "too little data yet"
     # at 99 % the 1 h pair can fire: it needs half of its hour covered
-    assert window.status_reason == "too little data yet: 4 min of 30 min covered, 0.0% of it good so far"
+    assert WindowWords(window).status_reason == (
+        "too little data yet: 4 min of 30 min covered, 0.0% of it good so far")
 
 
 def test_a_ninety_percent_objective_waits_for_the_pair_that_can_page(world):
@@ -50,8 +52,9 @@ def test_a_ninety_percent_objective_waits_for_the_pair_that_can_page(world):
 
     early = slo.window(endpoint, 7, now=NOW)
     assert early.status == "no_data" and early.alert_level == ""
-    assert early.status_reason == "too little data yet: 40 min of 3 h covered, 0.0% of it good so far"
-    waiting = {w["label"]: w for w in early.alert_windows}["6 h and 30 min"]
+    assert WindowWords(early).status_reason == (
+        "too little data yet: 40 min of 3 h covered, 0.0% of it good so far")
+    waiting = {w["label"]: w for w in WindowWords(early).alert_windows}["6 h and 30 min"]
     assert not waiting["firing"] and waiting["waiting"]
     assert waiting["waiting_text"] == "not yet: 40 min of the 3 h of the last 6 h it needs covered"
 
@@ -69,8 +72,9 @@ def test_a_healthy_new_endpoint_says_how_much_more_it_needs(world):
 
     window = slo.window(endpoint, 7, now=NOW)
 
-    assert window.status == "no_data" and window.status_label == "too little data yet"
-    assert window.status_reason == "too little data yet: 15 min of 1 h covered, nothing wrong in it"
+    assert window.status == "no_data" and WindowWords(window).status_label == "too little data yet"
+    assert WindowWords(window).status_reason == (
+        "too little data yet: 15 min of 1 h covered, nothing wrong in it")
 
 
 def test_each_status_is_said_in_plain_words_beside_its_term(world, owner_client):
@@ -83,12 +87,12 @@ def test_each_status_is_said_in_plain_words_beside_its_term(world, owner_client)
     window = slo.window(endpoint, 7, now=now)
 
     assert window.status == "breaching"
-    assert window.status_meaning == (
+    assert WindowWords(window).status_meaning == (
         "the error budget is being spent 10 times as fast as the objective allows: at this "
         "pace the 7 days' budget is gone in 16 h 48 min; someone should look now")
-    pair = {w["label"]: w for w in window.alert_windows}["6 h and 30 min"]
+    pair = {w["label"]: w for w in WindowWords(window).alert_windows}["6 h and 30 min"]
     body = owner_client.get(f"/endpoints/{endpoint.public_id}/").content.decode()
-    assert f"Breaching: {window.status_meaning}." in html.unescape(body)  # beside the term
+    assert f"Breaching: {WindowWords(window).status_meaning}." in html.unescape(body)  # beside the term
     assert pair["meaning"] == ("page (someone should look now) when the last 6 h and the last "
                                "30 min both spend the budget at least 6 times as fast as the "
                                "objective allows")

@@ -16,7 +16,7 @@ from scans.grader.scoring import CheckValue
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS, offline
 from tests.helpers.factories import make_endpoint, send_alert_now
-from tests.scans.pages.conftest import CAPPED_D, GRADE_A, scan_at, with_values
+from tests.scans.conftest import CAPPED_D, GRADE_A, scan_at, with_values
 from tests.scans.pages.test_endpoint_state import _free_port, real_scan
 
 PASSWORD = "correct horse battery staple"

@@ -13,11 +13,15 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from scans import status_page
 from scans.models import Endpoint, MaintenanceWindow, Scan, StatusPage, StatusPageEndpoint
+from scans.status_pages import rendering
+from scans.status_pages.availability import daily_availability
+from scans.status_pages.incidents import incidents
+from scans.status_pages.rendering import CACHE_S
+from scans.status_pages.settings import page_of, save_settings
 from tests.conftest import clear_cache, free_port
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, GRADE_B, scan_at
+from tests.scans.conftest import GRADE_A, GRADE_B, scan_at
 from tests.scans.pages.test_down_not_a_grade import _scan_for_real
 
 pytestmark = pytest.mark.django_db
@@ -26,8 +30,8 @@ DOWN_SCAN = {"down": True}
 
 
 def _publish(team, *shown, slug=None, title="Acme status") -> StatusPage:
-    page = status_page.page_of(team)
-    return status_page.save_settings(
+    page = page_of(team)
+    return save_settings(
         page, enabled=True, slug=slug or page.slug, title=title, shown=list(shown)
     )
 
@@ -135,7 +139,7 @@ def test_incidents_come_from_the_sequence_of_down_scans_errored_ones_neither_bre
     scan_at(endpoint, at[6], GRADE_B)
     _down_at(endpoint, at[7])  # down again, still
 
-    found = status_page.incidents([endpoint], base - timedelta(days=1), at[7] + timedelta(minutes=3))
+    found = incidents([endpoint], base - timedelta(days=1), at[7] + timedelta(minutes=3))
 
     newest, first = found[endpoint.pk]
     assert newest.ongoing and newest.started_at == at[7] and newest.down_scans == 1
@@ -152,7 +156,7 @@ def test_availability_counts_only_covered_time_and_leaves_the_rest_as_no_data(wo
     scan_at(endpoint, yesterday + timedelta(hours=10, minutes=30), GRADE_A)  # 10:30-11:30
     scan_at(endpoint, now - timedelta(minutes=30), GRADE_A)  # today, 11:30 to now
 
-    cells = status_page.daily_availability([endpoint], 90, now)[endpoint.pk]
+    cells = daily_availability([endpoint], 90, now)[endpoint.pk]
 
     assert len(cells) == 90 and cells[-1].day == now.date()
     day = cells[-2]
@@ -180,7 +184,7 @@ def test_availability_leaves_maintenance_out_and_the_page_says_so(world):
         team=world.other_team, endpoint=elsewhere, name="theirs", kind="once", timezone="UTC",
         starts_at=yesterday, ends_at=now)
 
-    day = status_page.daily_availability([endpoint], 90, now)[endpoint.pk][-2]
+    day = daily_availability([endpoint], 90, now)[endpoint.pk][-2]
 
     assert (day.covered_s, day.down_s, day.maintenance_s) == (1.5 * 3600, 0.0, 3600.0)
     assert day.kind == "up" and day.availability == 1.0  # the down half hour was maintenance
@@ -198,13 +202,13 @@ def test_availability_leaves_maintenance_out_and_the_page_says_so(world):
 def test_a_page_that_is_off_or_unknown_is_404(world):
     endpoint = make_endpoint(world.team)
     scan_at(endpoint, timezone.now() - timedelta(minutes=5), GRADE_A)
-    page = status_page.page_of(world.team)
+    page = page_of(world.team)
     StatusPageEndpoint.dangerously_unscoped.create(status_page=page, endpoint=endpoint,
                                                    display_name="Chat gateway")
     assert _public(page.slug)[0] == 404  # off until the team publishes it
     _publish(world.team, (endpoint, "Chat gateway"))
     assert _public(page.slug)[0] == 200
-    status_page.save_settings(page, enabled=False, slug=page.slug, title="t",
+    save_settings(page, enabled=False, slug=page.slug, title="t",
                               shown=[(endpoint, "Chat gateway")])
     code, html = _public(page.slug)
     assert code == 404 and "Chat gateway" not in html
@@ -216,7 +220,7 @@ def test_the_settings_page_saves_choices_and_refuses_bad_slugs(world, owner_clie
     other = StatusPage.dangerously_unscoped.create(team=world.other_team, slug="taken-one")
     url = f"/teams/{world.team.slug}/status-page/"
     key = endpoint.public_id
-    page = status_page.page_of(world.team)
+    page = page_of(world.team)
     random_slug = page.slug
     assert len(random_slug) == 20 and random_slug.isalnum()
 
@@ -257,7 +261,7 @@ def test_a_viewer_reads_the_settings_but_cannot_change_them(world, viewer_client
     url = f"/teams/{world.team.slug}/status-page/"
     assert viewer_client.get(url).status_code == 200
     assert viewer_client.post(url, {"enabled": "on"}).status_code == 403
-    assert not status_page.page_of(world.team).enabled
+    assert not page_of(world.team).enabled
 
 
 def test_the_cache_serves_the_page_and_a_settings_change_shows_at_once(world, owner_client):
@@ -270,7 +274,7 @@ def test_the_cache_serves_the_page_and_a_settings_change_shows_at_once(world, ow
     StatusPageEndpoint.dangerously_unscoped.filter(status_page=page).update(display_name="Sneaky rename")
     Endpoint.dangerously_unscoped.filter(pk=endpoint.pk).update(name="renamed")
     assert "First name" in _public(page.slug)[1]
-    assert cache.get(status_page._key(page.slug))["html"] is not None
+    assert cache.get(rendering._key(page.slug))["html"] is not None
 
     response = owner_client.post(
         f"/teams/{world.team.slug}/status-page/",
@@ -293,5 +297,5 @@ def test_the_public_page_sets_no_cookie_and_may_be_cached_by_anyone(world):
     response = Client().get(f"/status/{page.slug}/")
     assert response.status_code == 200
     assert not response.cookies
-    assert response["Cache-Control"] == f"public, max-age={status_page.CACHE_S}"
+    assert response["Cache-Control"] == f"public, max-age={CACHE_S}"
     assert "Cookie" not in response.get("Vary", "")

@@ -10,12 +10,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scans import status_page
 from scans.models import Scan
+from scans.status_pages.settings import page_of, save_settings
 from tests.conftest import build_world, clear_cache
 from tests.helpers.browser import ARTIFACTS, offline
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import GRADE_A, GRADE_B, scan_at
+from tests.scans.conftest import GRADE_A, GRADE_B, scan_at
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,15 +40,15 @@ def _world_with_a_down_endpoint():
         scan_at(healthy, now - timedelta(hours=hours), GRADE_A)
     rival = make_endpoint(world.other_team, name="globex rival", interval_minutes=60)
     scan_at(rival, now - timedelta(hours=1), GRADE_A)
-    status_page.save_settings(
-        status_page.page_of(world.other_team),
+    save_settings(
+        page_of(world.other_team),
         enabled=True,
         slug="globex-status",
         title="Globex status",
         shown=[(rival, "")],
     )
-    page = status_page.save_settings(
-        status_page.page_of(world.team),
+    page = save_settings(
+        page_of(world.team),
         enabled=True,
         slug="example-status",
         title="Example Inc. service status",

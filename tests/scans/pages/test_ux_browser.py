@@ -15,12 +15,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scans import worker as scan_worker
 from scans.models import Scan, ScanStatus
+from scans.running import worker as scan_worker
 from tests.conftest import build_world
 from tests.helpers.browser import ARTIFACTS, offline
 from tests.helpers.factories import make_endpoint
-from tests.scans.pages.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, report_for, scan_at
+from tests.scans.conftest import CAPPED_C, GRADE_A, GRADE_B, NO_LETTER, report_for, scan_at
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -1,0 +1,422 @@
+"""The host calls' protocol: every answer a host gets, as (status, JSON body, headers), for
+whatever serves the call: the Django views (benchmarks/network/host_api.py), the WSGI fast path
+in front of Django's middleware (benchmarks/network/host_wsgi.py) or the heartbeat server under
+uvicorn (benchmarks/network/heartbeat_server.py). The adapters only read the request and write
+these answers as bytes.
+
+- The heartbeat: `answer_heartbeat` holds it all (the token's form, the address's failed
+  authentications, the host's rate limit, the body's size and fields, recording it).
+- The job calls: `lease_answer`, `start_answer`, `complete_answer`, `complete_many_answer` and
+  `fail_answer` answer an authenticated host's well-formed call, for the DRF views and the WSGI
+  path alike. In front of Django, `job_call_answer` serves a lease or completion that is
+  well-formed (benchmarks/network/host_bodies.py: a subset of what the DRF serializers accept,
+  read the same way) from a caller within its limits; anything else is None, left to the DRF
+  views, whose serializers answer the malformed bodies.
+- Whatever the database does: `answer_safely` (a dropped connection retried once, an outage
+  answered 503, anything else 500).
+
+No DRF here: the fast paths must not import the API views.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import InterfaceError, OperationalError, connection
+from prometheus_client import Counter
+
+from accounts import credentials
+from benchmarks import policy
+from benchmarks.models import Host, Job
+from benchmarks.network import host_bodies as bodies
+from benchmarks.network import hosts, jobs, services
+from common import auth_failures, errors, ratelimit
+
+Answer = tuple[int, dict | list | None, dict[str, str]]
+
+HEARTBEAT = "/v1/hosts/heartbeat"
+# Counted by the adapters that answer it in front of Django (the WSGI path, the heartbeat server).
+HEARTBEATS = Counter("tokvera_host_heartbeats", "Host heartbeats answered, by HTTP status", ["status"])
+# What Django's middleware adds to a JSON answer that a caller could rely on.
+JSON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
+                ("Referrer-Policy", "same-origin"), ("Cross-Origin-Opener-Policy", "same-origin"),
+                ("Cache-Control", "no-store")]
+# The site's answer while the database is unreachable (common/errors.py), on every path.
+OUTAGE: Answer = (503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)})
+# A job call's body the fast path leaves to Django (no length, too long, not JSON).
+NOT_SERVED = object()
+log = logging.getLogger("django.request")
+
+
+# --- the heartbeat -----------------------------------------------------------------------------
+
+
+HEARTBEAT_MAX_BYTES = 64 * 1024  # 64 catalog ids and the hardware fit many times over
+
+
+def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None],
+                     address: str, steady_tried: bool = False) -> tuple[int, dict, dict[str, str]]:
+    """The heartbeat call, whatever serves it: (status, JSON body, extra headers).
+
+    The most frequent call of the network: for a steady host within its limit, one UPDATE and
+    nothing else; no DRF request, negotiation or serializer. Every other call takes one cache
+    round trip (the address's failed authentications and the token's rate limit together)
+    before any write. The body is read after the token's form passed, at most
+    HEARTBEAT_MAX_BYTES of it (`read_body(limit)` gives None for a longer one). Failed
+    authentications are counted per `address` (the client's: common/client_address.py),
+    and a failure from an address over that limit is answered 429; a valid token is answered
+    from any address (its token is checked before the refusal). `steady_tried`: the caller already tried
+    the steady UPDATE for this call (the heartbeat server's batch), so it is not tried again.
+    """
+    if not authorization:
+        return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
+    if token is None:
+        if (blocked_for := auth_failures.record(address)) is not None:
+            return _blocked(blocked_for)
+        return 401, {"detail": "Malformed host token."}, _CHALLENGE
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    window = policy.value("NETWORK_HEARTBEAT_WINDOW_S")
+    # A steady host: one UPDATE and no cache round trip. The rate limit is folded into its
+    # condition: it writes only when the host's last heartbeat is at least window / limit old
+    # (3 s by default; the agent sends one every 15 s), so a host that never calls faster
+    # than that can never be over its limit and needs no counter. Anything else (a bad token,
+    # a changed model list, a call sooner than that, a body that does not parse) writes
+    # nothing here and takes the full path below, which counts it as before.
+    not_within_s = steady_within_s()
+    steady = (_steady(token, read_body, not_within_s)
+              if not_within_s is not None and not steady_tried else None)
+    if steady is not None:
+        return steady
+    # Counted before any database write, per token digest: only the token's holder can spend
+    # a host's allowance (keyed by the public prefix, a stranger sending garbage with that
+    # prefix kept the real host offline). Garbage tokens fail and count against their address,
+    # which is checked in the same round trip (a blocked address's call still counts for
+    # its token: only the token's holder can send it). From a blocked address only a token
+    # that checks out goes on: one indexed read, no body read, no write for garbage; past the
+    # address's ceiling, only a token that checked out within the window is looked up at all.
+    blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
+        address, "heartbeat", credentials.digest(token), limit, window)
+    if blocked_for is not None and (
+            auth_failures.refused_unlooked(address, token) is not None
+            or hosts.authenticate(token) is None):
+        return _blocked(blocked_for)
+    if not allowed:
+        return 429, {"detail": f"Too many heartbeat calls from this host: at most {limit} per "
+                     f"{window} s.", "code": "rate_limited"}, {"Retry-After": str(retry_after)}
+    raw_body = read_body(HEARTBEAT_MAX_BYTES)
+    if raw_body is None:
+        return 400, {"detail": f"A heartbeat body is at most {HEARTBEAT_MAX_BYTES} bytes."}, {}
+    try:
+        body = bodies.heartbeat_fields(raw_body)
+    except ValueError as exc:
+        return 400, {"detail": str(exc)}, {}
+    try:
+        recorded = services.heartbeat(token, body["models"], body["hardware"], body["slots"])
+    except hosts.UnknownModels as exc:
+        # Well formed, but names what the catalog does not have: 422, as the API answers it.
+        return 422, {"detail": str(exc), "unknown_models": exc.ids}, {}
+    if recorded is None:
+        if (blocked_for := auth_failures.record(address)) is not None:
+            return _blocked(blocked_for)
+        return 401, {"detail": "Invalid or revoked host token."}, _CHALLENGE
+    auth_failures.mark_valid(token)
+    return 200, answer_body(recorded), {}
+
+
+def _steady(token: str, read_body: Callable[[int], bytes | None],
+            not_within_s: float) -> tuple[int, dict, dict[str, str]] | None:
+    raw_body = read_body(HEARTBEAT_MAX_BYTES)
+    if raw_body is None:
+        return None
+    try:
+        body = bodies.heartbeat_fields(raw_body)
+    except ValueError:
+        return None  # the full path answers it, after the token and the limits
+    recorded = services.steady_heartbeat(token, body["models"], body["hardware"], body["slots"],
+                                         not_within_s)
+    return None if recorded is None else (200, answer_body(recorded), {})
+
+
+def steady_within_s() -> float | None:
+    """A steady heartbeat is one at least this long after the host's last (the rate limit
+    folded into the UPDATE: window / limit); None when heartbeats are not limited."""
+    limit = policy.value("NETWORK_HEARTBEAT_LIMIT")
+    return policy.value("NETWORK_HEARTBEAT_WINDOW_S") / limit if limit > 0 else None
+
+
+def answer_body(recorded: hosts.Heartbeat) -> dict:
+    return {
+        "online": recorded.online,
+        "heartbeat_interval_s": policy.value("NETWORK_HEARTBEAT_INTERVAL_S"),
+        "models": recorded.models,
+        "slots": recorded.slots,
+        "trust_level": recorded.trust_level,
+        "suspended": recorded.suspended,
+    }
+
+
+def _blocked(retry_after: int) -> tuple[int, dict, dict[str, str]]:
+    return 429, {"detail": auth_failures.message(), "code": "auth_rate_limited"}, {
+        "Retry-After": str(retry_after)}
+
+
+# What HostTokenAuthentication answers on the DRF host calls (its `keyword`).
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+# --- the job calls -----------------------------------------------------------------------------
+
+
+def job_for_host(job: Job) -> dict:
+    """A job as the host that runs it receives it (lease, and `next` after a completion)."""
+    return {
+        "id": str(job.id),
+        "status": job.status,  # "running" when the lease asked to start it
+        "model": job.model_id,
+        "messages": job.request_json.get("messages", []),
+        "max_tokens": job.max_tokens,
+        "attempt": job.attempts,
+        "lease_expires_at": job.lease_expires_at,
+    }
+
+
+def job_state(job: Job) -> dict:
+    """A job's state after a host call changed it (start, complete, fail)."""
+    return {
+        "id": str(job.id),
+        "status": job.status,
+        "started_at": job.started_at,
+        "settled_at": job.settled_at,
+        "lease_expires_at": job.lease_expires_at,
+        "failure_reason": job.failure_reason or None,
+    }
+
+
+def job_error(exc: jobs.JobError) -> tuple[int, dict]:
+    """The status and body a refused job call answers."""
+    if isinstance(exc, jobs.NotYourJob):
+        return 404, {"detail": "Not found."}
+    if isinstance(exc, jobs.JobConflict):
+        return 409, {"detail": str(exc)}
+    return 400, {"detail": str(exc)}
+
+
+def completed(job: Job, following: Job | None, lease_next: bool) -> dict:
+    """The answer to /complete: the job's state, and with lease_next the next job or None."""
+    answer = job_state(job)
+    if lease_next:
+        answer["next"] = None if following is None else job_for_host(following)
+    return answer
+
+
+def completed_many(job_ids: list, settled: list[Job | jobs.JobError], following: list[Job],
+                   lease_next: bool) -> dict:
+    """The answer to POST /v1/jobs/complete: each report's state, or its error in its place
+    (the status /complete would have answered), and with lease_next the next jobs."""
+    answer: dict = {"jobs": [job_state(item) if isinstance(item, Job) else _item_error(job_id, item)
+                             for job_id, item in zip(job_ids, settled, strict=True)]}
+    if lease_next:
+        answer["next"] = [job_for_host(job) for job in following]
+    return answer
+
+
+def _item_error(job_id, exc: jobs.JobError) -> dict:
+    status, body = job_error(exc)
+    return {"id": str(job_id), "error": {"status": status, "detail": body["detail"]}}
+
+
+def lease_limit_key(token: str) -> str:
+    """The key the lease's rate limit counts a host's calls under: its token's digest, which
+    (unlike the host's id) is known before the database says whose token it is, so the fast
+    path counts the call and checks the caller's address in one cache round trip before any
+    database work. Only the token's holder can spend it."""
+    return credentials.digest(token)
+
+
+def lease_limited(authorization: str) -> Answer | None:
+    """The lease's rate limit as the DRF view counts it (before the body is read), under the key
+    the WSGI path counts it under (`lease_limit_key`), so both paths spend one allowance: 429
+    when over it, else None."""
+    limit, window = policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S")
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
+    allowed, retry_after = ratelimit.allow("lease", lease_limit_key(token or ""), limit, window)
+    if allowed:
+        return None
+    return 429, {"detail": f"Too many lease calls from this host: at most {limit} per {window} s.",
+                 "code": "rate_limited"}, {"Retry-After": str(retry_after)}
+
+
+def job_call_answer(call: str, job_id: str | None, authorization: str, address: str,
+                    read_json: Callable[[dict | None], object]) -> Callable[[], Answer | None] | None:
+    """For a well-formed job call from a caller within its limits, the work that answers it
+    (which gives None when the token turns out unknown); for any other request, None.
+    `read_json(empty_is)` gives the body's JSON, or NOT_SERVED for a body the fast path leaves to
+    Django (`empty_is`: what a lease without JSON asks for).
+
+    The limits come first, in one cache round trip and before the body is read: a call from an
+    address over its failure limit goes to Django, whose authenticator answers its token (a
+    valid one is served there, a failure refused with 429), unless the address is past its
+    ceiling and the token has not checked out within the window: then it is answered 429 here,
+    after one more cache read and no database work (common/auth_failures.py). A lease is
+    counted here once (the retry after a dropped connection does not count it again); one this
+    path hands to Django is counted there too (DRF counts a lease before it reads the body)."""
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
+    if token is None:
+        return None
+    if call == "lease":
+        blocked_for, allowed, _ = auth_failures.blocked_then_count(
+            address, "lease", lease_limit_key(token),
+            policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S"))
+        if not allowed:
+            return None
+    else:
+        blocked_for = auth_failures.blocked(address)
+    if blocked_for is not None:
+        if (refused_for := auth_failures.refused_unlooked(address, token)) is not None:
+            return lambda: _auth_refused(refused_for)
+        return None
+    data = read_json({} if call == "lease" else None)
+    if data is NOT_SERVED:
+        return None
+    if call == "lease":
+        options = bodies.lease_options(data)
+        return None if options is None else _lease(token, options)
+    if call == "complete":
+        completion = bodies.completion_options(data)
+        return None if completion is None else _complete(token, job_id, completion)
+    parsed = bodies.completions_options(data)
+    return None if parsed is None else lambda: _complete_many(token, *parsed)
+
+
+def _auth_refused(retry_after: int) -> Answer:
+    """What DRF answers the authenticator's Throttled with: its detail (the wait added) and
+    Retry-After."""
+    return 429, {"detail": auth_failures.throttled(retry_after).detail}, {
+        "Retry-After": str(retry_after)}
+
+
+def _wait_left(wait_s: float) -> Callable[[], float]:
+    """What is left of a call's wait when it is served (a retry waits only the rest)."""
+    deadline = time.monotonic() + wait_s
+    return lambda: max(0.0, deadline - time.monotonic()) if wait_s else 0.0
+
+
+def _lease(token: str, options: bodies.LeaseOptions) -> Callable[[], Answer | None]:
+    wait_left = _wait_left(options.wait_s)
+
+    def serve() -> Answer | None:
+        host = _host(token)
+        return None if host is None else lease_answer(host, options.start, wait_left())
+    return serve
+
+
+def _complete(token: str, job_id, completion: bodies.Completion) -> Callable[[], Answer | None]:
+    wait_left = _wait_left(completion.wait_s)
+
+    def serve() -> Answer | None:
+        host = _host(token)
+        if host is None:
+            return None
+        return complete_answer(host, job_id, completion.figures, completion.result,
+                               completion.lease_next, wait_left())
+    return serve
+
+
+def _complete_many(token: str, reports: list, lease_next: bool) -> Answer | None:
+    host = _host(token)
+    return None if host is None else complete_many_answer(host, reports, lease_next)
+
+
+def _host(token: str) -> Host | None:
+    """The token's host (its failures forgotten), or None: then DRF's authenticator answers."""
+    host = hosts.authenticate(token)
+    if host is not None:
+        auth_failures.mark_valid(token)
+    return host
+
+
+# --- each job call's answer, for an authenticated host and a well-formed body --------------------
+# The DRF views (host_api.py) and the WSGI path above both answer with these.
+
+
+def lease_answer(host: Host, start: bool, wait_s: float) -> Answer:
+    job = services.lease(host, start=start, wait_s=wait_s)
+    return (204, None, {}) if job is None else (200, job_for_host(job), {})
+
+
+def start_answer(host: Host, job_id) -> Answer:
+    try:
+        job = services.start(host, job_id)
+    except jobs.JobError as exc:
+        return _refused(exc)
+    return 200, job_state(job), {}
+
+
+def complete_answer(host: Host, job_id, figures: jobs.Figures, result: object, lease_next: bool,
+                    wait_s: float) -> Answer:
+    try:
+        job, following = services.complete(host, job_id, figures, result, lease_next=lease_next,
+                                            wait_s=wait_s)
+    except jobs.JobError as exc:
+        return _refused(exc)
+    return 200, completed(job, following, lease_next), {}
+
+
+def complete_many_answer(host: Host, reports: list, lease_next: bool) -> Answer:
+    settled, following = services.complete_many(host, reports, lease_next=lease_next)
+    return 200, completed_many([job_id for job_id, _, _ in reports], settled, following,
+                               lease_next), {}
+
+
+def fail_answer(host: Host, job_id, reason: str) -> Answer:
+    try:
+        job = services.fail(host, job_id, reason)
+    except jobs.JobError as exc:
+        return _refused(exc)
+    return 200, job_state(job), {}
+
+
+def _refused(exc: jobs.JobError) -> Answer:
+    status, body = job_error(exc)
+    return status, body, {}
+
+
+# --- an answer whatever happens to the database ------------------------------------------------
+
+
+def answer_safely(work: Callable[[], Answer | None]) -> Answer | None:
+    """`work()`, retried once on a fresh connection when the database dropped this one; a
+    database still unreachable is the outage answer (503), anything else raised a 500."""
+    try:
+        try:
+            return work()
+        except (InterfaceError, OperationalError):
+            if not _connection_lost():
+                raise  # e.g. a statement timeout: not run twice
+            # Dropped by the server since the last call: once more on a fresh connection.
+            connection.close()
+            return work()
+    except (InterfaceError, OperationalError):  # still unreachable after the retry
+        log.warning("host call: the database is unreachable")
+        return OUTAGE
+    except Exception:
+        log.exception("host call failed")
+        return 500, {"detail": "Internal server error.", "code": "server_error"}, {}
+    finally:
+        _after_request()
+
+
+def _connection_lost() -> bool:
+    raw = connection.connection
+    return raw is None or raw.closed or raw.broken
+
+
+def _after_request() -> None:
+    """What Django's request_finished does for the connection, minus the health check."""
+    expired = connection.close_at is not None and time.monotonic() >= connection.close_at
+    if connection.connection is not None and (expired or connection.errors_occurred
+                                              or connection.in_atomic_block):
+        connection.close()

@@ -1,0 +1,373 @@
+"""One scan's load (``ScanLoad``): its workload prepared against the server, then its levels,
+closed-loop (a concurrency) or open-loop (a rate), each request timed and its stream read.
+
+What is measured, per request (see ``RequestRecord``):
+
+* the arrival of every chunk with output (``stream.StreamParser`` says what output is:
+  content, reasoning, refusal or tool calls), timed from the moment the request body was fully
+  written (httpcore's trace event ``http11.send_request_body.complete``): time to the first
+  output token (graded as TTFT), to the first answer token, chunk gaps and rates;
+* usage (``usage.completion_tokens``), finish reason, failure class.
+
+Connections: a request sent on a reused keep-alive connection that the server had already
+closed, failing before any response byte, is retried once on a fresh connection (llama.cpp's
+server closes after each streamed response while advertising keep-alive). No other request is
+ever retried.
+
+The scanner watches its own event loop: a task sleeps ``LOOP_LAG_INTERVAL_S`` and records how
+much later it woke up. A level whose p99 lag exceeds the runner's ``LOOP_LAG_THRESHOLD_MS`` is
+client-bound (see DECISIONS.md): its latencies say more about this machine than about the
+server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from array import array
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+
+from .load_bodies import LoadBodies
+from .measurement import LevelResult, RequestRecord
+from .openai_chat import read_sse
+from .openloop import arrival_offsets
+from .plan import ScanPlan, builtin_prompt
+from .sizing import PreparedWorkload, initial_workload, prepare_workload
+from .sse import SSEDecoder
+from .stream import StreamParser, classify_end
+from .transport import FRESH_CONNECTION, StaleConnectionError
+
+__all__ = ["LOOP_LAG_INTERVAL_S", "ProgressCallback", "RateProgressCallback", "ScanLoad"]
+
+#: The loop-lag monitor's sleep.
+LOOP_LAG_INTERVAL_S = 0.010
+#: After ``[DONE]`` the outcome is known; the end of the body is awaited this long at most.
+DONE_GRACE_S = 1.0
+#: How much of an error body is kept as the failure's detail.
+ERROR_DETAIL_BYTES = 512
+#: ``progress(concurrency, completed, total, record)``: called when a level starts (completed 0,
+#: record None) and after each of its requests ends (with that request's record).
+ProgressCallback = Callable[[int, int, int, RequestRecord | None], None]
+#: ``rate_progress(rate_per_s, completed, total, record)``: the same for an open-loop rate level.
+RateProgressCallback = Callable[[float, int, int, RequestRecord | None], None]
+#: A rate level's first deadline is this long after its set-up, so set-up is not lateness.
+RATE_LEAD_S = 0.005
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+class ScanLoad:
+    """The state of one scan (one instance per run; nothing is shared between runs)."""
+
+    def __init__(self, plan: ScanPlan, client: httpx.AsyncClient,
+                 progress: ProgressCallback | None, lag_threshold_ms: float,
+                 precise_stale_detection: bool,
+                 rate_progress: RateProgressCallback | None = None) -> None:
+        self.plan = plan
+        self.rate_progress = rate_progress
+        # With ScanTransport, a stale keep-alive connection is recognised exactly
+        # (StaleConnectionError: reused, zero response bytes). With another transport, by
+        # httpcore's message and the absence of a new TCP connection.
+        self.precise = precise_stale_detection
+        self.client = client
+        self.progress = progress
+        self.lag_threshold_ms = lag_threshold_ms
+        self.url = plan.chat_url
+        self.timeout = plan.timeout_s
+        self._next_prompt = 0
+        self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens)
+        # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
+        self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
+                                 dataset=plan.workload.dataset, prompts=plan.prompts,
+                                 builtin=builtin_prompt)
+
+    def _body(self) -> bytes:
+        index = self._next_prompt
+        self._next_prompt += 1
+        return self.bodies.body(index)
+
+    async def prepare(self) -> None:
+        """Ask the server what the workload needs (reply-length parameters, prompt sizes)."""
+        self.bodies = await prepare_workload(
+            self.workload, self.bodies, client=self.client, base_url=self.plan.base_url,
+            chat_url=self.url, model=self.plan.model, timeout=self.timeout)
+
+    async def warm_up(self, concurrency: int, count: int) -> None:
+        """`count` requests at up to `concurrency` at once, before a level; not counted."""
+        if count <= 0:
+            return
+        pending = iter(range(count))
+
+        async def worker() -> None:
+            for i in pending:
+                await self.request(RequestRecord(level=concurrency, index=-1 - i))
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+
+    # -- a level -------------------------------------------------------------------------------
+    async def run_level(self, concurrency: int, total: int) -> LevelResult:
+        records = [RequestRecord(level=concurrency, index=i) for i in range(total)]
+        level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms)
+        pending = iter(records)
+        completed = 0
+        if self.progress:
+            self.progress(concurrency, 0, total, None)
+
+        async def worker() -> None:
+            nonlocal completed
+            for record in pending:
+                await self.request(record)
+                completed += 1
+                if self.progress:
+                    self.progress(concurrency, completed, total, record)
+
+        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
+        cpu_start = time.process_time()
+        level.started_at = time.perf_counter()
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, total))))
+        finally:
+            level.finished_at = time.perf_counter()
+            level.cpu_s = time.process_time() - cpu_start
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        return level
+
+    # -- an open-loop rate level -------------------------------------------------------------
+    async def run_rate_level(self, rate: float, total: int, index: int) -> LevelResult:
+        """`total` requests due at absolute deadlines (``openloop.arrival_offsets``), each sent
+        whether or not the earlier ones are done; at most ``max_connections`` in flight."""
+        spec = self.plan.open_loop
+        assert spec is not None
+        perf = time.perf_counter
+        offsets = arrival_offsets(spec.arrival, rate, total, index)
+        records = [RequestRecord(level=0, index=i) for i in range(total)]
+        level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
+                            rate_per_s=rate, arrival=spec.arrival.text,
+                            max_connections=spec.max_connections)
+        gate = asyncio.Semaphore(spec.max_connections) if spec.max_connections else None
+        in_flight = peak = completed = 0
+        if self.rate_progress:
+            self.rate_progress(rate, 0, total, None)
+
+        async def send(record: RequestRecord) -> None:
+            nonlocal in_flight, peak, completed
+            record.dispatched_at = perf()
+            if gate is not None:
+                record.waited_for_connection = gate.locked()
+                await gate.acquire()
+                record.connection_wait_s = perf() - record.dispatched_at
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await self.request(record, scheduled=True)
+            finally:
+                in_flight -= 1
+                if gate is not None:
+                    gate.release()
+            completed += 1
+            if self.rate_progress:
+                self.rate_progress(rate, completed, total, record)
+
+        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
+        cpu_start = time.process_time()
+        start = level.started_at = perf() + RATE_LEAD_S
+        tasks = []
+        try:
+            for record, offset in zip(records, offsets, strict=True):
+                due = record.scheduled_at = start + offset
+                # To the deadline, never "a gap after the last send": lateness does not add up.
+                slept = False
+                while (wait := due - perf()) > 0:
+                    await asyncio.sleep(wait)
+                    slept = True
+                if not slept:
+                    await asyncio.sleep(0)  # behind schedule: let the streams run meanwhile
+                tasks.append(asyncio.create_task(send(record)))
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            level.finished_at = perf()
+            level.cpu_s = time.process_time() - cpu_start
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        level.concurrency = max(1, peak)
+        return level
+
+    # -- one request ---------------------------------------------------------------------------
+    async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:
+        """Send one request and fill `record`; `scheduled`: its ``scheduled_at`` is already
+        set (a rate level's deadline), else it is now."""
+        body = self._body()
+        if not scheduled:
+            record.scheduled_at = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout) as deadline:
+                await self._attempt(record, body, deadline, retry_allowed=True)
+        except TimeoutError:
+            if record.done_at is not None and record.failure is None:
+                # [DONE] came, then the body did not end within the grace period
+                failure = classify_end(record, events_seen=1, sse=True)
+                if failure is not None:
+                    record.failure, record.error = failure
+            elif record.failure is None:
+                record.failure = "timeout"
+                record.error = f"no complete answer within {self.timeout:g} s"
+        except Exception as exc:  # never let one request end the scan
+            if record.failure is None:
+                record.failure = "transport_error"
+                record.error = _short(exc)
+        record.ended_at = time.perf_counter()
+
+    async def _attempt(self, record: RequestRecord, body: bytes, deadline: asyncio.Timeout,
+                       retry_allowed: bool, fresh: bool = False) -> None:
+        connected = False
+        perf = time.perf_counter
+
+        async def trace(name: str, info: dict) -> None:
+            nonlocal connected
+            if name == "http11.send_request_body.complete":
+                record.body_written_at = perf()
+            elif name == "connection.connect_tcp.complete":
+                connected = True
+
+        extensions: dict = {"trace": trace}
+        if fresh:
+            extensions[FRESH_CONNECTION] = True
+        request = self.client.build_request("POST", self.url, content=body,
+                                            extensions=extensions)
+        record.sent_at = perf()
+        try:
+            response = await self.client.send(request, stream=True)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if retry_allowed and self._stale(exc, connected):
+                # A reused keep-alive connection the server had already closed.
+                record.retried = True
+                record.body_written_at = None
+                await self._attempt(record, body, deadline, retry_allowed=False, fresh=True)
+                return
+            record.failure = "transport_error"
+            record.error = _short(exc)
+            record.reused_connection = not connected
+            return
+        except httpx.TimeoutException as exc:
+            record.failure = "timeout"
+            record.error = _short(exc)
+            return
+        except httpx.HTTPError as exc:
+            record.failure = "transport_error"
+            record.error = _short(exc)
+            return
+        record.headers_at = perf()
+        record.status_code = response.status_code
+        record.reused_connection = not connected
+        try:
+            if not 200 <= response.status_code < 300:
+                record.failure = f"http_status_{response.status_code}"
+                record.error = await _error_detail(response)
+            else:
+                await self._read_stream(record, response, deadline)
+        finally:
+            await response.aclose()
+
+    def _stale(self, exc: httpx.HTTPError, connected: bool) -> bool:
+        if isinstance(exc, StaleConnectionError):
+            return True
+        return not self.precise and not connected and _failed_before_response(exc)
+
+    async def _read_stream(self, record: RequestRecord, response: httpx.Response,
+                           deadline: asyncio.Timeout) -> None:
+        """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder`` and chunk meaning
+        in ``StreamParser`` (which fills `record`), fed by ``openai_chat.read_sse`` (after
+        ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most), failure classes in
+        ``_classify``."""
+        sse = "event-stream" in response.headers.get("content-type", "")
+        head = bytearray()  # a non-SSE body's first bytes, for the failure's detail
+        pieces = _body_pieces(response)
+        if not sse:
+            pieces = _keeping_head(pieces, head)
+        decoder = SSEDecoder()
+        broke: httpx.TransportError | None = None
+        try:
+            await read_sse(pieces, decoder, StreamParser(record),
+                           on_done=lambda: _shorten(deadline, DONE_GRACE_S))
+        except httpx.TransportError as exc:  # the body broke off (reset, truncated chunking)
+            broke = exc
+        if record.failure is None:
+            failure = _classify(record, decoder, sse=sse, head=bytes(head), broke=broke,
+                                content_type=response.headers.get("content-type"))
+            if failure is not None:
+                record.failure, record.error = failure
+
+
+def _body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as it arrives: raw bytes unless the server compressed it anyway."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    return response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
+
+
+async def _keeping_head(pieces: AsyncIterator[bytes], head: bytearray) -> AsyncIterator[bytes]:
+    async for piece in pieces:
+        if len(head) < ERROR_DETAIL_BYTES:
+            head += piece[:ERROR_DETAIL_BYTES]
+        yield piece
+
+
+def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: bytes,
+              broke: httpx.TransportError | None,
+              content_type: str | None) -> tuple[str, str] | None:
+    """The failure class of a 2xx stream that was read to its end (or broke off), or None."""
+    if decoder.oversized:
+        return "stream_error", f"an SSE line or event over {decoder.max_line} bytes (not buffered)"
+    if broke is not None and record.done_at is None:
+        return "incomplete_stream", _short(broke)
+    if not sse and decoder.events_seen == 0 and head:
+        return "not_sse", (f"{content_type or 'no content-type'}: "
+                           + head.decode("utf-8", "replace")[:200])
+    return classify_end(record, events_seen=decoder.events_seen, sse=sse)
+
+
+def _failed_before_response(exc: httpx.HTTPError) -> bool:
+    """For transports other than ScanTransport: the signature of a keep-alive connection the
+    server had already closed (EOF before a response, a reset, a failed write). httpcore's
+    message does not tell apart a partial status line, which ScanTransport's byte count does."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    return isinstance(exc, httpx.ReadError | httpx.WriteError)
+
+
+def _shorten(deadline: asyncio.Timeout, seconds: float) -> None:
+    when = asyncio.get_running_loop().time() + seconds
+    current = deadline.when()
+    if current is None or when < current:
+        deadline.reschedule(when)
+
+
+async def _error_detail(response: httpx.Response) -> str:
+    detail = b""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(2.0):
+            async for piece in response.aiter_bytes():
+                detail += piece
+                if len(detail) >= ERROR_DETAIL_BYTES:
+                    break
+    text = detail[:ERROR_DETAIL_BYTES].decode("utf-8", "replace").strip()
+    return f"HTTP {response.status_code}" + (f": {text[:200]}" if text else "")
+
+
+async def _lag_monitor(samples: array, interval: float = LOOP_LAG_INTERVAL_S) -> None:
+    perf = time.perf_counter
+    sleep = asyncio.sleep
+    while True:
+        start = perf()
+        await sleep(interval)
+        samples.append(max(0.0, (perf() - start - interval) * 1000.0))

@@ -1,0 +1,351 @@
+"""A report in words: the sentences and display rows that the CLI, report.html and the site
+all show (one wording, read from report.json), and the verdict they rest on (``is_down``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scans.grader import formatting as fmt
+from scans.grader import scoring
+from scans.grader.probes import NOT_SAMPLED_HERE
+
+__all__ = [
+    "RATE_COLUMNS",
+    "SITE_GPU_REASON",
+    "SURFACES",
+    "cap_text",
+    "cli_notes",
+    "comparability",
+    "describe_capacity",
+    "describe_open_loop",
+    "describe_slo",
+    "down_cause",
+    "goodput_text",
+    "is_down",
+    "ms_texts",
+    "rate_flag",
+    "rate_rows",
+    "surface_text",
+    "ttft_basis_text",
+    "workload_key",
+    "workload_lines",
+]
+
+
+def _num(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+
+def _succeeded(report: Mapping[str, Any]) -> int:
+    return sum(int(level.get("succeeded") or 0) for level in report.get("levels") or [])
+
+
+def down_cause(report: Mapping[str, Any]) -> str:
+    """Why a down endpoint is down, in one sentence (the CLI's verdict and report.html's)."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped") and preflight.get("cause"):
+        return f"{preflight['cause']}; stopped before any load"
+    cause = report.get("failure_summary") or {}
+    sentence = cause.get("sentence") or "no request succeeded"
+    example = f" (e.g. {cause['example']})" if cause.get("example") else ""
+    return f"no request succeeded: {sentence}{example}"
+
+
+def is_down(report: Mapping[str, Any]) -> bool:
+    """The endpoint never answered: the preflight stopped the scan, or no request of any
+    level succeeded. report.json still carries the grade the scoring spec gives (F under
+    `no_successful_request`); neither the CLI nor the site presents it as a quality grade."""
+    preflight = report.get("preflight") or {}
+    if preflight.get("stopped"):
+        return True
+    levels = report.get("levels") or []
+    return bool(levels) and sum(int(lv.get("requests") or 0) for lv in levels) > 0 \
+        and _succeeded(report) == 0
+
+
+# -- the scan ------------------------------------------------------------------------------------
+
+def ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
+    """p50/p95/p99 (and max) as display text in ms (no unit); a dash when missing."""
+    figures = figures or {}
+    return {key: fmt.number(figures[key] if isinstance(figures.get(key), int | float)
+                            else None, "ms")
+            for key in ("p50", "p95", "p99", "max")}
+
+
+def ttft_basis_text(measurements: Mapping[str, Any]) -> str:
+    """Which time the graded TTFT checks read; reports from before issue 15 have no
+    ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
+    basis = measurements.get("ttft_basis")
+    if isinstance(basis, Mapping) and basis.get("graded") == "first_output_token":
+        return "the first output token"
+    return "the first content chunk (a report from before thinking was parsed)"
+
+
+def cli_notes(report: Mapping[str, Any]) -> list[str]:
+    """The lines `tokvera scan` prints about which TTFT was graded and about thinking."""
+    measurements = report.get("measurements") or {}
+    lines = [f"TTFT is graded at {ttft_basis_text(measurements)} (thinking included)"]
+    reasoning = measurements.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        for lv in report.get("levels", []):
+            answer = ms_texts(lv.get("time_to_first_answer_ms"))
+            thinking = ms_texts(lv.get("thinking_ms"))
+            lines.append(f"concurrency {lv.get('concurrency')}: first answer p50 "
+                         f"{answer['p50']} ms, thinking p50 {thinking['p50']} ms")
+        lines.append(str(reasoning.get("note")))
+    return lines
+
+
+def _tokens(value: Any) -> str:
+    return f"{value:,.0f}" if isinstance(value, int | float) else "—"
+
+
+def workload_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the load sent, as `tokvera scan` prints it: "A at 1/4/16 × 20, 4,000 → 256
+    tokens", then what the server said it got, and whether the reply length held."""
+    plan = report.get("plan") or {}
+    work = plan.get("workload") or {}
+    score = report.get("score") or {}
+    grade = score.get("grade") if score.get("grade") in scoring.GRADES else "no grade"
+    levels = "/".join(str(lv) for lv in plan.get("levels") or [])
+    counts = plan.get("requests_per_level")
+    counts = counts if isinstance(counts, list) else [counts]
+    per = str(counts[0]) if len(set(counts)) == 1 else "/".join(str(c) for c in counts)
+    dataset = work.get("dataset") or {}
+    spread = work.get("input_distribution") or {}
+    if spread.get("kind") == "uniform":
+        sent_in = f"{_tokens(spread.get('min'))}–{_tokens(spread.get('max'))}"
+    elif spread.get("kind") == "normal":
+        sent_in = f"{_tokens(spread.get('mean'))}±{_tokens(spread.get('sd'))}"
+    elif work.get("input_tokens"):
+        sent_in = _tokens(work["input_tokens"])
+    elif dataset:
+        sent_in = f"{dataset.get('name')} ({dataset.get('lines')} prompts)"
+    else:
+        sent_in = "built-in prompts"
+    if work.get("shared_prefix_tokens"):
+        sent_in += f" ({_tokens(work['shared_prefix_tokens'])} shared)"
+    out = (_tokens(work["output_tokens"]) if work.get("output_tokens")
+           else f"≤ {_tokens(plan.get('max_tokens'))}")
+    preset = work.get("preset") or {}
+    shape = f" (--workload {preset['name']})" if preset.get("name") else ""
+    lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens{shape}"]
+    achieved = []
+    for lv in report.get("levels") or []:
+        prompt = (lv.get("prompt_tokens") or {}).get("p50")
+        output = (lv.get("output_tokens") or {}).get("p50")
+        if prompt is None and output is None:
+            continue
+        share = lv.get("cached_prompt_share")
+        cached = f", {fmt.percent(share)} cached" if isinstance(share, int | float) else ""
+        achieved.append(f"{lv.get('concurrency')}: {_tokens(prompt)} → {_tokens(output)}{cached}")
+    if achieved:
+        lines.append("server counted (p50) at " + "; ".join(achieved))
+    length = work.get("output_length") or {}
+    if work.get("output_tokens") and length.get("note"):
+        lines.append(f"reply length {length['note']}")
+    return lines
+
+
+def workload_key(report: Mapping[str, Any]) -> dict:
+    """What must match for two reports' figures to be compared: the workload asked (not the
+    nonce's value, not how prompts were sized). A report from before issue 21 sent the same
+    built-in prompts every scan, without a nonce."""
+    plan = report.get("plan") or {}
+    work = plan.get("workload")
+    if not isinstance(work, Mapping):
+        return {"nonce": False, "input_tokens": None, "input_distribution": None,
+                "output_tokens": None, "shared_prefix_tokens": None, "dataset": None,
+                "max_tokens": plan.get("max_tokens"), "warmup": 0}
+    dataset = work.get("dataset") or None
+    spread = work.get("input_distribution")
+    return {"nonce": True, "input_tokens": work.get("input_tokens"),
+            "input_distribution": ({k: spread.get(k) for k in ("kind", "min", "max", "mean", "sd",
+                                                                "seed")}
+                                   if isinstance(spread, Mapping) else None),
+            "output_tokens": work.get("output_tokens"),
+            "shared_prefix_tokens": work.get("shared_prefix_tokens"),
+            "dataset": ({"lines": dataset.get("lines"), "sha256": dataset.get("sha256")}
+                        if isinstance(dataset, Mapping) else None),
+            "max_tokens": plan.get("max_tokens"), "warmup": work.get("warmup", 0)}
+
+
+def _key_text(value: Any) -> str:
+    """A workload field as a reader reads it ("not set", never Python's None)."""
+    return "not set" if value is None else repr(value)
+
+
+def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Why reports `a` and `b` are not comparable (empty when they are): a different scoring
+    version or a different workload."""
+    reasons = []
+    va = (a.get("score") or {}).get("scoring_version")
+    vb = (b.get("score") or {}).get("scoring_version")
+    if va != vb:
+        reasons.append(f"scoring versions differ ({va} and {vb}): re-grade the older one")
+    ka, kb = workload_key(a), workload_key(b)
+    differ = [name for name in ka if ka[name] != kb[name]]
+    if differ:
+        shown = ", ".join(f"{name} {_key_text(ka[name])} vs {_key_text(kb[name])}"
+                          for name in differ if name != "nonce")
+        if "nonce" in differ:
+            shown = ("one report is from before every prompt carried a nonce (its prompts may "
+                     "have been served from a prefix cache)" + (f"; {shown}" if shown else ""))
+        reasons.append(f"workloads differ: {shown}")
+    return reasons
+
+
+def cap_text(cap_id: Any) -> str:
+    """A cap as people read it (the scoring table's words), its id otherwise."""
+    found = next((cap for cap in scoring.CAPS if cap.id == cap_id), None)
+    return found.applies_when if found else str(cap_id)
+
+
+# -- the surface ---------------------------------------------------------------------------------
+
+#: Where a report is read: "cli" (the file `tokvera scan` writes, beside its flags) or "site"
+#: (the scan page, where the same settings are the endpoint's form fields).
+SURFACES = ("cli", "site")
+
+
+# The grader's reasons name the CLI's flags; on the site each is said as what it is there.
+_SITE_WORDS = (
+    ("no prices given (--price-input and --price-output, USD per million tokens)",
+     "no prices given (the endpoint's prices per million input and output tokens, USD)"),
+    ("no --prompts sample", "no prompt sample (upload one in the endpoint's settings)"),
+    ("and no --dcgm-url was given", "and no DCGM exporter was given"),
+)
+
+
+# The site's workers never read the GPUs of their own machine (scans/profile.py). Reports
+# stored before they said so read "the target is not on loopback", false for a loopback one.
+SITE_GPU_REASON = ("no GPU source: the site does not read GPU utilization (only a scan run "
+                    "beside the server, with its DCGM exporter, can)")
+
+
+def surface_text(text: Any, surface: str) -> Any:
+    """`text` (a stored reason) as the surface says it: unchanged for the CLI."""
+    if surface != "site" or not isinstance(text, str):
+        return text
+    if text.startswith(NOT_SAMPLED_HERE):
+        return SITE_GPU_REASON
+    for cli, site in _SITE_WORDS:
+        text = text.replace(cli, site)
+    return text
+
+
+# -- the objective and the capacity --------------------------------------------------------------
+
+def describe_slo(slo: Mapping[str, Any]) -> str:
+    """``plan.slo`` in words: "TTFT ≤ 80.0 ms, error rate ≤ 1.0 %, for 95.0 % of requests"."""
+    names = {"ttft_p95_ms": "TTFT", "itl_p95_ms": "inter-chunk p95",
+             "e2e_p95_ms": "end-to-end"}
+    parts = [f"{label} ≤ {fmt.ms(_num(slo.get(key)))}" for key, label in names.items()
+             if _num(slo.get(key)) is not None]
+    if _num(slo.get("error_rate")) is not None:
+        parts.append(f"error rate ≤ {fmt.percent(_num(slo.get('error_rate')))}")
+    return f"{', '.join(parts)}, for {fmt.percent(_num(slo.get('attainment')))} of requests"
+
+
+def goodput_text(rps: Any, out: Any, unit: Any) -> str:
+    return (f"{fmt.rate(_num(rps), 'requests/s')}, "
+            f"{fmt.rate(_num(out), str(unit or 'tokens/s'))}")
+
+
+def describe_capacity(found: Mapping[str, Any]) -> str:
+    """report.json's ``capacity`` in words (the CLI's line and report.html's)."""
+    tried = "/".join(str(c) for c in found.get("levels_tried") or [])
+    if found.get("concurrency") is None:
+        return f"none, {found.get('reason')}; tried {tried}"
+    flag = (" (met at the highest level tried: the search stopped at its bound, the capacity "
+            "may be higher)" if found.get("bound_reached") else "")
+    return (f"{found['concurrency']} concurrent requests within the SLO{flag}; goodput "
+            + goodput_text(found.get("requests_per_s"), found.get("output_tokens_per_s"),
+                           found.get("output_unit"))
+            + f"; tried {tried}")
+
+
+# -- open-loop rate levels -----------------------------------------------------------------------
+
+def _p(figures: Any, key: str) -> float | None:
+    return _num(figures.get(key)) if isinstance(figures, Mapping) else None
+
+
+def rate_flag(lv: Mapping[str, Any]) -> str | None:
+    """Why a rate level's figures are the scanner's more than the server's, in words (the
+    CLI's line), or None when it held the rate and its event loop kept up."""
+    rate = f"rate {fmt.number(_num(lv.get('rate_per_s')), 'rate')}/s"
+    if not lv.get("rate_held", True):
+        return (
+            f"{rate}: not held by the scanner (achieved "
+            f"{fmt.number(_num(lv.get('achieved_rate_per_s')), 'rate')}/s, send lag p95 "
+            f"{fmt.ms(_p(lv.get('send_lag_ms'), 'p95'))}): client-bound, its figures say "
+            "more about this machine than about the server"
+        )
+    if lv.get("client_bound"):
+        return (
+            f"{rate}: client-bound (the scanner's event loop lagged, p99 "
+            f"{fmt.ms(_p(lv.get('loop_lag_ms'), 'p99'))})"
+        )
+    return None
+
+
+#: (key, column title, unit) of the rate-level table (the CLI's and report.html's).
+RATE_COLUMNS = (
+    ("rate", "Rate/s", ""),
+    ("achieved", "Achieved/s", ""),
+    ("requests", "Requests", ""),
+    ("succeeded", "Succeeded", ""),
+    ("ttft_p50_schedule", "TTFT p50 from schedule", "ms"),
+    ("ttft_p95_schedule", "TTFT p95 from schedule", "ms"),
+    ("ttft_p95_write", "TTFT p95 from write", "ms"),
+    ("e2e_p95_schedule", "End-to-end p95 from schedule", "ms"),
+    ("e2e_p95_write", "End-to-end p95 from write", "ms"),
+    ("peak", "Peak in flight", ""),
+    ("waited", "Waited for a connection", ""),
+    ("held", "Rate held", ""),
+)
+
+
+def rate_rows(levels: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """One row of display text per rate level (keys of ``RATE_COLUMNS``)."""
+    rows = []
+    for lv in levels:
+        held = "yes" if lv.get("rate_held", True) else "NO (client-bound)"
+        if lv.get("rate_held", True) and lv.get("client_bound"):
+            held = "yes (loop lagged)"
+        rows.append(
+            {
+                "rate": fmt.number(_num(lv.get("rate_per_s")), "rate"),
+                "achieved": fmt.number(_num(lv.get("achieved_rate_per_s")), "rate"),
+                "requests": str(lv.get("requests", "")),
+                "succeeded": str(lv.get("succeeded", "")),
+                "ttft_p50_schedule": fmt.number(_p(lv.get("ttft_from_schedule_ms"), "p50"), "ms"),
+                "ttft_p95_schedule": fmt.number(_p(lv.get("ttft_from_schedule_ms"), "p95"), "ms"),
+                "ttft_p95_write": fmt.number(_p(lv.get("ttft_ms"), "p95"), "ms"),
+                "e2e_p95_schedule": fmt.number(_p(lv.get("e2e_from_schedule_ms"), "p95"), "ms"),
+                "e2e_p95_write": fmt.number(_p(lv.get("e2e_latency_ms"), "p95"), "ms"),
+                "peak": str(lv.get("peak_in_flight", lv.get("concurrency", ""))),
+                "waited": str(lv.get("waited_for_connection", 0)),
+                "held": held,
+            }
+        )
+    return rows
+
+
+def describe_open_loop(plan_open_loop: Mapping[str, Any]) -> str:
+    """``plan.open_loop`` in words: "poisson arrivals (seed 0), 80/800 requests, no connection
+    limit"."""
+    arrival = str(plan_open_loop.get("arrival"))
+    if arrival == "gamma":
+        arrival = f"gamma (burstiness {plan_open_loop.get('burstiness'):g})"
+    counts = plan_open_loop.get("requests_per_level") or []
+    per = "/".join(str(c) for c in counts)
+    limit = plan_open_loop.get("max_connections")
+    connections = f"at most {limit} connections" if isinstance(limit, int) else "no connection limit"
+    return f"{arrival} arrivals (seed {plan_open_loop.get('seed')}), {per} requests, {connections}"

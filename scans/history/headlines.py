@@ -1,0 +1,94 @@
+"""The headline figures over time (TTFT p50 and p95, tokens per second of the first level), as
+the endpoint page draws them, downsampled as scans/history/downsampling.py says."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, FloatField, Max, Min, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+
+from scans.history import rollups
+from scans.history.downsampling import (
+    DEFAULT_MAX_POINTS,
+    TimeBucket,
+    as_float,
+    bucket_width_s,
+    check_max_points,
+    graded_scans,
+)
+from scans.models import Endpoint
+
+__all__ = ["HEADLINE_FIGURES", "HeadlinePoint", "headline_history"]
+
+# The headline figures the endpoint page draws over time, read from each report's first level
+# (one request at a time): where in report.json each one lives.
+HEADLINE_FIGURES = {
+    "ttft_p50": "report__levels__0__ttft_ms__p50",
+    "ttft_p95": "report__levels__0__ttft_ms__p95",
+    "tokens_per_s": "report__levels__0__generation_rate__median",
+}
+
+
+@dataclass(frozen=True)
+class HeadlinePoint:
+    """One scan's headline figures (keys of HEADLINE_FIGURES; None where not measured), or the
+    means over a bucket of scans (downsampled as grade_history is)."""
+
+    at: datetime
+    last_at: datetime
+    scans: int
+    figures: dict[str, float | None]
+    scan_id: uuid.UUID | None = None
+
+
+def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
+                     max_points: int = DEFAULT_MAX_POINTS,
+                     location: str | None = None) -> list[HeadlinePoint]:
+    """The endpoint's headline figures between `since` and `until`, oldest first; each figure
+    is extracted from report.json in SQL (the reports themselves are never loaded)."""
+    check_max_points(max_points)
+    rows = graded_scans(endpoint, location).filter(queued_at__gte=since, queued_at__lte=until)
+    figures = {key: Cast(KT(path), FloatField()) for key, path in HEADLINE_FIGURES.items()}
+    if rows.count() <= max_points:
+        return [
+            HeadlinePoint(at=r["queued_at"], last_at=r["queued_at"], scans=1,
+                          figures={key: as_float(r[key]) for key in figures},
+                          scan_id=r["public_id"])
+            for r in rows.order_by("queued_at").values("queued_at", "public_id", **figures)
+        ]
+    width = bucket_width_s(since, until, max_points)
+    span = rollups.long_range(since, until, width)
+    rolled: list[dict] = []
+    if span is not None:
+        since, width = span.since, span.width(max_points)
+        rows = graded_scans(endpoint, location).filter(
+            queued_at__gte=max(since, span.rolled_until), queued_at__lte=until)
+        rolled = _rolled_headlines(span.scan_rollups(endpoint, location), since, width)
+    bucketed = (
+        rows.annotate(bucket=TimeBucket("queued_at", since.timestamp(), width), **figures)
+        .values("bucket")
+        .annotate(at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
+                  **{f"sum_{key}": Sum(key) for key in figures},
+                  **{f"n_{key}": Count(key) for key in figures})
+        .order_by("bucket")
+    )
+    sums = ["scans", *(f"{part}_{key}" for key in figures for part in ("sum", "n"))]
+    merged = rollups.merge([*bucketed, *rolled], sums=sums, key=lambda r: r["bucket"])
+    return [HeadlinePoint(at=r["at"], last_at=r["last_at"], scans=r["scans"],
+                          figures={key: as_float(r[f"sum_{key}"] / r[f"n_{key}"]
+                                               if r[f"n_{key}"] else None, 1)
+                                   for key in figures})
+            for r in merged]
+
+
+def _rolled_headlines(rolled, since: datetime, width: int) -> list[dict]:
+    rows = (rolled.annotate(bucket=TimeBucket("bucket_start", since.timestamp(), width))
+            .values("bucket")
+            .annotate(at=Min("first_at"), last_at=Max("last_at"), scans=Sum("scans"),
+                      **{f"sum_{key}": Sum(f"{key}_sum") for key in HEADLINE_FIGURES},
+                      **{f"n_{key}": Sum(f"{key}_n") for key in HEADLINE_FIGURES}))
+    return list(rows)
