@@ -21,7 +21,7 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["slug", "name", "role", "created_at", "badge_site_measured_only"]
         read_only_fields = ["slug", "role", "created_at"]
-        # A team name is one line, as at team creation (the schema states it: issue 19).
+        # A team name is one line, as at team creation (the schema states it).
         extra_kwargs = {"name": {"validators": [validate_one_line]}}
 
     def get_role(self, team: Team) -> str | None:

@@ -136,7 +136,7 @@ class Host(TeamOwned):
             ),
             models.CheckConstraint(condition=Q(slots__gte=1), name="host_slots_positive"),
         ]
-        # No index on last_heartbeat_at (issue 25): every heartbeat rewrites it, and an indexed
+        # No index on last_heartbeat_at : every heartbeat rewrites it, and an indexed
         # column makes each of those UPDATEs write every index of the table; unindexed (and
         # with the table's fillfactor at 70, migration 0007) they are HOT updates that write
         # none. The online set is found through the catalog ids (the pass, a submission's

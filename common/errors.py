@@ -17,6 +17,7 @@ from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
 from rest_framework import exceptions
+from rest_framework.response import Response
 
 API_PREFIXES = ("/api/", "/v1/")
 # Long enough for a failover or a restart; short enough that agents come back soon.
@@ -74,8 +75,8 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 class ApiNotFoundAsJson:
     """An API path no route matches answers JSON in every mode: with DEBUG on (the run
-    command) Django answers its HTML 404 page without calling handler404 (issue 23:
-    `GET /api/v1/scans/` answered HTML). Only Django's own HTML 404s are replaced; a view's
+    command) Django answers its HTML 404 page without calling handler404
+    (`GET /api/v1/scans/` would answer HTML). Only Django's own HTML 404s are replaced; a view's
     JSON 404 passes unchanged."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
@@ -111,3 +112,9 @@ class Conflict(exceptions.APIException):
     status_code = 409
     default_detail = "The request clashes with what is stored."
     default_code = "conflict"
+
+
+def try_again_later(exc: Exception, status_code: int, retry_after_s: int) -> Response:
+    """An API answer for work refused for now (a rate limit: 429; a queue out of reach: 503):
+    the refusal's words and when to try again, as the Retry-After header."""
+    return Response({"detail": str(exc)}, status=status_code, headers={"Retry-After": str(retry_after_s)})

@@ -49,7 +49,7 @@ def redact_access_logs() -> None:
 
 
 # Celery's loggers of the routine lines: beat's "Sending due task", a worker's "received" and
-# "succeeded". Every 5 s for the network tick, they buried the run command's login (issue 23).
+# "succeeded". Every 5 s for the network tick, they buried the run command's login.
 PERIODIC_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 # Celery's own periodic task (result expiry), which beat schedules beside ours.
 CELERY_PERIODIC_TASKS = frozenset({"celery.backend_cleanup"})

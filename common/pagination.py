@@ -1,4 +1,4 @@
-"""Cursor pagination that refuses what it cannot use (issue 19).
+"""Cursor pagination that refuses what it cannot use.
 
 DRF's CursorPagination silently ignores a `page_size` that is not a positive whole number
 (`abc`, `0`, `-3`) and quietly cuts one above the maximum, answers a malformed cursor with

@@ -1,4 +1,4 @@
-"""Maintenance windows: when they are, and what they cover (issue 24; docs/operations.md).
+"""Maintenance windows: when they are, and what they cover (docs/operations.md).
 
 A window is one-off ([starts_at, ends_at)) or weekly (on some weekdays at a local time for a
 duration, in the window's own timezone). A weekly start is a wall-clock time: across a change

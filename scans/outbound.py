@@ -1,6 +1,6 @@
 """The site's outbound guard (SSRF): every connection our servers open to a user-given URL.
 
-The scanner calls `guard(host, port, ip)` for each *resolved* address of every connection,
+The grader calls `guard(host, port, ip)` for each *resolved* address of every connection,
 redirects and the /metrics probe included, so a name that resolves to an internal address is
 refused however it is spelled. Loopback, private, link-local, CGNAT, multicast and reserved
 ranges are refused unless OUTBOUND_ALLOW names them ("loopback", "private").
@@ -80,7 +80,7 @@ def check_address(ip: str, allow: frozenset[str] | None = None) -> None:
 
 
 def guard(host: str, port: int, ip: str) -> None:
-    """The connect guard handed to the scan engine (ConnectGuard signature)."""
+    """The connect guard handed to the grader (ConnectGuard signature)."""
     check_address(ip)
 
 

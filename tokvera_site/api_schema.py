@@ -1,4 +1,4 @@
-"""The API schema says what the API answers (issue 19, finding 8).
+"""The API schema says what the API answers.
 
 One mechanism instead of a decorator on every view:
 
@@ -114,7 +114,7 @@ RESPONSE_NAMES = {"400": "BadRequest", "401": "Unauthenticated", "403": "Forbidd
 
 
 # A summary for each operation that has none, so Redoc's menu and Swagger's list read as
-# words ("List endpoints") instead of operation ids ("api_v1_endpoints_list"), issue 23.
+# words ("List endpoints") instead of operation ids ("api_v1_endpoints_list").
 ACTION_SUMMARIES = {"list": "List {plural}", "create": "Create {a} {singular}",
                     "retrieve": "Read {a} {singular}", "update": "Replace {a} {singular}",
                     "partial_update": "Update {a} {singular}", "destroy": "Delete {a} {singular}"}

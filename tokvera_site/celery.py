@@ -44,7 +44,7 @@ def _count_task(sender=None, state=None, **_):
 
 @signals.worker_ready.connect
 def _tune_gc_for_concurrent_scans(**_):
-    """The scanner's GC tuning (scans.grader.runner._gc_tuned) is process-wide, and this worker
+    """The grader's GC tuning (scans.grader.runner._gc_tuned) is process-wide, and this worker
     runs many scans at once in threads, so it is applied once here instead of per scan: what
     exists at start is frozen, and young collections run less often."""
     gc.freeze()

@@ -4,7 +4,7 @@
 Exit codes: 0 done, 1 internal error (one line; traceback with --debug) or a failed
 publish, 2 bad usage, 3 `scan --preflight-only` whose probe failed, 4 below --fail-under.
 
-Start-up (issue 20): this module imports the standard library only, and a subcommand's module
+Start-up: this module imports the standard library only, and a subcommand's module
 is imported once argparse has chosen that subcommand (`_LazySubcommands`), so `tokvera scan`
 loads the grader, `tokvera host-agent` the agent, and neither loads Django or Celery;
 `tokvera --help` lists every subcommand from SUBCOMMANDS without importing any, and

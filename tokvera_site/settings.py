@@ -285,7 +285,7 @@ SPECTACULAR_SETTINGS = {
     # OpenAPI 3.1: schemas are full JSON Schema, so a limit such as "no NUL in any key of this
     # object" (propertyNames) can be stated, not just described.
     "OAS_VERSION": "3.1.0",
-    # Plain Django views of the API (the host heartbeat) and the parser's NUL rule (issue 19).
+    # Plain Django views of the API (the host heartbeat) and the parser's NUL rule.
     "PREPROCESSING_HOOKS": ["tokvera_site.api_schema.add_plain_views"],
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "tokvera_site.api_schema.refuse_nul_in_requests"],
@@ -300,8 +300,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_IGNORE_RESULT = True
 # One result backend object for every thread (there is none: results are ignored, and the
 # "disabled" backend holds no state). Per thread, Celery built it again on each thread's first
-# task sent, scanning every installed package's entry points: 10 % of a web worker's CPU in
-# bench_network.py's jobs phase, with 128 threads per process.
+# task sent, scanning every installed package's entry points, a cost paid per thread of every
+# web process (DECISIONS.md, "The coordinator, round 5").
 CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ACKS_LATE = False  # opt in per task, only where the task is idempotent
 # A worker holds no message it cannot start at once: run_scan is acks_late, so each of a

@@ -7,7 +7,7 @@ The agent heartbeats every 15 s (the coordinator says how often), asks for lease
 by the coordinator up to 25 s until a job is assigned to this host), runs each
 job as a streaming chat completion against its upstream and reports `complete` (TTFT at the
 first output token of any kind, thinking included, completion tokens from the server's usage,
-elapsed time; read by the scanner's stream parser, scans/grader/stream.py) or `fail`.
+elapsed time; read by the grader's stream parser, scans/grader/stream.py) or `fail`.
 Coordinator restarts and upstream errors are met with backoff, never a crash; reports are
 retried until the coordinator answers (completion is idempotent there, so a retry is safe).
 

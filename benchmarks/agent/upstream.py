@@ -1,5 +1,5 @@
 """Measuring one job: a streaming chat completion against the host's own upstream server, read by
-the scanner's stream parser (scans/grader/stream.py), so a job's figures mean what a scan's do."""
+the grader's stream parser (scans/grader/stream.py), so a job's figures mean what a scan's do."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Outcome:
     """What one upstream run measured. `reason` is set when the job must be reported failed.
 
     `ttft_ms` is the time to the first output token of any kind (thinking included), the same
-    time the scanner grades; `first_answer_ms` the time to the first answer token. Both from
+    time the grader grades; `first_answer_ms` the time to the first answer token. Both from
     the moment the request body was written."""
 
     ttft_ms: float | None
@@ -41,9 +41,9 @@ class Outcome:
 
 async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job: dict,
                        timeout_s: float = 300.0) -> Outcome:
-    """Stream one chat completion and measure it with the scanner's stream parser
+    """Stream one chat completion and measure it with the grader's stream parser
     (``scans.grader.stream``), so a job's figures mean what a scan's do. The body is the
-    scanner's (``scans.grader.openai_chat.chat_request_body``) with the job's messages and
+    grader's (``scans.grader.openai_chat.chat_request_body``) with the job's messages and
     max_tokens. Never raises for upstream trouble."""
     body = chat_request_body(model, job["messages"], job["max_tokens"])
     url = upstream.rstrip("/") + "/chat/completions"
@@ -67,7 +67,7 @@ async def run_upstream(client: httpx.AsyncClient, upstream: str, model: str, job
 
 async def _read_upstream(client: httpx.AsyncClient, url: str, body: dict,
                          parser: StreamParser, trace: Callable) -> str | None:
-    """Read the stream into `parser` (``scans.grader.openai_chat.read_sse``, as the scanner
+    """Read the stream into `parser` (``scans.grader.openai_chat.read_sse``, as the grader
     does); the failure reason, or None for a reply."""
     async with client.stream("POST", url, json=body, extensions={"trace": trace}) as response:
         if response.status_code != 200:

@@ -1,4 +1,4 @@
-"""REST API for a team's notification channels (issue 24): list, create, read, update, delete,
+"""REST API for a team's notification channels: list, create, read, update, delete,
 send a test message, and a channel's delivery history.
 
 Every view derives from TeamScopedViewSet, so a channel is reached only through the team
@@ -31,7 +31,7 @@ from rest_framework.serializers import BaseSerializer
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from common.errors import Conflict, Unprocessable
+from common.errors import Conflict, Unprocessable, try_again_later
 from common.pagination import StrictCursorPagination
 from scans.models import ChannelKind, Delivery, DeliveryStatus, NotificationChannel
 from scans.notify.channels import delivery, kinds, service
@@ -239,11 +239,9 @@ class ChannelViewSet(
         try:
             row = delivery.start_test(channel, account=_account(request))
         except delivery.TooManyTests as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_429_TOO_MANY_REQUESTS, exc.retry_after_s)
         except delivery.QueueUnreachable as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_503_SERVICE_UNAVAILABLE, exc.retry_after_s)
         row = (Delivery.objects.for_team(channel.team_id)
                .select_related("event__endpoint", "event__scan").get(pk=row.pk))
         outcome = "queued" if row.status == DeliveryStatus.PENDING else row.status

@@ -26,7 +26,7 @@ from rest_framework.serializers import BaseSerializer
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
-from common.errors import Unprocessable
+from common.errors import Unprocessable, try_again_later
 from common.pagination import StrictCursorPagination
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.api.slo_windows import EndpointSloSerializer, endpoint_slo
@@ -144,7 +144,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         extra_kwargs = {
             "name": {"validators": [validate_one_line]},
             # A workload or capacity value below its minimum is malformed (a 400); the plan's
-            # own fields go to the engine, which answers as the profile (a 422).
+            # own fields go to the grader, which answers as the profile (a 422).
             **{row.name: {"min_value": row.minimum} for row in _MINIMUM_IN_FIELD},
             # Prices as JSON numbers, not the strings DRF gives decimals by default.
             "price_input_per_mtok": {"coerce_to_string": False},
@@ -388,11 +388,9 @@ class EndpointViewSet(
             return Response({"detail": str(exc), "code": "pushed"},
                             status=status.HTTP_409_CONFLICT)
         except dispatch.ScanRateLimited as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_429_TOO_MANY_REQUESTS, exc.retry_after_s)
         except dispatch.ScanNotQueued as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_503_SERVICE_UNAVAILABLE, exc.retry_after_s)
         return Response(ScanSerializer(scan).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
@@ -450,7 +448,7 @@ class EndpointViewSet(
     )
     @action(detail=True, methods=["get"], url_path="capacity")
     def capacity(self, request: Request, public_id: str | None = None) -> Response:
-        """Capacity within the SLO over time (issue 22), oldest first: one point per scan that
+        """Capacity within the SLO over time, oldest first: one point per scan that
         searched (the capacity search of the endpoint's profile), or time buckets when the
         range holds more than max_points; `latest` is the latest scan that searched (null when
         none did)."""
@@ -476,7 +474,7 @@ class EndpointViewSet(
     @extend_schema(responses=EndpointSloSerializer)
     @action(detail=True, methods=["get"], url_path="slo")
     def slo(self, request: Request, public_id: str | None = None) -> Response:
-        """The endpoint's SLO over the last 7 and 30 days (issue 23): per window its status
+        """The endpoint's SLO over the last 7 and 30 days: per window its status
         (breaching / at risk / meeting / no data, by burn rate and the good share of the
         covered time; uncovered time is never counted as good), covered and uncovered time,
         the error budget in time, the burn rate over each span and the burn-rate alert pairs
@@ -509,11 +507,9 @@ class EndpointViewSet(
         except pushes.PushesNotAccepted as exc:
             return Response({"report": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         except pushes.PushRateLimited as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_429_TOO_MANY_REQUESTS, exc.retry_after_s)
         except pushes.PushNotQueued as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            headers={"Retry-After": str(exc.retry_after_s)})
+            return try_again_later(exc, status.HTTP_503_SERVICE_UNAVAILABLE, exc.retry_after_s)
         url = request.build_absolute_uri(
             reverse("api-scan-detail", kwargs={"public_id": received.scan.public_id}))
         return Response({**ScanSerializer(received.scan).data, "url": url},

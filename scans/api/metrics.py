@@ -89,7 +89,7 @@ def render(endpoints: list[Endpoint]) -> bytes:
 
     team_ids = {e.team_id for e in endpoints}
     # Down is a state, not a grade: a down scan gives tokvera_endpoint_state 3 and no grade or
-    # points sample; the graded gauges read the latest scan that was graded (issue 23).
+    # points sample; the graded gauges read the latest scan that was graded.
     graded = {r["endpoint_id"]: r for r in (
         scoped_to_teams(Scan, team_ids)
         .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED,
@@ -110,7 +110,7 @@ def render(endpoints: list[Endpoint]) -> bytes:
         .exclude(finished_at=None)
         .order_by("endpoint_id", "-finished_at").distinct("endpoint_id")
         .values_list("endpoint_id", F("finished_at")))
-    # No sample for an endpoint whose scans never searched (issue 22).
+    # No sample for an endpoint whose scans never searched.
     searched = {r["endpoint_id"]: r for r in (
         scoped_to_teams(Scan, team_ids)
         .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)

@@ -33,7 +33,7 @@ from scans.running import dispatch
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-# What a scan's capacity search found (issue 22), denormalized from report.json's capacity:
+# What a scan's capacity search found, denormalized from report.json's capacity:
 # outcome "" when the scan did not search; concurrency null when no level met the SLO.
 CAPACITY_COLUMNS = ("capacity_outcome", "capacity_concurrency", "capacity_requests_per_s",
                     "capacity_output_tokens_per_s", "capacity_output_unit")
@@ -49,7 +49,7 @@ class ScanSerializer(serializers.ModelSerializer):
         "A-F, insufficient_evidence, \"\" before the scan finished; null when `down`"))
     capacity_outcome = serializers.ChoiceField(
         choices=[("", "not searched"), *CapacityOutcome.choices], read_only=True, help_text=(
-            "what the scan's capacity search found (issue 22): met; none_met (no level met the "
+            "what the scan's capacity search found: met; none_met (no level met the "
             "SLO, capacity_concurrency null); met_at_highest (the highest level tried met it: "
             "the capacity may be higher); \"\" when the scan did not search"))
     report_pruned_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=(

@@ -1,4 +1,4 @@
-"""An endpoint's scan profile: the engine's plan for it (workload included), the check of the
+"""An endpoint's scan profile: the grader's plan for it (workload included), the check of the
 site's limits on what it may ask of our workers (each field's maximum is its row in
 profile_fields.py, a scan's as a whole are in limits.py), how long it can run at worst (which
 sets its deadline), and how a stored report's profile reads ("1/4/16 × 20, 4,000 → 256
@@ -63,7 +63,7 @@ def worst_case_duration(endpoint: Endpoint) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-# The capacity search (issue 22) never goes above SITE_MAX_LEVEL, and its requests (warm-up
+# The capacity search never goes above SITE_MAX_LEVEL, and its requests (warm-up
 # included) count against SITE_MAX_REQUESTS_PER_SCAN and SITE_MAX_TOKENS_PER_SCAN with the
 # plan's: it gets what the plan leaves (search_request_budget).
 #
@@ -75,13 +75,13 @@ ZERO_ERROR_RATE = 1e-6
 
 def validate_profile(endpoint: Endpoint) -> None:
     """Raise PlanError (one line) when the endpoint's scan profile cannot run here: the
-    engine's own rules, then the site's limits (scans/endpoints/service.py calls this for every
+    grader's own rules, then the site's limits (scans/endpoints/service.py calls this for every
     write)."""
     _validate_capacity_targets(endpoint)
     plan = plan_for(endpoint)
     try:
         plan.validate()
-    except PlanError as exc:  # the engine names the command line's options; say the site's
+    except PlanError as exc:  # the grader names the command line's options; say the site's
         message = profile_fields.in_site_words(str(exc))
         raise PlanError(message.replace("--slo: ", "the SLO: ")) from None
     levels = endpoint.levels or [1]
@@ -110,7 +110,7 @@ _ALERT_BELOW = profile_fields.BY_NAME["capacity_alert_below"]
 
 
 def _validate_capacity_targets(endpoint: Endpoint) -> None:
-    """The capacity search and its alert (issue 22): an SLO to search against, a threshold
+    """The capacity search and its alert: an SLO to search against, a threshold
     the search can judge."""
     threshold = endpoint.capacity_alert_below
     if threshold is not None:
@@ -241,7 +241,7 @@ def workload_for(endpoint: Endpoint) -> Workload:
 
 
 def plan_for(endpoint: Endpoint) -> ScanPlan:
-    """The engine's plan for an endpoint (the API key and the load dataset decrypted in memory
+    """The grader's plan for an endpoint (the API key and the load dataset decrypted in memory
     only). A fixed reply length is the plan's max_tokens. With the capacity search on, the
     endpoint's SLO targets are the scan's SLO and the search is bounded by the site's limits
     (at most SITE_MAX_LEVEL streams, the requests the plan leaves)."""
@@ -272,7 +272,7 @@ def _levels_plan(endpoint: Endpoint) -> ScanPlan:
 
 # -- a stored report's profile ------------------------------------------------------------------
 
-#: Where report.json keeps what must match for two grades to be compared (issue 21): the levels
+#: Where report.json keeps what must match for two grades to be compared: the levels
 #: and requests, and the workload asked. A report without plan.workload (from before the nonce)
 #: has none of the workload's keys (warmup is null).
 PLAN_PATHS = {

@@ -1,8 +1,8 @@
 """The one table of an endpoint's scan-profile fields: what each is called, its bounds, the
-site's maximum, its label and help, and the `tokvera scan` option the engine's messages name.
+site's maximum, its label and help, and the `tokvera scan` option the grader's messages name.
 
 Everything about a field but its model column derives from its row: the site's check and the
-words of its refusal (profile.validate_profile), the engine's messages in the site's words, the
+words of its refusal (profile.validate_profile), the grader's messages in the site's words, the
 form's labels, help, widget min/max and minimum validators, the profile errors shown at a field
 (scans/pages/forms.py), the API's fields, minimums and schema bounds (scans/api/endpoints.py),
 the workload fieldset of the form's template, the Workload a scan runs and what a report's plan
@@ -33,7 +33,7 @@ class ProfileField:
     words: str  # how the site's messages name it, in the middle of a sentence
     label: str
     help: str = ""
-    flag: str = ""  # the `tokvera scan` option whose name the engine's messages use
+    flag: str = ""  # the `tokvera scan` option whose name the grader's messages use
     group: str = "plan"  # "plan", "workload", "capacity" or "price"
     kind: str = "number"  # or "switch" (a box to tick), "dataset" (a secret: JSONL text)
     minimum: int | float | None = None
@@ -166,7 +166,7 @@ def help_text(field: ProfileField) -> str:
 
 
 def in_site_words(message: str) -> str:
-    """An engine message (which names the command line's options) in the site's words."""
+    """A grader message (which names the command line's options) in the site's words."""
     for field in FIELDS:
         if field.flag:
             message = message.replace(field.flag, field.words)

@@ -8,7 +8,7 @@ is the caller's Access. In one transaction, in this order (the first refusal win
 
 - the URL rules (scans/endpoints/url_rules.py): who may point a URL with a stored secret
   elsewhere (URLChangeRefused), and which secrets stay behind when it moves to another origin;
-- the scan profile: the engine's rules, then the site's limits (PlanError, one line; each
+- the scan profile: the grader's rules, then the site's limits (PlanError, one line; each
   field's bounds and words are its row in profile_fields.py);
 - a new endpoint's room under the team's cap (limits.TooManyEndpoints);
 - the channels, which must be the endpoint's team's (UnknownChannels);

@@ -1,6 +1,6 @@
-"""From what the engine measured to the check values scoring grades.
+"""From what the grader measured to the check values scoring grades.
 
-The spec's "What the checks measure", made precise (issue 3): which level each check reads,
+The spec's "What the checks measure", made precise: which level each check reads,
 when it is insufficient_evidence and why, and the basis of the generation-rate ratio. No
 Django, no HTTP: a pure function of a ``Measurement`` (and the user's prompt sample).
 """

@@ -2,7 +2,7 @@
 reference target of demos, calibration and tests, never the endpoint a scan grades.
 
 Real sockets, real HTTP/1.1, real SSE (chunked transfer encoding), real Prometheus text at
-``/metrics``. It is built on raw asyncio streams to stay cheap enough that a scanner on the
+``/metrics``. It is built on raw asyncio streams to stay cheap enough that a grader on the
 same machine measures itself, not the target.
 
 Timing model: a request is parsed at ``t0``; the first content chunk is due at
@@ -449,7 +449,7 @@ def running_target(
 ) -> Iterator[tuple[str, int]]:
     """Run a target on its own event loop in a background thread; yields ``(host, port)``.
 
-    For tests and demos that drive the scanner synchronously from the main thread.
+    For tests and demos that drive the grader synchronously from the main thread.
     """
     with serving_target(config, host) as (_, bound_host, bound_port):
         yield bound_host, bound_port

@@ -1,4 +1,4 @@
-"""The scanner's network backend: connections on plain asyncio protocols, every address checked
+"""The grader's network backend: connections on plain asyncio protocols, every address checked
 by the connect guard (the HTTP on top is transport.py's).
 
 ``GuardedBackend`` is an httpcore network backend. It resolves the host itself, calls

@@ -14,7 +14,7 @@ closed, failing before any response byte, is retried once on a fresh connection 
 server closes after each streamed response while advertising keep-alive). No other request is
 ever retried.
 
-The scanner watches its own event loop: a task sleeps ``LOOP_LAG_INTERVAL_S`` and records how
+The grader watches its own event loop: a task sleeps ``LOOP_LAG_INTERVAL_S`` and records how
 much later it woke up. A level whose p99 lag exceeds the runner's ``LOOP_LAG_THRESHOLD_MS`` is
 client-bound (see DECISIONS.md): its latencies say more about this machine than about the
 server.

@@ -51,7 +51,7 @@ class RequestRecord(StreamTally):
 
     Timestamps (seconds, ``perf_counter``; None when the moment never came):
     ``scheduled_at`` a worker took the request (in a rate level: the moment it was due);
-    ``dispatched_at`` (rate levels) the scanner took it up; ``sent_at`` it was handed to httpx;
+    ``dispatched_at`` (rate levels) the grader took it up; ``sent_at`` it was handed to httpx;
     ``body_written_at`` the last byte of the request body was written (httpcore trace);
     ``headers_at`` the response headers were read; ``first_output_at`` / ``last_output_at`` the
     first / last chunk with output of any kind (thinking or answer) arrived;
@@ -140,7 +140,7 @@ def end_to_end_ms(record: RequestRecord) -> float | None:
 
 @dataclass
 class LevelResult:
-    """One concurrency level: its requests, and how the scanner itself fared (loop lag)."""
+    """One concurrency level: its requests, and how the grader itself fared (loop lag)."""
 
     concurrency: int
     requests: list[RequestRecord]
@@ -149,7 +149,7 @@ class LevelResult:
     loop_lag_ms: array = field(default_factory=lambda: array("d"))
     loop_lag_threshold_ms: float = 0.0
     #: CPU seconds this process spent while the level ran (``time.process_time``; in the CLI
-    #: that is the scanner alone), to show how hard the client itself worked.
+    #: that is the grader alone), to show how hard the client itself worked.
     cpu_s: float = 0.0
     #: An open-loop rate level (scans.grader.openloop): its requests per second, arrival and
     #: connection limit; ``concurrency`` is then the peak number of requests in flight.
@@ -208,7 +208,7 @@ class LevelResult:
 
     @property
     def client_bound(self) -> bool:
-        """The scanner's own event loop fell behind: its p99 lag exceeded the threshold."""
+        """The grader's own event loop fell behind: its p99 lag exceeded the threshold."""
         p99 = self.loop_lag_p99_ms
         return p99 is not None and p99 > self.loop_lag_threshold_ms
 
@@ -357,7 +357,7 @@ class Measurement:
     #: What the load sent and how its prompts were sized (``sizing.PreparedWorkload``'s
     #: ``public_dict``; report.json's ``plan.workload``); empty when not recorded.
     workload: dict = field(default_factory=dict)
-    #: The levels the capacity search added (issue 22), after the plan's: never graded, so
+    #: The levels the capacity search added, after the plan's: never graded, so
     #: they are kept apart from ``levels`` (which check_values and the proof read).
     searched_levels: list[LevelResult] = field(default_factory=list)
     #: The search stopped at its bound (levels or requests), not at the boundary it sought.

@@ -1,7 +1,7 @@
 """A streaming OpenAI chat completion, both ends of it: the request body, and reading the SSE
 answer into ``stream.StreamParser``.
 
-One of each for the scanner (``runner``) and the host agent (``benchmarks.agent``), so a network
+One of each for the grader (``runner``) and the host agent (``benchmarks.agent``), so a network
 job is asked and measured the way a scan's request is. Socket I/O stays with the callers (which
 client, which deadline, what a failure is called); this module only turns network reads into
 parsed chunks, stamped with the moment each read returned.
@@ -40,7 +40,7 @@ def chat_request_body(model: str, messages: Sequence[Mapping[str, Any]],
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
-    """`body` as the scanner sends it: compact JSON, ASCII only."""
+    """`body` as the grader sends it: compact JSON, ASCII only."""
     return json.dumps(body, separators=(",", ":")).encode()
 
 

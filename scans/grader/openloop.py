@@ -1,4 +1,4 @@
-"""Open-loop rate levels (issue 22, item 3): requests sent at a given rate whether or not the
+"""Open-loop rate levels: requests sent at a given rate whether or not the
 server is done with the earlier ones. Measured, never graded.
 
 A rate level of R requests/s and N requests draws N inter-arrival gaps (``constant``: 1/R each;
@@ -10,7 +10,7 @@ send", so a late wake-up does not push every later request back (vLLM #21104).
 
 Every latency is also measured from the request's scheduled time, so time spent waiting in the
 client (for the event loop, for a connection under ``--max-connections``) counts as the user
-would feel it (vLLM #54101). The scanner's own lateness (its task woke up after the deadline)
+would feel it (vLLM #54101). The grader's own lateness (its task woke up after the deadline)
 is its send lag: a level whose p95 send lag exceeds ``SEND_LAG_THRESHOLD_MS`` is a rate the
 scanner could not hold, flagged client-bound like a level whose event loop lagged. (A scanner
 that cannot keep up falls further behind with every request, so most of its requests are
@@ -43,14 +43,14 @@ __all__ = [
 ]
 
 ARRIVALS = ("poisson", "constant", "gamma")
-#: Requests per second, at most (a typo guard: a scanner on one core holds about a thousand).
+#: Requests per second, at most (a typo guard: a grader on one core holds about a thousand).
 MAX_RATE = 100_000.0
 #: Fewer samples than this and a nearest-rank p95 is the maximum.
 MIN_RATE_REQUESTS = 20
 MAX_RATE_REQUESTS = 100_000
 #: Without --rate-requests a level lasts about this long (and has at least MIN_RATE_REQUESTS).
 DEFAULT_RATE_SECONDS = 10.0
-#: A rate level whose p95 send lag (ms) exceeds this was not held by the scanner. The same bound
+#: A rate level whose p95 send lag (ms) exceeds this was not held by the grader. The same bound
 #: as the event loop's lag (runner.LOOP_LAG_THRESHOLD_MS; DECISIONS.md).
 SEND_LAG_THRESHOLD_MS = 50.0
 
@@ -211,7 +211,7 @@ def ttft_from_schedule_ms(record: RequestRecord) -> float | None:
 
 
 def send_lag_ms(record: RequestRecord) -> float | None:
-    """How late the scanner itself took up the request after its deadline."""
+    """How late the grader itself took up the request after its deadline."""
     return _since_scheduled_ms(record, record.dispatched_at)
 
 
@@ -264,7 +264,7 @@ def rate_figures(level: LevelResult) -> dict:
         ),
         "max_connections": level.max_connections,
         "peak_in_flight": level.concurrency,
-        # A rate the scanner could not hold says more about this machine than the server.
+        # A rate the grader could not hold says more about this machine than the server.
         "client_bound": level.client_bound or not held,
     }
 

@@ -66,7 +66,7 @@ def builtin_prompt(index: int) -> str:
 @dataclass(frozen=True)
 class ScanPlan:
     """Everything a scan needs. The API key is held in memory only: it is excluded from
-    ``repr`` and from comparisons, and nothing in the engine writes it anywhere but the
+    ``repr`` and from comparisons, and nothing in the grader writes it anywhere but the
     ``Authorization`` header of requests to ``base_url``."""
 
     base_url: str
@@ -82,10 +82,10 @@ class ScanPlan:
     price_input_per_mtok: Decimal | None = None
     price_output_per_mtok: Decimal | None = None
     extra_headers: tuple[tuple[str, str], ...] = ()
-    #: What the load sends (issue 21): sized prompts, reply lengths, a shared prefix, a
+    #: What the load sends: sized prompts, reply lengths, a shared prefix, a
     #: dataset, warm-up. The default is built-in prompts capped by max_tokens (with a nonce).
     workload: Workload = field(default_factory=Workload)
-    #: A service-level objective (issue 22): attainment and goodput per level, not graded.
+    #: A service-level objective: attainment and goodput per level, not graded.
     slo: Slo | None = None
     #: After the plan's levels, search for the largest concurrency that meets `slo`.
     find_capacity: bool = False
@@ -97,7 +97,7 @@ class ScanPlan:
     #: command line's bound only (MAX_SEARCH_REQUESTS measured requests). The site passes
     #: what its per-scan limits leave after the plan's levels.
     search_max_requests: int | None = None
-    #: Open-loop rate levels (issue 22, --rate), after the others: measured, not graded.
+    #: Open-loop rate levels (--rate), after the others: measured, not graded.
     open_loop: OpenLoop | None = None
 
     def __post_init__(self) -> None:
@@ -222,7 +222,7 @@ class ScanPlan:
 
     def public_dict(self) -> dict:
         """The plan as report.json records it (never the key); ``slo``, ``find_capacity``
-        and ``open_loop`` only when given (issue 22)."""
+        and ``open_loop`` only when given."""
         extra: dict = {}
         if self.slo is not None:
             extra["slo"] = self.slo.public_dict()

@@ -4,7 +4,7 @@ running TTFT p50 and output rate of its successful requests, and how long the le
 `LevelFigures` is one level's running figures (the CLI's bars show them); `ScanProgress` is the
 runner's progress callback for a whole scan (`progress=`, and `.rate` as `rate_progress=`) that
 keeps the latest figures for another thread to read (`snapshot()`): the site's worker
-publishes them for the scan page (scans/progress.py). No Django here.
+publishes them for the scan page (scans/running/live_progress.py). No Django here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""A pushed report proven from its own samples (issue 10, finding 2).
+"""A pushed report proven from its own samples.
 
 A report uploaded by `tokvera scan --publish` claims check values. The site never grades those
-claims: it rebuilds the scanner's ``Measurement`` from the report's per-request timelines (every
-named timestamp, every output chunk's arrival, usage, outcome) and runs the scanner's own
+claims: it rebuilds the grader's ``Measurement`` from the report's per-request timelines (every
+named timestamp, every output chunk's arrival, usage, outcome) and runs the grader's own
 ``scans.grader.check_values.check_values`` on it. A report whose claims disagree with its samples, or whose
 samples are impossible, is refused; what is stored is the recomputation.
 
@@ -17,9 +17,9 @@ What a report cannot prove (see DECISIONS.md, "Pushed reports are proven from th
 
 * ``repeat_prompt_share`` needs the prompt sample, which a report never carries: never counted
   for a pushed report, whatever it claims.
-* Loop lag is the scanner's own clock, not the endpoint's: a level is client-bound when the
-  level's reported loop-lag p99 exceeds the scanner's threshold (the site's constant, never the
-  report's), by the same ``LevelResult.client_bound`` the scanner uses.
+* Loop lag is the grader's own clock, not the endpoint's: a level is client-bound when the
+  level's reported loop-lag p99 exceeds the grader's threshold (the site's constant, never the
+  report's), by the same ``LevelResult.client_bound`` the grader uses.
 * ``metrics_endpoint`` and the GPU samples are read from the report's measurements (the
   site cannot reach a pushed endpoint to probe it).
 """
@@ -64,20 +64,20 @@ __all__ = [
 
 #: RequestRecord fields that report.json does not carry and no check reads.
 NOT_PUBLISHED = frozenset({"reused_connection", "ignored_lines", "stream_error",
-                           # open-loop rate levels only (issue 22), which are never proven
+                           # open-loop rate levels only, which are never proven
                            "dispatched_at", "waited_for_connection", "connection_wait_s"})
 #: RequestRecord fields that reports of older scanners lack (None when missing).
-ADDED_SINCE = frozenset({"cached_tokens"})  # issue 21
+ADDED_SINCE = frozenset({"cached_tokens"})  # absent from reports older than the workload options
 #: Never recomputable from a report, so never counted for a pushed one.
 UNPROVABLE_CHECKS = {
     "repeat_prompt_share": ("a pushed report does not carry its prompt sample, so the site "
                             "cannot recompute this share: not counted"),
 }
-#: Timestamps come from the scanner's clock, its wall-clock start and end from another clock:
+#: Timestamps come from the grader's clock, its wall-clock start and end from another clock:
 #: a timeline may run this far past the reported duration before it is called impossible.
 CLOCK_SLACK_MS = 60_000.0
 #: Claimed and recomputed values agree within this: the timelines are rounded to 1 µs, so a
-#: recomputed time may differ from the scanner's unrounded one by that much, and a ratio or a
+#: recomputed time may differ from the grader's unrounded one by that much, and a ratio or a
 #: rate by a relative amount of that order. What is stored is always the recomputation.
 ABS_TOLERANCE = 0.005
 REL_TOLERANCE = 1e-3
@@ -189,7 +189,7 @@ def _loop_lag(where: str, level: Mapping[str, Any]) -> tuple[array, dict | None]
         kept[key] = value
     kept["threshold"] = LOOP_LAG_THRESHOLD_MS
     # The report keeps the lag's p99, not every sample: one sample at the p99 gives the same
-    # LevelResult.client_bound verdict as the scanner's full series.
+    # LevelResult.client_bound verdict as the grader's full series.
     p99 = kept["p99"]
     return array("d", [] if p99 is None else [float(p99)]), kept
 
@@ -246,7 +246,7 @@ def _metrics(measurements: Mapping[str, Any]) -> MetricsProbe:
 
 
 def measurement_from_report(report: Mapping[str, Any]) -> Measurement:
-    """Rebuild the scanner's Measurement from a schema-valid report's own samples.
+    """Rebuild the grader's Measurement from a schema-valid report's own samples.
 
     Raises ImpossibleReport when the samples are incomplete, of the wrong type, or cannot have
     been measured (non-finite, negative, outside the scan, more samples than requests, counts
@@ -337,7 +337,7 @@ def _show(value: Any) -> str:
 
 
 def _prove_slo(proven: dict, measurement: Measurement) -> None:
-    """Issue 22: each plan level's ``slo`` recomputed from its samples; the levels the
+    """Each plan level's ``slo`` recomputed from its samples; the levels the
     capacity search added are not proven (the proof reads the plan's levels only), and the
     stored ``capacity`` says so. None of it is graded."""
     slo = (proven.get("plan") or {}).get("slo")
@@ -360,7 +360,7 @@ def prove(report: Mapping[str, Any]) -> dict:
 
     Raises ImpossibleReport for impossible samples and ReportDisagrees for the first claimed
     check value its samples do not give. `report` must already be schema-valid."""
-    # The scanner's own level summary, so stored levels read exactly like a measured scan's.
+    # The grader's own level summary, so stored levels read exactly like a measured scan's.
     measurement = measurement_from_report(report)
     values = _recomputed_values(measurement)
     mismatch = _first_disagreement(report["checks"], values)

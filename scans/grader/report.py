@@ -49,7 +49,7 @@ REPEAT_PROMPT_NOTE = ("The repeat-prompt share means something only when the sam
                       "actually reached the model (for example, exported after any gateway "
                       "cache).")
 _TIMELINE_LIMIT = 2000  # per level: raw per-request timelines kept in report.json
-#: What the graded ``ttft_*`` checks read (issue 15; DECISIONS.md, "Reasoning models").
+#: What the graded ``ttft_*`` checks read (DECISIONS.md, "Reasoning models").
 TTFT_BASIS = {
     "graded": GRADED_TTFT,
     "text": ("time to first token = time to the first output token of any kind (thinking "
@@ -67,7 +67,7 @@ def _spread(values: Sequence[int]) -> dict | None:
 
 
 def workload_figures(level: LevelResult) -> dict:
-    """What a level's successful requests carried, as the server counted it (issue 21):
+    """What a level's successful requests carried, as the server counted it:
     prompt and output tokens, and the share of prompt tokens it said were cached."""
     succeeded = level.succeeded
     prompts = [r.prompt_tokens for r in succeeded if r.prompt_tokens is not None]
@@ -138,7 +138,7 @@ def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
 def rate_level_entry(level: LevelResult, basis: str, origin: float, plan: ScanPlan) -> dict:
     """One open-loop rate level of report.json: the usual figures (from the request body
     written; ``concurrency`` is the peak in flight), the same from the scheduled time, the
-    achieved rate, the waits for a connection, and whether the scanner held the rate."""
+    achieved rate, the waits for a connection, and whether the grader held the rate."""
     entry = {**level_entry(level, basis, origin), **rate_figures(level)}
     if plan.slo is not None:
         entry["slo"] = evaluate_level(level, plan.slo, from_schedule=True)
@@ -179,7 +179,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     searched = [{**level_entry(level, basis, measurement.origin_time), "searched": True}
                 for level in measurement.searched_levels]
     slo_part: dict[str, Any] = {}
-    if plan.slo is not None:  # issue 22: attainment and goodput per level, not graded
+    if plan.slo is not None:  # attainment and goodput per level, not graded
         for entry, level in zip([*levels, *searched],
                                 [*measurement.levels, *measurement.searched_levels],
                                 strict=True):
@@ -188,7 +188,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
             slo_part["search_levels"] = searched
             slo_part["capacity"] = capacity_result(levels, searched, plan.slo,
                                                    exhausted=measurement.search_exhausted)
-    if plan.open_loop is not None:  # issue 22: open-loop rate levels, measured, not graded
+    if plan.open_loop is not None:  # open-loop rate levels, measured, not graded
         slo_part["rate_levels"] = [rate_level_entry(level, basis, measurement.origin_time, plan)
                                    for level in measurement.rate_levels]
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None

@@ -48,7 +48,7 @@ def _status_text(check: Mapping[str, Any]) -> str:
     reason = check.get("reason")
     if not check.get("counted", True) and reason:
         head, _, rest = reason.partition(":")
-        if rest and " " not in head.strip():  # "client_bound: the scanner's …": the words
+        if rest and " " not in head.strip():  # "client_bound: the grader's …": the words
             head = rest.strip().split(",")[0].split(";")[0]
         return f"{label}: {head if len(reason) > 60 else reason}"
     return label
@@ -196,7 +196,7 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
 
 
 def _open_loop_context(report: Mapping[str, Any]) -> dict | None:
-    """report.html's open-loop section (issue 22); None for a report without --rate."""
+    """report.html's open-loop section; None for a report without --rate."""
     spec = (report.get("plan") or {}).get("open_loop")
     if not isinstance(spec, Mapping):
         return None
@@ -208,7 +208,7 @@ def _open_loop_context(report: Mapping[str, Any]) -> dict | None:
 
 
 def _slo_context(report: Mapping[str, Any]) -> dict | None:
-    """report.html's SLO section (issue 22): the objective, one row per level (the searched
+    """report.html's SLO section: the objective, one row per level (the searched
     ones marked), the capacity; None for a report without an --slo."""
     slo = (report.get("plan") or {}).get("slo")
     if not isinstance(slo, Mapping):

@@ -78,8 +78,8 @@ def ms_texts(figures: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def ttft_basis_text(measurements: Mapping[str, Any]) -> str:
-    """Which time the graded TTFT checks read; reports from before issue 15 have no
-    ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
+    """Which time the graded TTFT checks read; reports older than reasoning support
+    have no ``ttft_basis`` and read the first content chunk (no thinking was parsed then)."""
     basis = measurements.get("ttft_basis")
     if isinstance(basis, Mapping) and basis.get("graded") == "first_output_token":
         return "the first output token"
@@ -154,8 +154,8 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
 
 def workload_key(report: Mapping[str, Any]) -> dict:
     """What must match for two reports' figures to be compared: the workload asked (not the
-    nonce's value, not how prompts were sized). A report from before issue 21 sent the same
-    built-in prompts every scan, without a nonce."""
+    nonce's value, not how prompts were sized). A report older than the workload options sent
+    the same built-in prompts every scan, without a nonce."""
     plan = report.get("plan") or {}
     work = plan.get("workload")
     if not isinstance(work, Mapping):
@@ -222,7 +222,7 @@ _SITE_WORDS = (
 )
 
 
-# The site's workers never read the GPUs of their own machine (scans/profile.py). Reports
+# The site's workers never read the GPUs of their own machine (scans/endpoints/profile.py). Reports
 # stored before they said so read "the target is not on loopback", false for a loopback one.
 SITE_GPU_REASON = ("no GPU source: the site does not read GPU utilization (only a scan run "
                     "beside the server, with its DCGM exporter, can)")
@@ -277,7 +277,7 @@ def _p(figures: Any, key: str) -> float | None:
 
 
 def rate_flag(lv: Mapping[str, Any]) -> str | None:
-    """Why a rate level's figures are the scanner's more than the server's, in words (the
+    """Why a rate level's figures are the grader's more than the server's, in words (the
     CLI's line), or None when it held the rate and its event loop kept up."""
     rate = f"rate {fmt.number(_num(lv.get('rate_per_s')), 'rate')}/s"
     if not lv.get("rate_held", True):

@@ -207,7 +207,7 @@ async def _search(scan: ScanLoad, plan: ScanPlan, levels: list[LevelResult],
 
 #: During a scan the youngest GC generation is collected after this many allocations instead of
 #: Python's 700: a stream allocates a handful of short-lived objects per chunk, and with the
-#: default threshold the collector took a fifth of the scanner's CPU at 128 streams.
+#: default threshold the collector took a fifth of the grader's CPU at 128 streams.
 GC_GEN0_THRESHOLD = 100_000
 
 

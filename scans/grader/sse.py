@@ -1,6 +1,6 @@
 """A lean Server-Sent Events decoder over raw bytes.
 
-The scanner reads ``response.aiter_raw()`` and feeds the bytes here: no text decoding, no line
+The grader reads ``response.aiter_raw()`` and feeds the bytes here: no text decoding, no line
 iterator objects, one ``split`` per network read. It follows the SSE rules that matter for
 OpenAI-style streams:
 

@@ -1,4 +1,4 @@
-"""Stopping a running scan from another thread: the site's cancel button (scans/worker.py sets
+"""Stopping a running scan from another thread: the site's cancel button (scans/running/worker.py sets
 the event; the runner's `run_scan(stop=…)` watches it). No Django here."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The one reading of an OpenAI-compatible streamed chat completion (issue 11 item 2, issue 15).
+"""The one reading of an OpenAI-compatible streamed chat completion.
 
-The scanner (``runner``) and the host agent (``benchmarks.agent``) both feed the SSE payloads
+The grader (``runner``) and the host agent (``benchmarks.agent``) both feed the SSE payloads
 of a stream (``sse.SSEDecoder``) to a ``StreamParser`` with the moment each network read
 arrived, and read the result from its ``StreamTally``. So time to first token, chunk gaps,
 usage, "the stream is complete" and "the stream is a reply" are defined once, here:

@@ -1,5 +1,5 @@
 """How a `RequestRecord` travels in report.json: one timeline per request, times in ms from the
-scan's origin. The scanner writes timelines (report.py); the site reads them back to recompute
+scan's origin. The grader writes timelines (report.py); the site reads them back to recompute
 a pushed report from its own samples (proof.py). The mapping is read off the dataclass, so a new
 measured field travels without an edit here."""
 

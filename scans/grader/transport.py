@@ -1,7 +1,7 @@
-"""The scanner's HTTP transport: lean, HTTP/1.1 only, every connection through the connect guard.
+"""The grader's HTTP transport: lean, HTTP/1.1 only, every connection through the connect guard.
 
 Why not ``httpx.AsyncHTTPTransport``: its connection pool re-scans every connection for every
-queued request (quadratic at a few hundred concurrent streams, most of the scanner's CPU in a
+queued request (quadratic at a few hundred concurrent streams, most of the grader's CPU in a
 profile). At the concurrency a scan runs, that overhead would show up as latency and be blamed
 on the server.
 
@@ -9,7 +9,7 @@ This module keeps httpcore's HTTP/1.1 state machine (``httpcore.AsyncHTTPConnect
 guarded network backend (guarded_backend.py) and replaces the pool: ``ScanTransport`` is an
 ``httpx.AsyncBaseTransport`` with a LIFO stack of idle connections per origin (O(1) per
 request). A request whose ``extensions`` carry ``FRESH_CONNECTION: True`` always gets a new
-connection (the scanner's one retry uses it).
+connection (the grader's one retry uses it).
 
 Exceptions from httpcore are mapped to httpx's, as httpx's own transport does; a refusal by the
 guard surfaces as ``ConnectionRefusedByGuard`` (an ``httpx.ConnectError``).
@@ -121,7 +121,7 @@ class ScanTransport(httpx.AsyncBaseTransport):
         max_idle: int = 1024,
     ) -> None:
         # Built on first use: loading the CA bundle costs tens of ms of CPU that a plain-HTTP
-        # scan should not spend (it would show up in the scanner's own CPU figures).
+        # scan should not spend (it would show up in the grader's own CPU figures).
         self._verify = verify
         self._ssl_context: ssl.SSLContext | None = (
             verify if isinstance(verify, ssl.SSLContext) else None)

@@ -1,5 +1,5 @@
 """Report retention: a scan's full report.json is kept REPORT_RETENTION_DAYS after it finished,
-then replaced by its summary (issue 24).
+then replaced by its summary.
 
 The summary is the same JSON, in the same shape, less what only the full report needs: each
 level's per-request samples (`request_timelines`, `ttft_samples_ms`, in `levels`,

@@ -1,4 +1,4 @@
-"""Hourly and daily rollups of scans and check results, which long chart ranges read (issue 24).
+"""Hourly and daily rollups of scans and check results, which long chart ranges read.
 
 A rollup row is one hour (or one UTC day) of one endpoint's succeeded scans, per location,
 scoring version, load (scans/endpoints/profile.py PLAN_PATHS, as the `pf_*` texts history reads) and URL:

@@ -45,7 +45,7 @@ class Endpoint(TeamOwned):
                             default=EndpointMode.SCHEDULED)
     api_key_encrypted = models.TextField(blank=True, default="")
     # scan profile
-    levels = models.JSONField(default=list)  # e.g. [1, 4, 16]; validated by the engine's plan
+    levels = models.JSONField(default=list)  # e.g. [1, 4, 16]; validated by the grader's plan
     requests_per_level = models.PositiveIntegerField(null=True, blank=True)
     max_tokens = models.PositiveIntegerField(default=128)
     timeout_s = models.FloatField(default=60.0)
@@ -63,7 +63,7 @@ class Endpoint(TeamOwned):
                                                 blank=True)
     # The team's export of real traffic: never sent anywhere; only for repeat_prompt_share.
     prompt_sample_encrypted = models.TextField(blank=True, default="")
-    # The workload (issue 21; scans/endpoints/profile.py): None is the default plan (built-in prompts,
+    # The workload (scans/endpoints/profile.py): None is the default plan (built-in prompts,
     # replies capped by max_tokens). The load dataset is JSONL prompts, stored encrypted like
     # the prompt sample and decrypted in memory only when a scan is planned.
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -78,7 +78,7 @@ class Endpoint(TeamOwned):
     # share of a window's time that must meet every target (the rest is the error budget);
     # judged on the time scans cover, never on uncovered time (scans/history/slo_windows.py, docs/slo.md)
     slo_objective = models.FloatField(default=0.9)
-    # Capacity within the SLO (issue 22): each scan also searches for the largest concurrency
+    # Capacity within the SLO: each scan also searches for the largest concurrency
     # whose requests meet the TTFT and error-rate targets (scans/endpoints/profile.py bounds the search by
     # the site's per-scan limits); an alert when it drops below capacity_alert_below streams.
     capacity_search = models.BooleanField(default=False)
@@ -87,7 +87,7 @@ class Endpoint(TeamOwned):
     capacity_alert_below = models.PositiveIntegerField(null=True, blank=True)
     # badges and alerts
     badge_key = models.CharField(max_length=40, unique=True, default=new_badge_key)
-    # Where its alerts go (issue 24): every channel of the team, or only those picked.
+    # Where its alerts go: every channel of the team, or only those picked.
     all_channels = models.BooleanField(
         default=True, help_text="Alerts go to every channel of the team, new ones included.")
     channels: models.ManyToManyField[NotificationChannel, Any] = models.ManyToManyField(

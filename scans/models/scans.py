@@ -80,7 +80,7 @@ class Scan(TeamOwned):
     grade = models.CharField(max_length=25, blank=True, default="")  # A–F or insufficient_evidence
     # The endpoint never answered (the preflight stopped the scan, or no request succeeded):
     # down is a state, not a grade, so such a scan is stored with grade "" and points None
-    # (report.json keeps the F the scoring spec gives; DECISIONS.md, issue 23).
+    # (report.json keeps the F the scoring spec gives; DECISIONS.md).
     down = models.BooleanField(default=False)
     points = models.DecimalField(max_digits=4, decimal_places=1, null=True, blank=True)
     uncapped_grade = models.CharField(max_length=1, blank=True, default="")
@@ -97,7 +97,7 @@ class Scan(TeamOwned):
     # storing the report twice.
     report_digest = models.CharField(max_length=64, blank=True, default="")
     tool_version = models.CharField(max_length=40, blank=True, default="")
-    # denormalized from report["capacity"] (issue 22) for the trend, the dashboard, the gauge
+    # denormalized from report["capacity"] for the trend, the dashboard, the gauge
     # and the alert: concurrency None with outcome none_met when no level met the SLO
     capacity_outcome = models.CharField(max_length=20, choices=CapacityOutcome.choices,
                                         blank=True, default="")

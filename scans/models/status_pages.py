@@ -60,7 +60,7 @@ class StatusPageEndpoint(TeamOwned):
         return self.display_name
 
 
-# --- maintenance windows (issue 24; scans/maintenance.py) -------------------------------------
+# --- maintenance windows (scans/maintenance.py) -------------------------------------
 
 
 class MaintenanceKind(models.TextChoices):

@@ -149,7 +149,7 @@ def slo_message(endpoint: Endpoint, scan: Scan) -> dict:
     }
 
 
-# --- capacity within the SLO (issue 22) ------------------------------------------------------
+# --- capacity within the SLO ------------------------------------------------------
 CAPACITY_EVENTS = ("capacity_low", "capacity_recovered")
 
 

@@ -27,9 +27,9 @@ from django.views.decorators.http import require_POST
 from accounts import encryption
 from accounts.identity import SignedInRequest
 from accounts.models import Team
-from accounts.tenancy import Access, require_write
+from accounts.tenancy import require_write
 from accounts.views import team_to_create_in
-from scans.endpoints import connection_check as connection_test
+from scans.endpoints import connection_check
 from scans.endpoints import service as endpoints
 from scans.models import Endpoint
 from scans.origins import origin_of
@@ -63,7 +63,7 @@ def _answer(request: HttpRequest, team: Team, endpoint: Endpoint | None) -> Http
         data["model"] = picked
     report, error, status, retry_after = None, None, 200, None
     try:
-        report = connection_test.check_connection(
+        report = connection_check.check_connection(
             team.pk,
             data.get("base_url", ""),
             data.get("model", ""),
@@ -72,7 +72,7 @@ def _answer(request: HttpRequest, team: Team, endpoint: Endpoint | None) -> Http
         )
     except endpoints.InvalidURL as exc:
         error, status = f"{str(exc)[0].upper()}{str(exc)[1:]}", 400
-    except connection_test.TooManyTests as exc:
+    except connection_check.TooManyTests as exc:
         error, status, retry_after = f"{str(exc)[0].upper()}{str(exc)[1:]}.", 429, exc.retry_after_s
     if report is not None and report.model_chosen:
         data["model"] = report.model  # no model was typed: the server's first one is proposed
@@ -90,7 +90,6 @@ def _answer(request: HttpRequest, team: Team, endpoint: Endpoint | None) -> Http
             initial=_initial(data),
             instance=endpoint,
             team=team,
-            can_manage=Access.for_request(request).can_manage(team.pk),
         )
         response = render(
             request,
@@ -139,8 +138,8 @@ def _number(value: Any) -> float:  # whatever was posted; anything but a number 
     try:
         number = float(value)
     except (TypeError, ValueError):
-        return connection_test.MAX_TIMEOUT_S
-    return number if number == number else connection_test.MAX_TIMEOUT_S  # NaN
+        return connection_check.MAX_TIMEOUT_S
+    return number if number == number else connection_check.MAX_TIMEOUT_S  # NaN
 
 
 # What the re-rendered form must not show again (write-only fields) or cannot (files).

@@ -56,13 +56,13 @@ def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
         slo_days = int(request.GET["slo"])
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
         finished_at=None).exclude(status=ScanStatus.CANCELLED).order_by("-queued_at")
-    # A scan under way replaces "next scan" in its row (issue 23: it said "Next scan 18:37"
+    # A scan under way replaces "next scan" in its row (it said "Next scan 18:37"
     # while a scan ran).
     running = Scan.objects.for_team(team).filter(
         endpoint=OuterRef("pk"), status=ScanStatus.RUNNING).order_by("-started_at")
     waiting = Scan.objects.for_team(team).filter(
         endpoint=OuterRef("pk"), status=ScanStatus.QUEUED).order_by("queued_at")
-    # capacity beside the grade: the latest scan that searched (issue 22)
+    # capacity beside the grade: the latest scan that searched
     searched = scans.filter(status=ScanStatus.SUCCEEDED).exclude(capacity_outcome="")
     everything = list(Endpoint.objects.for_team(team)
                       .annotate(last_finished_at=Subquery(scans.values("finished_at")[:1]),

@@ -281,7 +281,7 @@ def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, locat
 
 def _capacity(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,
               changes: Sequence[dict] = (), held: Sequence[tuple[datetime, datetime]] = ()) -> dict:
-    """Capacity within the SLO (issue 22): what the latest scan that searched found, in words,
+    """Capacity within the SLO: what the latest scan that searched found, in words,
     and its trend over the range (a scan where no level met the SLO serves 0 streams)."""
     latest = latest_capacity(endpoint)
     found = getattr(latest, "capacity_found", None) if latest is not None else None
@@ -316,7 +316,7 @@ TYPICAL_SCANS = 20
 
 def _before_first_scan(endpoint: Endpoint) -> dict | None:
     """For an endpoint no scan has finished for yet, what the page says in one place instead of
-    an empty chart per section (issue 23): the latest scan, if any, and how long the team's own
+    an empty chart per section: the latest scan, if any, and how long the team's own
     recent scans took. None once a scan succeeded."""
     scans = endpoint.scans.order_by("-queued_at")
     if scans.filter(status=ScanStatus.SUCCEEDED).exists():

@@ -121,11 +121,10 @@ class EndpointForm(forms.ModelForm):
             ),
         }
 
-    def __init__(self, *args: Any, team: Team | None = None, can_manage: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, team: Team | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A new endpoint's team: its channels. Who may move a URL with a stored secret is the
-        # service's to decide (`can_manage` is accepted from callers that still say it).
+        # service's to decide.
         self.team = team
         self.fields["interval_minutes"].validators += [
             MinValueValidator(MIN_INTERVAL_MINUTES), MaxValueValidator(MAX_INTERVAL_MINUTES)]

@@ -348,7 +348,8 @@ LIMIT 1
 def _adopt_unmarked() -> None:
     """Give a queued pushed scan stored without proof_team (before the column, or by a web
     process of the previous release) its endpoint's team, so that a turn can choose it. The
-    partial index finds none in one probe when there is none."""
+    partial index finds none in one probe when there is none. A compatibility shim: it goes in
+    the first release after 2027-03-01, when no web process of a release without the column runs."""
     ALL_SCANS.filter(status=ScanStatus.QUEUED, trigger=ScanTrigger.PUSH,
                      proof_team__isnull=True).update(
         proof_team_id=Subquery(ALL_ENDPOINTS.filter(pk=OuterRef("endpoint_id")).values("team_id")[:1]))

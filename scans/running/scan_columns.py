@@ -4,6 +4,9 @@ worker of the previous release stores scans after the migration that filled the 
 (scans/migrations/0023) has passed them. `manage.py fill_scan_columns` runs `fill_missing`
 after the rollout.
 
+A compatibility shim for that one upgrade: it goes (with the command) in the first release
+after 2027-03-01, when no supported upgrade path starts before migration 0023.
+
 It writes what a worker of this release writes as it stores a report (scans/running/worker.py,
 report_columns), computed in SQL: each report is read once, only the parts needed, never loaded
 into Python. The migration keeps its own frozen copy of this SQL (a migration must do the same

@@ -1,5 +1,5 @@
 """What a scan worker does with a scan: claim it (and its origin's lock), run it through the
-engine behind the outbound guard while its liveness is written, store its report (or its
+grader behind the outbound guard while its liveness is written, store its report (or its
 failure), and reap the scans whose worker died.
 
 Every state change is a conditional UPDATE whose row count says who won, so a task delivered
@@ -238,7 +238,7 @@ def score_fields(report: dict) -> ScoreFields:
 
 
 def capacity_fields(report: dict) -> dict:
-    """report.json's capacity (issue 22) as the Scan row's columns; nothing when the scan did
+    """report.json's capacity as the Scan row's columns; nothing when the scan did
     not search. A pushed report's capacity is stored too (its page says it was pushed)."""
     found = report.get("capacity")
     if not isinstance(found, dict):
@@ -395,7 +395,7 @@ def prompt_sample(endpoint: Endpoint):
 
 
 def execute(scan: Scan) -> str:
-    """Run a claimed scan with the engine, through the site's outbound guard, store it and
+    """Run a claimed scan with the grader, through the site's outbound guard, store it and
     free its origin; the scan heartbeats all along.
 
     An unreachable target is the endpoint's result (succeeded, graded F); an address the guard

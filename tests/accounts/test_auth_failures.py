@@ -1,5 +1,5 @@
 """Failed token authentications are limited per client address, and a host's own heartbeat
-allowance is spent only by the holder of its token (issue 19, finding 6).
+allowance is spent only by the holder of its token.
 
 Before: a stranger who knew a host token's 12-character prefix kept that host offline (16
 garbage tokens with the prefix made the real host's heartbeat 429), and failed

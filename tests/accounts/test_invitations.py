@@ -1,5 +1,5 @@
 """Invitations are accepted only by the invited address, and their secrets are never logged
-(issue 10, finding 9)."""
+."""
 
 from __future__ import annotations
 

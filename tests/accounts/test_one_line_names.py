@@ -1,4 +1,4 @@
-"""Names are one line of text (issue 10, finding 10): control characters are refused with a
+"""Names are one line of text: control characters are refused with a
 per-field error wherever a name is typed, and alerts go out even for a name stored before the
 rule (a line break in an email subject used to raise BadHeaderError and silence them)."""
 

@@ -1,4 +1,4 @@
-"""Loopback stand-ins for the services notification channels post to (issue 24).
+"""Loopback stand-ins for the services notification channels post to.
 
 One HTTPS server on 127.0.0.1 answers as each service's API does (the paths, status codes and
 JSON bodies of their docs), and keeps every request. Apprise's plugins post to fixed hosts

@@ -104,7 +104,7 @@ def _endpoint_with_scan_id(w) -> dict:
 
 
 def _endpoint_with_capacity_id(w) -> dict:
-    """The team's endpoint with a scan that searched for its capacity (issue 22)."""
+    """The team's endpoint with a scan that searched for its capacity."""
     scan_id = _scan_id(w)["public_id"]
     Scan.dangerously_unscoped.filter(public_id=scan_id).update(
         capacity_outcome="met", capacity_concurrency=6, capacity_requests_per_s=12.5)
@@ -295,7 +295,7 @@ TEAM: dict[str, list[Case]] = {
     "api-endpoint-slo": [Case("api", "GET", "read", kwargs=_endpoint_with_scan_id)],
     "api-endpoint-reports": [
         Case(
-            # 202: taken for the proof workers (issue 19).
+            # 202: taken for the proof workers.
             "api", "POST", "write", kwargs=_pushed_endpoint_id, data=lambda w: measured_report(),
             ok=frozenset({202}),
             effect=lambda w: Scan.dangerously_unscoped.filter(
@@ -448,7 +448,7 @@ TEAM.update({
 })
 
 
-# --- notification channels (issue 24; scans/pages/channels.py) -------------------------------
+# --- notification channels (scans/pages/channels.py) -------------------------------
 
 
 def _channel(w):
@@ -527,7 +527,7 @@ TEAM.update({
 })
 
 
-# --- maintenance windows (issue 24; scans/pages/maintenance.py) ------------------------------
+# --- maintenance windows (scans/pages/maintenance.py) ------------------------------
 
 
 def _window(w):

@@ -136,7 +136,7 @@ def test_the_installed_cli_scans_the_installed_target_and_the_installed_site_tak
                     f"127.0.0.1:{site_port}", "--workers", "1", "--timeout", "60"],
                    site_env, tmp_path, site_port, "site") as site_log,
           # The proof worker: a pushed report is proven there, and the CLI waits for it
-          # (issue 19). The embedded broker's message files are shared through TOKVERA_VAR_DIR.
+          #. The embedded broker's message files are shared through TOKVERA_VAR_DIR.
           running([str(installed / "python"), "-m", "celery", "-A", "tokvera_site", "worker",
                    "-Q", "proofs", "--pool", "solo", "--without-gossip", "--without-mingle",
                    "--without-heartbeat", "-l", "WARNING"],

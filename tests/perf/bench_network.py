@@ -20,7 +20,7 @@ then measures, with a raw asyncio HTTP client on uvloop, on 127.0.0.1:
    due, on a connection of its own when none is idle; not run when 1,000/s is more than
    1.25 x the maximum), and at 80 % of the maximum (the goal's rate). Phases start 3 s apart
    and each host calls at most once in 3 s (STEADY_GAP_S): a run at R/s needs more than 3 x R
-   hosts, hence the default of 40,000. Goal (issue 25): at least 0.25 x pgbench's rate, p99 <
+   hosts, hence the default of 40,000. Goal: at least 0.25 x pgbench's rate, p99 <
    50 ms at 80 % of the maximum.
 2. Jobs through submit -> complete: buyers submit (at most 400 unsettled at a time) while 100
    simulated hosts with 2 slots each lease with {"start": true, "wait_s": --lease-wait-s}
@@ -518,7 +518,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
             await asyncio.wait(running)
 
     async def host_reporting_together(token):
-        """Like the agent (issue 25): slots lease as `host` does, but a finished job's report
+        """Like the agent: slots lease as `host` does, but a finished job's report
         goes at once only when no report call of this host is in flight; otherwise it waits
         for that call and goes with the others then, in one POST /v1/jobs/complete with
         lease_next (each next job comes back running, in the slot that reported)."""

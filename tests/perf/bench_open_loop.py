@@ -1,4 +1,4 @@
-"""Open-loop benchmark (issue 22): the highest rate the scanner holds against a fast loopback
+"""Open-loop benchmark: the highest rate the scanner holds against a fast loopback
 server before it flags the level itself. Not a test: run it by hand.
 
     .venv/bin/python tests/perf/bench_open_loop.py [--repeats 3] [--seconds 3]

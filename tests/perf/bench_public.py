@@ -1,4 +1,4 @@
-"""Scale benchmark for the public benchmarks (issue 6). Not collected by pytest; run by hand:
+"""Scale benchmark for the public benchmarks. Not collected by pytest; run by hand:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_bench_public \\
     CACHE_URL=redis://127.0.0.1:6379/15 \\

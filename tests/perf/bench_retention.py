@@ -1,4 +1,4 @@
-"""What retention and rollups cost (issue 24, item 6): the storage of one endpoint-year of
+"""What retention and rollups cost: the storage of one endpoint-year of
 5-minute scans, and the pruning pass on a table of a million scans. Not collected by pytest;
 run by hand against a scratch database (it empties the scan tables there):
 

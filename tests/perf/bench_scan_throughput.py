@@ -1,4 +1,4 @@
-"""Scheduled-scan throughput of the run command's worker (issue 14, item 1). Not part of the suite.
+"""Scheduled-scan throughput of the run command's worker. Not part of the suite.
 
 N endpoints (default 1,000) spread over several `tokvera target` origins on loopback (default
 profile: levels 1/4/16, the target's default timing), all due at once, so the worker works

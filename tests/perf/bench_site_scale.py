@@ -1,4 +1,4 @@
-"""Scale benchmark for the team site (issue 4). Not collected by pytest; run by hand:
+"""Scale benchmark for the team site. Not collected by pytest; run by hand:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_bench_site \\
         .venv/bin/python tests/perf/bench_site_scale.py --endpoints 1000 --days 90

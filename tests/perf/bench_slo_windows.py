@@ -1,4 +1,4 @@
-"""What the SLO read model costs (issue 23: seven burn spans and the status). Not collected by
+"""What the SLO read model costs (seven burn spans and the status). Not collected by
 pytest; run by hand against a scratch database:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_bench_slo \\

@@ -1,5 +1,5 @@
 """/healthz while maximum-size reports are pushed, and the CPU a push costs in the web request
-and on the proof worker (issue 19, finding 2). Not a test: run it by hand.
+and on the proof worker. Not a test: run it by hand.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_pushperf \\
     CACHE_URL=redis://127.0.0.1:6379/11 CELERY_BROKER_URL=redis://127.0.0.1:6379/10 \\

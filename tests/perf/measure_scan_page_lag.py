@@ -1,4 +1,4 @@
-"""How far the scan page lags behind the worker (issue 23: "the status lags ~12 s behind the
+"""How far the scan page lags behind the worker ("the status lags ~12 s behind the
 worker"). Not a test: run it by hand.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_lagperf \\

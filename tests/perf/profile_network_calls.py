@@ -1,4 +1,4 @@
-"""CPU per network call, in-process (issue 14). Not a test: run it by hand.
+"""CPU per network call, in-process. Not a test: run it by hand.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/tokvera_calls \\
     CACHE_URL=redis://127.0.0.1:6379/5 CELERY_BROKER_URL=redis://127.0.0.1:6379/4 \\

@@ -1,7 +1,7 @@
 """Factories for the page tests: endpoints, scans at chosen times with realistic reports.
 
 Reports are graded by scans.grader.scoring.grade() from chosen check values and wrapped like
-report.json (tests/factories.make_report); scans are stored through scans.scanning, the same
+report.json (tests/helpers/factories.make_report); scans are stored through scans.running.worker, the same
 code the Celery task uses, then moved to the time the test wants.
 """
 

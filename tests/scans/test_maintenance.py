@@ -1,4 +1,4 @@
-"""Maintenance windows (issue 24, item 4): when they are (weekly in their own timezone, across a
+"""Maintenance windows: when they are (weekly in their own timezone, across a
 change of daylight saving time), what they hold (alerts: a down endpoint in a window sends
 nothing, and the first scan after it does if still down), what they leave out (SLO time: shown
 as maintenance, neither good, bad nor no data) and what they pause (scheduled scans, if asked)."""

@@ -1,5 +1,5 @@
 """The Django admin shows one time format ("2026-12-02 06:08 UTC", in the viewer's zone) and
-figures rounded with their unit, in its lists and on the host page (issue 23): no Django
+figures rounded with their unit, in its lists and on the host page: no Django
 default dates ("Dec. 2, 2026, 6:08 a.m.") beside our own, no raw floats."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The API docs pages in Debian's Chromium (issue 23): Swagger UI and Redoc render their
+"""The API docs pages in Debian's Chromium: Swagger UI and Redoc render their
 operations, named in words, at 1,400 and 390 px, and every request the page makes, images and
 workers included, is to the site's own origin (Redoc's bundle asks for its logo from a CDN: the
 page never lets it). Opening an operation shows it without another multi-second resolution of

@@ -1,4 +1,4 @@
-"""The API docs are served from the site with pinned local assets (issue 10, finding 12):
+"""The API docs are served from the site with pinned local assets:
 Swagger UI renders in a real browser with every request off loopback refused, and the page
 names no CDN."""
 

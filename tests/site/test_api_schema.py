@@ -1,4 +1,4 @@
-"""What the schema states and what the query parameters refuse (issue 19, finding 8): error
+"""What the schema states and what the query parameters refuse: error
 answers documented with their shapes, the limits the code enforces, the host heartbeat, and
 400 for a page size or cursor the API cannot use instead of silently ignoring it."""
 

@@ -1,5 +1,5 @@
 """Every operation in the API schema has a summary in words, so Redoc's menu and Swagger's list
-say "List endpoints", not the operation id "api_v1_endpoints_list" (issue 23)."""
+say "List endpoints", not the operation id "api_v1_endpoints_list"."""
 
 from __future__ import annotations
 

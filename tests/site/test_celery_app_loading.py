@@ -1,5 +1,5 @@
 """The Celery app is loaded in every Django process and found by `celery -A tokvera_site`,
-though tokvera_site/__init__ no longer imports it (issue 20: the `tokvera` command starts
+though tokvera_site/__init__ no longer imports it (the `tokvera` command starts
 without Django or Celery). Fresh interpreters, so no other test has loaded the app first."""
 
 from __future__ import annotations

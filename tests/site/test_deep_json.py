@@ -1,4 +1,4 @@
-"""JSON nested too deep is a 400, never a RecursionError 500 (issue 10, finding 12): on the
+"""JSON nested too deep is a 400, never a RecursionError 500: on the
 host heartbeat (and every API view) through common/parsers.py; the report upload reads its
 body itself (scans/running/pushes.py) so that it can limit its size before parsing, and its proof task
 refuses it with the same rule."""
@@ -27,7 +27,7 @@ def post(api, path, body, token):
 @pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT, JUST_OVER],
                          ids=["100000-deep-array", "100000-deep-object", "just-over-the-limit"])
 def test_a_deeply_nested_report_upload_is_refused(world, api, body, eager_tasks):
-    """The upload is taken (202) and parsed by the proof task (issue 19): in-process here."""
+    """The upload is taken (202) and parsed by the proof task: in-process here."""
     endpoint = make_endpoint(world.team, mode="pushed")
     response = post(api, f"/api/v1/endpoints/{endpoint.public_id}/reports", body,
                     world.read_write_token)

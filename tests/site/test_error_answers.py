@@ -1,5 +1,5 @@
 """What Django's error handler answers for an exception no view handled: JSON 500 for API
-callers, 503 with Retry-After for a database outage on every path (issue 19, finding 5; the
+callers, 503 with Retry-After for a database outage on every path (the
 outage itself is exercised against a real PostgreSQL in test_database_outage.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The OpenAPI schema is the API (issue 19, finding 8): Schemathesis runs every operation of
+"""The OpenAPI schema is the API: Schemathesis runs every operation of
 the schema the site serves against a real gunicorn on loopback, and every answer must be one
 the schema documents, with the documented content type, headers and body, and never a 5xx.
 

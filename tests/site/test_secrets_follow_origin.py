@@ -1,4 +1,4 @@
-"""Stored secrets follow their URL's origin (issue 10, finding 1).
+"""Stored secrets follow their URL's origin.
 
 A member (or a read-write token) must not be able to point a keyed endpoint at a server of
 their choosing and have the site send it the owner's API key. Scans run for real: the page's

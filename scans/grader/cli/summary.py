@@ -245,7 +245,7 @@ def closing_lines(report: Mapping[str, Any], width: int) -> list[str]:
 
 def open_loop_lines(report: Mapping[str, Any]) -> list[str]:
     """With --rate: how the rate levels were sent, and a line for each whose figures are the
-    scanner's more than the server's (a rate it could not hold, a lagging event loop)."""
+    grader's more than the server's (a rate it could not hold, a lagging event loop)."""
     spec = (report.get("plan") or {}).get("open_loop")
     if not isinstance(spec, Mapping):
         return []
@@ -255,7 +255,7 @@ def open_loop_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-# -- the SLO and the capacity (issue 22) ---------------------------------------------------------
+# -- the SLO and the capacity ---------------------------------------------------------
 
 def slo_lines(report: Mapping[str, Any]) -> list[str]:
     """With an --slo: the objective, one line per level (met or missed, the share of good

@@ -1,4 +1,4 @@
-"""Notification channels (issue 24): where a team's alerts go, and their delivery.
+"""Notification channels: where a team's alerts go, and their delivery.
 
 kinds.py (each kind's check and send: email, signed webhook, Apprise for the chat and paging
 services), guarded_http.py (Apprise's connections through the outbound guard), messages.py

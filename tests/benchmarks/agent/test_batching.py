@@ -1,4 +1,4 @@
-"""The host agent group-commits its completions (issue 25): a real agent with several slots
+"""The host agent group-commits its completions: a real agent with several slots
 against the real site, served by Django's threaded WSGI server on loopback behind a thin access
 log of its own (each completion call the site answered: the jobs it carried and how many
 completion calls were in flight as it came in), and a raw asyncio upstream that makes slots

@@ -1,4 +1,4 @@
-"""The host agent serving a reasoning model (issue 15): a real agent heartbeats, leases, runs
+"""The host agent serving a reasoning model: a real agent heartbeats, leases, runs
 the job against `tokvera target --reasoning-tokens` (thinking streamed in
 ``delta.reasoning_content``, as vLLM documents it: https://docs.vllm.ai/en/latest/features/
 reasoning_outputs/) and completes it through the site on a live loopback server; the host's

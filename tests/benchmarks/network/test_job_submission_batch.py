@@ -1,4 +1,4 @@
-"""Buyers: POST /v1/jobs/batch, several jobs in one call (issue 25), all of them or none.
+"""Buyers: POST /v1/jobs/batch, several jobs in one call, all of them or none.
 
 The same team choice and limits as POST /v1/jobs: each job counts one against the team's
 submission rate (one budget for both calls), all of them against its cap on unsettled jobs,

@@ -1,4 +1,4 @@
-"""Hosts wait for work (issue 25): a lease with `wait_s` is held until a pass assigns the host a
+"""Hosts wait for work: a lease with `wait_s` is held until a pass assigns the host a
 job, woken through Redis (benchmarks/network/wakeup.py) or, without Redis, by polling; only a pass that
 assigned work announces it; one pass assigns many jobs, and a worker's pass waits for the one
 in flight instead of leaving jobs to the tick. Real PostgreSQL and Redis, real threads."""

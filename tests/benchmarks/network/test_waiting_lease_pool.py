@@ -1,4 +1,4 @@
-"""Many waiting hosts on a few database connections (issue 25): with `DB_POOL_MAX_SIZE` a web
+"""Many waiting hosts on a few database connections: with `DB_POOL_MAX_SIZE` a web
 process's threads share a pool of connections, and a waiting lease hands its connection back
 between looks, so a process can hold far more waiting hosts than PostgreSQL has connections
 for it. Real gunicorn (gthread), PostgreSQL and Redis; the jobs are submitted and assigned in

@@ -1,4 +1,4 @@
-"""POST /api/v1/scans/{id}/cancel (issue 23): the scan page's Cancel button for API clients,
+"""POST /api/v1/scans/{id}/cancel: the scan page's Cancel button for API clients,
 with the same rules. A real Celery worker runs a slow scan of `tokvera target` on loopback and
 stops when the API cancels it; who may cancel which scan, and that a retry changes nothing."""
 

@@ -1,4 +1,4 @@
-"""The notification channels API (issue 24): create, read, update, delete, send test and the
+"""The notification channels API: create, read, update, delete, send test and the
 delivery history, against loopback stand-ins that speak each service's API
 (tests/helpers/notify_services.py). URLs and secrets are write-only; a URL Apprise cannot read
 or the guard refuses is a 422 at `url` with nothing saved; read-only callers cannot write;

@@ -1,4 +1,4 @@
-"""`GET /api/v1/endpoints/{id}/slo` (issue 23): each window's status, burn rates per span,
+"""`GET /api/v1/endpoints/{id}/slo`: each window's status, burn rates per span,
 covered share and the burn-rate pairs, from the same read model as the endpoint page; another
 team's endpoint is a 404."""
 

@@ -158,7 +158,7 @@ def test_a_pushed_report_is_regraded_here_not_trusted(world, api, eager_tasks):
     assert response.status_code == 202, response.json()  # proven by the proof task (eager)
     scan = Scan.dangerously_unscoped.get(public_id=response.json()["id"])
     # error_rate 1.0 caps at F in the re-graded report; on the site no request succeeding is
-    # down, a state and not a grade (issue 23)
+    # down, a state and not a grade
     assert scan.report["score"]["grade"] == "F"
     assert scan.down and scan.grade == "" and scan.points is None
     assert scan.pushed and scan.tool_version == forged["tool_version"]

@@ -1,4 +1,4 @@
-"""The site's public /metrics never carries a team's data (issue 19, finding 1).
+"""The site's public /metrics never carries a team's data.
 
 The production shape: gunicorn with gthread workers and PROMETHEUS_MULTIPROC_DIR set, so
 /metrics aggregates every process's files. Two teams scrape their own gauges through

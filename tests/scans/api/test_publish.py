@@ -1,7 +1,7 @@
 """`tokvera scan --publish`: a scan made where the site cannot reach is uploaded; the site answers
 202 and its proof worker (a real Celery worker on the "proofs" queue) re-grades it from its
 samples; the CLI waits for that verdict and prints it: the site's grade, or its reasons for
-refusing the report (issue 19)."""
+refusing the report."""
 
 from __future__ import annotations
 

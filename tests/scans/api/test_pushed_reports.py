@@ -1,8 +1,8 @@
-"""Pushed reports are proven from their own samples (issue 10, finding 2): the site recomputes
+"""Pushed reports are proven from their own samples: the site recomputes
 every check from the report's per-request timelines with the scanner's code, refuses claims the
 samples do not give and impossible samples, stores only the recomputation, finds replays by
 digest before any parsing, and limits pushes per endpoint, replays per endpoint and bytes per
-team (issue 19). The upload answers 202 and the proof runs as the proof task: here in-process
+team. The upload answers 202 and the proof runs as the proof task: here in-process
 (eager tasks, for what the proof decides), in tests/scans/api/test_push_workers.py on a real worker.
 Real test server, real PostgreSQL, real scans of `tokvera target` on loopback."""
 
@@ -122,7 +122,7 @@ def test_a_claimed_grade_is_ignored_and_the_samples_grade_is_stored(world, api):
     response = _push(api, world, endpoint, report)
     scan = _verdict(response)
     assert scan.report["score"]["grade"] == "F"  # the samples' grade, not the claimed A
-    assert scan.down and scan.grade == ""  # no request succeeded: down on the site (issue 23)
+    assert scan.down and scan.grade == ""  # no request succeeded: down on the site
 
 
 @pytest.mark.parametrize(("sample", "message"), [

@@ -1,4 +1,4 @@
-"""An endpoint's workload (issue 21 item 8): stored with the scan profile (the load dataset
+"""An endpoint's workload: stored with the scan profile (the load dataset
 encrypted), validated against the site's limits, planned with the grader's Workload, shown
 beside every grade from the scan's own report, breaking charts and flagged on compare."""
 

@@ -1,4 +1,4 @@
-"""Scanner CPU per request with short and long prompts (issue 21). Not a test: run it by hand.
+"""Scanner CPU per request with short and long prompts. Not a test: run it by hand.
 
     .venv/bin/python tests/scans/grader/bench_workload.py [--level 64] [--requests 256]
         [--input-tokens 8000] [--repeats 3]

@@ -1,4 +1,4 @@
-"""Bad input the scanner must survive (issue 3), each against a real loopback server.
+"""Bad input the scanner must survive, each against a real loopback server.
 
 None may crash the scan or leave a level unreported: every test also checks that each level is
 reported and that the report built from the measurement validates against its schema.

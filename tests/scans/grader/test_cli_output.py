@@ -1,4 +1,4 @@
-"""What `tokvera scan` prints (issue 23): laid out for the terminal's width, the caps and
+"""What `tokvera scan` prints: laid out for the terminal's width, the caps and
 failed checks named after the grade, a model the server does not list warned about before it,
 a down endpoint led by its cause with no letter, and TLS failures named as such. Real loopback
 servers: the reference target in-process, raw asyncio servers."""

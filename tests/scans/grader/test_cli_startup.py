@@ -1,4 +1,4 @@
-"""What `tokvera` loads at start-up (issue 20): never Django or Celery, and of the subcommands
+"""What `tokvera` loads at start-up: never Django or Celery, and of the subcommands
 only the one that was asked for. Each case runs the command in a fresh interpreter under
 `python -X importtime` and reads what it imported from that report and from sys.modules at exit
 (the report leaves out a module imported by importlib.import_module itself, though not what that

@@ -1,4 +1,4 @@
-"""One rounding rule per unit, honest beside a bound (issue 12): the CLI, report.html and the
+"""One rounding rule per unit, honest beside a bound: the CLI, report.html and the
 site all format through scans.grader.formatting."""
 
 from __future__ import annotations

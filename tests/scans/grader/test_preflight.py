@@ -1,4 +1,4 @@
-"""`tokvera scan` says what happened (issue 12): the preflight stops a scan that cannot work
+"""`tokvera scan` says what happened: the preflight stops a scan that cannot work
 before any load and names the cause in one line; the report carries the cause, the headline
 numbers and the charts. Real loopback servers only; each counts the requests it received."""
 

@@ -1,4 +1,4 @@
-"""Reasoning models (issue 15): a stream of thinking is a reply, and both of its times are
+"""Reasoning models: a stream of thinking is a reply, and both of its times are
 measured, against real loopback servers that stream the way the servers document it:
 
 * vLLM with a reasoning parser ("Reasoning Outputs",

@@ -1,4 +1,4 @@
-"""report.html on a 390 px phone (issue 23), in a real browser (Playwright + Debian's Chromium,
+"""report.html on a 390 px phone, in a real browser (Playwright + Debian's Chromium,
 opened from disk, every network request refused): the charts' text reads at 10 px or more once
 the SVGs are scaled to the screen, no label sits on another, and nothing is wider than the
 screen. The report is a real one: `tokvera scan` against `tokvera target` on loopback, written

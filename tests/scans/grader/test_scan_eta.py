@@ -1,4 +1,4 @@
-"""The whole scan's time left (issue 23): the level running by its own estimate, then every
+"""The whole scan's time left: the level running by its own estimate, then every
 level still to come at the request time measured so far; the capacity search, whose levels are
 not known ahead, is named as left out. A clock the test moves, then a real scan of
 `tokvera target` on loopback."""

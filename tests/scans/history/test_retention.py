@@ -1,4 +1,4 @@
-"""Report retention and rollups (issue 24, item 6): a scan past REPORT_RETENTION_DAYS keeps
+"""Report retention and rollups: a scan past REPORT_RETENTION_DAYS keeps
 its summary and every page still reads it; long chart ranges read hourly and daily rollups
 and draw the same series as the scans themselves; the pruning pass takes row locks only."""
 

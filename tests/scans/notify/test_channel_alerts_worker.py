@@ -1,4 +1,4 @@
-"""A down alert from a real scan reaches a channel (issue 24): a real worker scans a port where
+"""A down alert from a real scan reaches a channel: a real worker scans a port where
 nothing listens, finds the endpoint down after an up scan, records the alert and delivers it,
 from its own process, to the Slack stand-in (tests/helpers/notify_services.py) through the
 outbound guard; the delivery row says it was sent."""

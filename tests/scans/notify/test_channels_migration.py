@@ -1,4 +1,4 @@
-"""Migrations 0016/0017 (issue 24): a database whose endpoints had their own alert settings
+"""Migrations 0016/0017: a database whose endpoints had their own alert settings
 (email on or off, a webhook URL with or without a secret) migrates into notification channels
 and loses no alert: each endpoint then alerts exactly where it did. Run in another process on a
 scratch database, as tests/accounts/test_move_migrations.py does."""

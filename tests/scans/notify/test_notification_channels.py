@@ -1,4 +1,4 @@
-"""Team notification channels (issue 24): each kind reaches a loopback stand-in that speaks its
+"""Team notification channels: each kind reaches a loopback stand-in that speaks its
 service's API (tests/helpers/notify_services.py), "Send test" included; bad URLs are field
 errors and nothing is saved; Apprise's connections go only where the kind sends, through the
 outbound guard; a failing receiver leaves a retry row that a later run delivers; a recovery

@@ -1,4 +1,4 @@
-"""SLO burn-rate alerts (issue 23): the multi-window pairs of scans/history/slo_windows.py, evaluated where
+"""SLO burn-rate alerts: the multi-window pairs of scans/history/slo_windows.py, evaluated where
 scans are stored (scans/alerts.after_scan), page once when a fast pair starts firing, file a
 ticket once for a slow one, and send one recovery when no pair fires any more; by email and
 through the signed webhook, like every other alert.

@@ -30,7 +30,7 @@ def _badge(endpoint):
 
 def _push_an_a(world, api, endpoint):
     # A scheduled endpoint takes pushes only with accepts_pushes, and only reports measured at
-    # its own origin (issue 19); the proof runs in-process here (eager tasks).
+    # its own origin; the proof runs in-process here (eager tasks).
     type(endpoint).dangerously_unscoped.filter(pk=endpoint.pk).update(accepts_pushes=True)
     report = measured_report()
     report["target"]["base_url"] = endpoint.base_url

@@ -1,4 +1,4 @@
-"""Capacity within the SLO (issue 22) in a real browser: the endpoint page's sentence and trend
+"""Capacity within the SLO in a real browser: the endpoint page's sentence and trend
 chart and the dashboard's capacity beside the grade, at a phone's and a desktop's width, with
 no sideways scrolling. Screenshots go to test-artifacts/ (capacity-*.png)."""
 

@@ -1,4 +1,4 @@
-"""Capacity within the SLO on the site (issue 22): what the endpoint page, the dashboard, the
+"""Capacity within the SLO on the site: what the endpoint page, the dashboard, the
 form, the API and the team's gauge say for each answer a search can give ("serves up to N",
 "no level met the SLO", "met at the highest level tried"), and for an endpoint that never
 searched. Reports are stored through scans.running.worker.store_report, as the worker does; the

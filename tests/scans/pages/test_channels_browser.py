@@ -1,4 +1,4 @@
-"""The channels page in Chromium at 1,400 and 390 px (issue 24): a member adds an ntfy channel
+"""The channels page in Chromium at 1,400 and 390 px: a member adds an ntfy channel
 through the form, presses "Send test", the stand-in receives it (tests/helpers/notify_services
 .py) and the page shows the delivery as sent; a bad URL is an error at its field; nothing is
 wider than the screen."""

@@ -1,4 +1,4 @@
-"""The endpoint page's charts a person can read (issue 23): round ticks, a time axis in the
+"""The endpoint page's charts a person can read: round ticks, a time axis in the
 viewer's time zone that names it, a phone's axes drawn apart, a URL change marked."""
 
 from __future__ import annotations

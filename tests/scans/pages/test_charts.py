@@ -1,4 +1,4 @@
-"""scans.charts: inline SVG that breaks at a change of scoring version, marks caps, escapes
+"""scans.pages.charts: inline SVG that breaks at a change of scoring version, marks caps, escapes
 text, and carries its numbers in data-* attributes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Down is a state, not a grade, on both compare pages (issue 23): a down scan shows "down"
+"""Down is a state, not a grade, on both compare pages: a down scan shows "down"
 with its cause, never the F and the points report.json records; the endpoint-vs-endpoint page
 speaks of two endpoints, not of a grade that "held"."""
 

@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts import encryption
-from scans.endpoints import connection_check as connection_test
+from scans.endpoints import connection_check
 from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import Endpoint
 from tests.conftest import free_port
@@ -265,7 +265,7 @@ def test_a_post_without_the_csrf_token_is_refused(world):
 
 
 def test_a_team_past_its_test_limit_gets_429_with_retry_after(world, monkeypatch):
-    monkeypatch.setattr(connection_test, "TESTS_PER_WINDOW", 2)
+    monkeypatch.setattr(connection_check, "TESTS_PER_WINDOW", 2)
     client = client_for(world.member)
     data = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
     # A fixed window: at most one reset can fall among a few quick calls.

@@ -1,4 +1,4 @@
-"""Down is a state, not a grade, on the site (issue 23): a real scan of a closed loopback port
+"""Down is a state, not a grade, on the site: a real scan of a closed loopback port
 is stored down (no letter, no points) and shown as down with no grade on the dashboard, the
 endpoint page, the scan page, the badge, the API and Prometheus, a gap on the grade line, and
 still a miss in the SLO windows; a server whose /models does not list the model asked for

@@ -34,7 +34,7 @@ def svg_attr(body: str, chart: str, attr: str, check: str | None = None) -> str:
 def test_a_new_endpoint_says_what_is_missing_everywhere(world, owner_client, endpoint):
     body = page(owner_client, endpoint)
 
-    # One empty state for the charts and SLO windows, not one per section (issue 23).
+    # One empty state for the charts and SLO windows, not one per section.
     assert 'data-first-scan="none"' in body and "no scan yet in the last" not in body
     assert 'data-chart="grades"' not in body
     assert 'id="slo"' not in body and 'id="scans"' not in body

@@ -1,5 +1,5 @@
 """Pages that fit a phone, words that are never broken, and a chart of a new endpoint that a
-person can read (issue 23), in a real browser (Playwright driving Debian's Chromium, offline,
+person can read, in a real browser (Playwright driving Debian's Chromium, offline,
 on loopback). The scan's report is a real one: `tokvera target` on loopback, scanned by the
 worker's own path.
 

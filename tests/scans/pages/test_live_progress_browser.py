@@ -1,7 +1,7 @@
 """The scan page follows a real scan while it runs, a running manual scan can be cancelled, and
 the dashboard keeps its rows current: Debian's Chromium (offline, on loopback) against the live
 server, a real Celery worker (the run command's threads pool, heartbeat every second) and a
-slow `tokvera target` on loopback (issue 23).
+slow `tokvera target` on loopback.
 
 Screenshots go to test-artifacts/ (live-*.png).
 """

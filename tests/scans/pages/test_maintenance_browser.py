@@ -1,4 +1,4 @@
-"""The maintenance page in Chromium (issue 24, item 4): a writer adds a window through the form
+"""The maintenance page in Chromium: a writer adds a window through the form
 at phone and desktop widths, nothing wider than the screen; a bad end shows its error at the
 field; the endpoint page then lists the window. Screenshots: test-artifacts/maintenance-*.png."""
 

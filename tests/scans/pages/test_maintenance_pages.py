@@ -1,4 +1,4 @@
-"""The maintenance windows pages (issue 24, item 4): a writer adds, edits and deletes windows
+"""The maintenance windows pages: a writer adds, edits and deletes windows
 typed in their own timezone; bad input is an error at its field and saves nothing; the endpoint
 page lists the current and next windows and its SLO figures name the maintenance time."""
 

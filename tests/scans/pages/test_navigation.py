@@ -1,4 +1,4 @@
-"""Navigation: one link per destination, named for where it goes (issue 23: two links named
+"""Navigation: one link per destination, named for where it goes (two links named
 "Dashboard" went to different pages, and the team compare page had no link)."""
 
 from __future__ import annotations

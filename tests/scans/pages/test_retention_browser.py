@@ -1,4 +1,4 @@
-"""A pruned scan's page in a real browser (issue 24, item 6): the sentence that the full report
+"""A pruned scan's page in a real browser: the sentence that the full report
 was removed, the summary's tables, and nothing wider than a phone's or a desktop's screen.
 Screenshots go to test-artifacts/ (pruned-scan-*.png)."""
 

@@ -1,4 +1,4 @@
-"""An SLO that burns says so (issue 23), end to end: a real Celery worker scans a loopback
+"""An SLO that burns says so, end to end: a real Celery worker scans a loopback
 `tokvera target` whose first token comes after 300 ms against a 100 ms TTFT target, so every
 scan misses; the worker stores each scan and evaluates the burn-rate alerts, which page once
 by email (captured in files: the worker is another process) and by the signed webhook (a

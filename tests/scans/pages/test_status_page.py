@@ -1,4 +1,4 @@
-"""A team's public status page (issue 24, item 5): a down endpoint (a real scan of a closed
+"""A team's public status page: a down endpoint (a real scan of a closed
 loopback port) shows Down with its incident, another team's endpoints never appear, only the
 names the team chose are shown, availability counts uncovered time as no data, the cache serves
 the page and a settings change shows at once; slugs are validated; an off page is 404."""

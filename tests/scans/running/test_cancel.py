@@ -1,4 +1,4 @@
-"""Cancelling a scan (issue 23): the row says cancelled at once, the worker running it stops
+"""Cancelling a scan: the row says cancelled at once, the worker running it stops
 within about a second and stores nothing, no alert goes out, and the scan page's live figures
 reach only the team. In-process worker (scans.running.worker.execute in a thread, as a pool thread runs
 it) against `tokvera target` on loopback; the Celery worker and the browser are in

@@ -1,4 +1,4 @@
-"""Nothing stored from a response carries the endpoint's key (issue 10, finding 11).
+"""Nothing stored from a response carries the endpoint's key.
 
 The upstreams are raw loopback servers that echo what they were sent in their error bodies;
 the scan runs for real through scans.running.worker.execute and a viewer reads report.json through

@@ -55,7 +55,7 @@ def test_an_unreachable_target_is_a_finished_scan_stored_down(world, settings):
     scan = _queued(endpoint)
     assert scan_worker.execute(scan) == "succeeded"
     scan.refresh_from_db()
-    # report.json keeps the scoring spec's grade; the row says down, with no letter (issue 23)
+    # report.json keeps the scoring spec's grade; the row says down, with no letter
     assert scan.report["score"]["grade"] in {"F", "insufficient_evidence"}
     assert scan.down and scan.grade == "" and scan.points is None
     # The preflight probe found nobody there, so no load followed (DECISIONS.md, "Preflight").
