@@ -285,7 +285,7 @@ def bearer(token: str) -> dict:
 @pytest.fixture
 def eager_tasks():
     """Run Celery tasks in-process when sent (for tests about what a task does, not how it
-    is delivered; delivery is tested with a real worker in tests/scheduling)."""
+    is delivered; delivery is tested with a real worker in tests/scans/running)."""
     from tokvera_site.celery import app
 
     app.conf.task_always_eager = True

@@ -1,7 +1,7 @@
 """The host calls' Django views (`Authorization: Bearer tkh_…`, authentication.py): the Django
-adapter of the host protocol (host_protocol.py), whose answers these views return; the DRF
-serializers describe the calls to the API schema and answer the malformed requests the
-protocol leaves to them.
+adapter of the host protocol (host_protocol.py): DRF authenticates, negotiates and parses the
+JSON, and the views return the protocol's answer, a malformed body's included. The serializers
+describe the calls to the API schema only.
 
     POST /v1/hosts/heartbeat   (a plain Django view: the hottest call does no DRF work)
     POST /v1/hosts/lease   ({"start": true}: the job comes back already running; {"wait_s": 25}:
@@ -16,8 +16,6 @@ The buyer's calls are benchmarks/network/buyer_api.py.
 
 from __future__ import annotations
 
-import json
-
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -29,30 +27,28 @@ from rest_framework.views import APIView
 
 from benchmarks import policy
 from benchmarks.models import JobStatus
-from benchmarks.network import host_bodies, jobs
+from benchmarks.network import host_bodies
 from benchmarks.network import host_protocol as protocol
 from benchmarks.network.api_shared import StrictFloatField, StrictIntegerField
 from benchmarks.network.authentication import HostTokenAuthentication, IsHost
 from common import client_address
+
+# The request bodies' serializers describe the calls to the API schema only: the protocol
+# reads the bodies (host_bodies.py: the same fields and limits, refused in DRF's words).
 
 
 class FiguresSerializer(serializers.Serializer):
     ttft_ms = StrictFloatField(min_value=0, allow_null=True)
     completion_tokens = StrictIntegerField(min_value=0)
     elapsed_ms = StrictFloatField(min_value=0)
-    result = serializers.JSONField(required=False, allow_null=True)
-
-    def validate_result(self, value):
-        if len(json.dumps(value)) > host_bodies.MAX_RESULT_BYTES:
-            raise serializers.ValidationError(f"at most {host_bodies.MAX_RESULT_BYTES} bytes")
-        return value
+    result = serializers.JSONField(required=False, allow_null=True)  # size: host_bodies.result
 
 
 class CompleteSerializer(FiguresSerializer):
     lease_next = serializers.BooleanField(required=False, default=False,
                                           help_text="Also lease the next job, already started.")
     wait_s = StrictFloatField(required=False, default=0.0, min_value=0,
-                              max_value=policy.DEFAULTS["NETWORK_LEASE_WAIT_MAX_S"],
+                              max_value=host_bodies.WAIT_MAX_S,
                               help_text="With lease_next: wait for the next job as a lease "
                                         "does (0: do not wait).")
 
@@ -64,13 +60,13 @@ class CompletionSerializer(FiguresSerializer):
 class CompleteManySerializer(serializers.Serializer):
     # DRF hands max_length to the ListSerializer (many=True); djangorestframework-stubs lack it.
     jobs = CompletionSerializer(many=True, allow_empty=False,  # type: ignore[call-arg]
-                                max_length=policy.DEFAULTS["NETWORK_MAX_SLOTS"])
+                                max_length=host_bodies.MAX_REPORTS)
     lease_next = serializers.BooleanField(required=False, default=False, help_text=(
         "Also lease up to one next job, already started, per job completed in this call."))
 
 
 class FailSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=190)
+    reason = serializers.CharField(max_length=host_bodies.REASON_MAX_LENGTH)
 
 
 class JobMessageSerializer(serializers.Serializer):
@@ -199,8 +195,7 @@ class LeaseSerializer(serializers.Serializer):
     start = serializers.BooleanField(required=False, default=False,
                                      help_text="Start the job too: it comes back running.")
     wait_s = StrictFloatField(required=False, default=0.0, min_value=0,
-                              max_value=policy.DEFAULTS["NETWORK_LEASE_WAIT_MAX_S"],
-                              help_text=WAIT_HELP)
+                              max_value=host_bodies.WAIT_MAX_S, help_text=WAIT_HELP)
 
 
 class LeaseView(HostView):
@@ -214,15 +209,16 @@ class LeaseView(HostView):
             return _respond(limited)
         # A bare POST (what older agents send, whatever its content type) asks for nothing more.
         sent = request.data if request.content_type.startswith("application/json") else {}
-        body = LeaseSerializer(data=sent if isinstance(sent, dict) else {})
-        body.is_valid(raise_exception=True)
-        return _respond(protocol.lease_answer(
-            self.host, body.validated_data["start"],
-            min(body.validated_data["wait_s"], policy.value("NETWORK_LEASE_WAIT_MAX_S"))))
+        return _answer("lease", None, sent, self.host)
+
+
+def _answer(call: str, job_id, data: object, host) -> Response:
+    """The protocol's answer to the call (its body read there), as DRF renders it."""
+    status_code, body, headers = protocol.read_job_call(call, job_id, data)(host)
+    return Response(body, status=status_code, headers=headers or None)
 
 
 def _respond(answer: protocol.Answer) -> Response:
-    """The protocol's answer as DRF renders it (its JSON, its headers)."""
     status_code, body, headers = answer
     return Response(body, status=status_code, headers=headers or None)
 
@@ -232,7 +228,7 @@ class JobStartView(HostView):
         200: OpenApiResponse(JobStateSerializer, description="running"),
         404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
-        return _respond(protocol.start_answer(self.host, job_id))
+        return _answer("start", job_id, None, self.host)
 
 
 class JobCompleteView(HostView):
@@ -240,16 +236,7 @@ class JobCompleteView(HostView):
         200: OpenApiResponse(CompletedJobSerializer, description="completed"),
         404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
-        body = CompleteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        figures = jobs.Figures(
-            ttft_ms=data["ttft_ms"], completion_tokens=data["completion_tokens"],
-            elapsed_ms=data["elapsed_ms"],
-        )
-        return _respond(protocol.complete_answer(
-            self.host, job_id, figures, data.get("result"), data["lease_next"],
-            min(data["wait_s"], policy.value("NETWORK_LEASE_WAIT_MAX_S"))))
+        return _answer("complete", job_id, request.data, self.host)
 
 
 class JobCompleteManyView(HostView):
@@ -261,14 +248,7 @@ class JobCompleteManyView(HostView):
         "(404, 409, 400); `next` (with lease_next): the next jobs, started."))})
     def post(self, request):
         """Complete several jobs of this host in one call (a host with several slots)."""
-        body = CompleteManySerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        reports = [(item["id"], jobs.Figures(ttft_ms=item["ttft_ms"],
-                                             completion_tokens=item["completion_tokens"],
-                                             elapsed_ms=item["elapsed_ms"]), item.get("result"))
-                   for item in body.validated_data["jobs"]]
-        return _respond(protocol.complete_many_answer(self.host, reports,
-                                                      body.validated_data["lease_next"]))
+        return _answer("complete_many", None, request.data, self.host)
 
 
 class JobFailView(HostView):
@@ -276,6 +256,4 @@ class JobFailView(HostView):
         200: OpenApiResponse(JobStateSerializer, description="failed"),
         404: NOT_YOUR_JOB, 409: JOB_CONFLICT})
     def post(self, request, job_id):
-        body = FailSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return _respond(protocol.fail_answer(self.host, job_id, body.validated_data["reason"]))
+        return _answer("fail", job_id, request.data, self.host)

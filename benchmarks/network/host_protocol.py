@@ -6,16 +6,18 @@ these answers as bytes.
 
 - The heartbeat: `answer_heartbeat` holds it all (the token's form, the address's failed
   authentications, the host's rate limit, the body's size and fields, recording it).
-- The job calls: `lease_answer`, `start_answer`, `complete_answer`, `complete_many_answer` and
-  `fail_answer` answer an authenticated host's well-formed call, for the DRF views and the WSGI
-  path alike. In front of Django, `job_call_answer` serves a lease or completion that is
-  well-formed (benchmarks/network/host_bodies.py: a subset of what the DRF serializers accept,
-  read the same way) from a caller within its limits; anything else is None, left to the DRF
-  views, whose serializers answer the malformed bodies.
+- The job calls: `read_job_call` reads a call's body (host_bodies.py: what DRF's serializers
+  accept, refused in their words) and gives what answers it for an authenticated host
+  (`lease_answer`, `start_answer`, `complete_answer`, `complete_many_answer`, `fail_answer`);
+  the DRF views return that. In front of Django, `job_call_answer` adds what DRF does before
+  the view (the token, as HostTokenAuthentication answers it; the lease's rate limit) and so
+  answers every job call that DRF would answer in its compact JSON; what stays DRF's is the
+  adapter's to say (host_wsgi.py).
 - Whatever the database does: `answer_safely` (a dropped connection retried once, an outage
   answered 503, anything else 500).
 
-No DRF here: the fast paths must not import the API views.
+No DRF views here: the fast paths must not import the API views (host_bodies.py borrows
+only DRF's field messages, so a refusal reads as the serializers word it).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ JSON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY
                 ("Cache-Control", "no-store")]
 # The site's answer while the database is unreachable (common/errors.py), on every path.
 OUTAGE: Answer = (503, errors.OUTAGE_BODY, {"Retry-After": str(errors.OUTAGE_RETRY_AFTER_S)})
-# A job call's body the fast path leaves to Django (no length, too long, not JSON).
+# A job call's body the WSGI path leaves to Django (no length, too long, not JSON's type).
 NOT_SERVED = object()
 log = logging.getLogger("django.request")
 
@@ -243,52 +245,104 @@ def lease_limited(authorization: str) -> Answer | None:
     limit, window = policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S")
     token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
     allowed, retry_after = ratelimit.allow("lease", lease_limit_key(token or ""), limit, window)
-    if allowed:
-        return None
+    return None if allowed else _lease_limit_reached(retry_after)
+
+
+def _lease_limit_reached(retry_after: int) -> Answer:
+    limit, window = policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S")
     return 429, {"detail": f"Too many lease calls from this host: at most {limit} per {window} s.",
                  "code": "rate_limited"}, {"Retry-After": str(retry_after)}
 
 
 def job_call_answer(call: str, job_id: str | None, authorization: str, address: str,
-                    read_json: Callable[[dict | None], object]) -> Callable[[], Answer | None] | None:
-    """For a well-formed job call from a caller within its limits, the work that answers it
-    (which gives None when the token turns out unknown); for any other request, None.
-    `read_json(empty_is)` gives the body's JSON, or NOT_SERVED for a body the fast path leaves to
-    Django (`empty_is`: what a lease without JSON asks for).
+                    read_json: Callable[[], object]) -> Callable[[], Answer] | None:
+    """In front of Django: the work that answers a job call (`call`: lease, start, complete,
+    complete_many or fail) as the DRF view does, or None for a body this path leaves to
+    Django. `read_json()` gives the body's JSON, a Malformed (the parser's 400) or NOT_SERVED;
+    it is not called for a start, whose view reads no body.
 
-    The limits come first, in one cache round trip and before the body is read: a call from an
-    address over its failure limit goes to Django, whose authenticator answers its token (a
-    valid one is served there, a failure refused with 429), unless the address is past its
-    ceiling and the token has not checked out within the window: then it is answered 429 here,
-    after one more cache read and no database work (common/auth_failures.py). A lease is
-    counted here once (the retry after a dropped connection does not count it again); one this
-    path hands to Django is counted there too (DRF counts a lease before it reads the body)."""
+    The limits come first, in one cache round trip and before the body is read: a lease is
+    counted here once (the retry after a dropped connection does not count it again; DRF
+    counts a lease before it reads the body), and a call from an address past its failure
+    ceiling whose token has not checked out within the window is answered 429 after one more
+    cache read and no database work (common/auth_failures.py). Then, in the work, what DRF
+    does in its order: authenticate, the lease's rate limit, the body."""
     token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
-    if token is None:
-        return None
-    if call == "lease":
-        blocked_for, allowed, _ = auth_failures.blocked_then_count(
+    allowed, retry_after, blocked_for = True, 0, None
+    if token is not None and call == "lease":
+        blocked_for, allowed, retry_after = auth_failures.blocked_then_count(
             address, "lease", lease_limit_key(token),
             policy.value("NETWORK_LEASE_LIMIT"), policy.value("NETWORK_LEASE_WINDOW_S"))
-        if not allowed:
-            return None
-    else:
+    elif token is not None:
         blocked_for = auth_failures.blocked(address)
-    if blocked_for is not None:
-        if (refused_for := auth_failures.refused_unlooked(address, token)) is not None:
-            return lambda: _auth_refused(refused_for)
-        return None
-    data = read_json({} if call == "lease" else None)
+    if token is not None and blocked_for is not None and (
+            refused_for := auth_failures.refused_unlooked(address, token)) is not None:
+        return lambda: _auth_refused(refused_for)
+    data = {} if call == "start" else read_json()
     if data is NOT_SERVED:
         return None
-    if call == "lease":
-        options = bodies.lease_options(data)
-        return None if options is None else _lease(token, options)
-    if call == "complete":
-        completion = bodies.completion_options(data)
-        return None if completion is None else _complete(token, job_id, completion)
-    parsed = bodies.completions_options(data)
-    return None if parsed is None else lambda: _complete_many(token, *parsed)
+    answer_for = (read_job_call(call, job_id, data) if not isinstance(data, bodies.Malformed)
+                  else _malformed(data))
+
+    def serve() -> Answer:
+        host = authenticate(authorization, address)
+        if not isinstance(host, Host):
+            return host
+        if not allowed:
+            return _lease_limit_reached(retry_after)
+        return answer_for(host)
+    return serve
+
+
+def read_job_call(call: str, job_id, data: object) -> Callable[[Host], Answer]:
+    """A job call's body (parsed JSON; a lease's {} when it sent none) read once: what answers
+    it for an authenticated host, or its 400 (host_bodies.py: DRF's words). Read when the call
+    arrives: a wait counts from then, so a retry waits only what is left of it."""
+    try:
+        if call == "lease":
+            options = bodies.lease_options(data)
+            lease_wait = _wait_left(options.wait_s)
+            return lambda host: lease_answer(host, options.start, lease_wait())
+        if call == "start":
+            return lambda host: start_answer(host, job_id)
+        if call == "complete":
+            done = bodies.completion_options(data)
+            wait = _wait_left(done.wait_s)
+            return lambda host: complete_answer(host, job_id, done.figures, done.result,
+                                                done.lease_next, wait())
+        if call == "complete_many":
+            reports, lease_next = bodies.completions_options(data)
+            return lambda host: complete_many_answer(host, reports, lease_next)
+        reason = bodies.failure_reason(data)
+        return lambda host: fail_answer(host, job_id, reason)
+    except bodies.Malformed as exc:
+        return _malformed(exc)
+
+
+def _malformed(exc: bodies.Malformed) -> Callable[[Host], Answer]:
+    return lambda host: (400, exc.detail, {})
+
+
+def authenticate(authorization: str, address: str) -> Host | Answer:
+    """The host of a job call's token, or the answer HostTokenAuthentication gives without one
+    (401 with the Bearer challenge; 429 from an address over its failure limit). The refusal
+    without a lookup came before (job_call_answer), as it does in the authenticator."""
+    if not authorization:
+        return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
+    token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
+    if token is None:
+        return _auth_failed(address, "Malformed host token.")
+    host = hosts.authenticate(token)
+    if host is None:
+        return _auth_failed(address, "Invalid or revoked host token.")
+    auth_failures.mark_valid(token)
+    return host
+
+
+def _auth_failed(address: str, detail: str) -> Answer:
+    if (retry_after := auth_failures.record(address)) is not None:
+        return _auth_refused(retry_after)
+    return 401, {"detail": detail}, _CHALLENGE
 
 
 def _auth_refused(retry_after: int) -> Answer:
@@ -304,42 +358,7 @@ def _wait_left(wait_s: float) -> Callable[[], float]:
     return lambda: max(0.0, deadline - time.monotonic()) if wait_s else 0.0
 
 
-def _lease(token: str, options: bodies.LeaseOptions) -> Callable[[], Answer | None]:
-    wait_left = _wait_left(options.wait_s)
-
-    def serve() -> Answer | None:
-        host = _host(token)
-        return None if host is None else lease_answer(host, options.start, wait_left())
-    return serve
-
-
-def _complete(token: str, job_id, completion: bodies.Completion) -> Callable[[], Answer | None]:
-    wait_left = _wait_left(completion.wait_s)
-
-    def serve() -> Answer | None:
-        host = _host(token)
-        if host is None:
-            return None
-        return complete_answer(host, job_id, completion.figures, completion.result,
-                               completion.lease_next, wait_left())
-    return serve
-
-
-def _complete_many(token: str, reports: list, lease_next: bool) -> Answer | None:
-    host = _host(token)
-    return None if host is None else complete_many_answer(host, reports, lease_next)
-
-
-def _host(token: str) -> Host | None:
-    """The token's host (its failures forgotten), or None: then DRF's authenticator answers."""
-    host = hosts.authenticate(token)
-    if host is not None:
-        auth_failures.mark_valid(token)
-    return host
-
-
 # --- each job call's answer, for an authenticated host and a well-formed body --------------------
-# The DRF views (host_api.py) and the WSGI path above both answer with these.
 
 
 def lease_answer(host: Host, start: bool, wait_s: float) -> Answer:

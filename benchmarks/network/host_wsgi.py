@@ -9,10 +9,17 @@ unchanged:
 
     POST /v1/hosts/heartbeat        every request (host_protocol.answer_heartbeat, which the
                                     Django view calls too, answers each case)
-    POST /v1/hosts/lease            only well-formed requests from a valid host token that is
-    POST /v1/jobs/{id}/complete     within its limits (host_protocol.job_call_answer; what is
-    POST /v1/jobs/complete          well-formed: host_bodies); every other one goes to the DRF
-                                    views, which answer each mistake as they always have.
+    POST /v1/hosts/lease            every request DRF would answer in its compact JSON
+    POST /v1/jobs/{id}/start        (host_protocol.job_call_answer, whose answers the DRF
+    POST /v1/jobs/{id}/complete     views return too: the token's refusals, the lease's rate
+    POST /v1/jobs/{id}/fail         limit, a malformed body in DRF's words, the answer)
+    POST /v1/jobs/complete
+
+Left to Django, which answers them as it always has: another method (DRF's 405 and OPTIONS),
+a query string or an Accept header other than JSON (DRF's content negotiation: 406, indented
+JSON), a body of another content type than JSON in UTF-8 or without a declared length or over
+JOB_CALL_MAX_BYTES (DRF's parsers and their 415, Django's upload limits), and an id the URL's
+converter would not match (Django's 404).
 
 The answers are the protocol's (benchmarks/network/host_protocol.py); this module reads the
 request from the WSGI environ and writes the answer's bytes as Django and DRF would.
@@ -40,6 +47,7 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 
 from prometheus_client import Counter
+from rest_framework.exceptions import ParseError
 from rest_framework.renderers import JSONRenderer
 
 from benchmarks.network import host_bodies
@@ -56,9 +64,10 @@ from common import client_address, parsers
 
 LEASE = "/v1/hosts/lease"
 COMPLETE_MANY = "/v1/jobs/complete"
-_COMPLETE = ("/v1/jobs/", "/complete")  # around the job's id
+_JOBS = "/v1/jobs/"  # then the job's id, then one of these calls
+_ON_A_JOB = ("start", "complete", "fail")
 JOB_CALLS = Counter("tokvera_host_job_calls",
-                    "Host lease and complete calls answered in front of Django, by HTTP status",
+                    "Host job calls answered in front of Django, by HTTP status",
                     ["call", "status"])
 # A completion's result is at most 1 MB as JSON; its body a little more. A longer one (or one
 # without Content-Length) goes to Django, which refuses it or reads it under its own limits.
@@ -118,21 +127,19 @@ def _job_call(path: str) -> tuple[str, str | None] | None:
         return "lease", None
     if path == COMPLETE_MANY:
         return "complete_many", None
-    start, end = _COMPLETE
-    if path.startswith(start) and path.endswith(end):
-        job_id = path[len(start):-len(end)]
-        if host_bodies.JOB_ID.fullmatch(job_id):
-            return "complete", job_id
+    job_id, _, call = path.removeprefix(_JOBS).partition("/")
+    if path.startswith(_JOBS) and call in _ON_A_JOB and host_bodies.JOB_ID.fullmatch(job_id):
+        return call, job_id
     return None
 
 
-def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answer | None] | None:
+def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answer] | None:
     """The protocol's work for a job call that DRF would answer with its compact JSON, else None."""
     if not _negotiates_json(environ):
         return None
     return protocol.job_call_answer(call, job_id, environ.get("HTTP_AUTHORIZATION", ""),
                                     client_address.of_environ(environ),
-                                    lambda empty_is: _json_body(environ, empty_is))
+                                    lambda: _json_body(environ, lease=call == "lease"))
 
 
 def _negotiates_json(environ: dict) -> bool:
@@ -145,14 +152,15 @@ def _negotiates_json(environ: dict) -> bool:
 _JSON_TYPES = ("application/json", "application/json; charset=utf-8")
 
 
-def _json_body(environ: dict, empty_is: dict | None) -> object:
-    """The request's JSON body, parsed under the API parser's rules, or NOT_SERVED when the
-    fast path leaves the request to Django (no declared length, over the limit, not JSON).
-    The bytes read are put back, so Django can read them again. A lease that is not JSON
-    asks for nothing (`empty_is`), as the view reads it."""
+def _json_body(environ: dict, lease: bool) -> object:
+    """The request's data as DRF's request gives it to the view: the JSON parsed by the API's
+    parser ({} for an empty body; its ParseError as a Malformed), or NOT_SERVED when this path
+    leaves the request to Django (no declared length, over the limit, a content type other
+    than JSON in UTF-8, whose parsing or 415 is DRF's). The bytes read are put back, so Django
+    can read them again. A lease that is not JSON asks for nothing, as the view reads it."""
     content_type = environ.get("CONTENT_TYPE", "")
-    if empty_is is not None and not content_type.startswith("application/json"):
-        return empty_is
+    if lease and not content_type.startswith("application/json"):
+        return {}
     if content_type.lower() not in _JSON_TYPES:
         return NOT_SERVED
     try:
@@ -164,17 +172,12 @@ def _json_body(environ: dict, empty_is: dict | None) -> object:
     raw = environ["wsgi.input"].read(length)
     environ["wsgi.input"] = io.BytesIO(raw)
     if not raw:
-        return NOT_SERVED if empty_is is None else empty_is
+        return {}  # DRF's request data without a body
     try:
-        text = raw.decode("utf-8")  # as DRF's parser reads it: strictly, a BOM is no JSON
-    except UnicodeDecodeError:
-        return NOT_SERVED
-    if text.startswith("\ufeff"):
-        return NOT_SERVED
-    try:
-        return parsers.loads(text)
-    except ValueError:
-        return NOT_SERVED
+        return parsers.StrictJSONParser().parse(io.BytesIO(raw), "application/json",
+                                                {"encoding": "utf-8"})
+    except ParseError as exc:  # answered after the token, as DRF reads the body after it
+        return host_bodies.Malformed({"detail": exc.detail})
 
 
 class _BodyReader:

@@ -34,7 +34,7 @@ from scans.endpoints import limits, profile, profile_fields, scheduling
 from scans.endpoints import service as endpoints
 from scans.grader import CHECKS, DatasetError, PlanError
 from scans.history import state as endpoint_state
-from scans.history.capacity import capacity_history, latest_capacity
+from scans.history.capacity_history import capacity_history, latest_capacity
 from scans.history.check_results import check_history
 from scans.models import (
     MAX_INTERVAL_MINUTES,
@@ -48,10 +48,16 @@ from scans.models import (
 from scans.running import dispatch, pushes
 
 DEFAULT_HISTORY_POINTS = 500
-
-
 MAX_HISTORY_POINTS = 5000
 MAX_POINTS_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_HISTORY_POINTS}
+# The query parameters every history series takes (a time range and a point budget).
+HISTORY_RANGE_PARAMETERS = [
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
+    OpenApiParameter("max_points", MAX_POINTS_SCHEMA, description=(
+        f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
+        f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
+]
 
 
 class ChannelIdsField(serializers.ListField):
@@ -234,7 +240,7 @@ def _refusal(exc: Exception) -> exceptions.APIException:
 
 
 class CapacityPointSerializer(serializers.Serializer):
-    """scans.history.capacity.CapacityPoint: one scan's capacity search, or a time bucket of them."""
+    """scans.history.capacity_history.CapacityPoint: one scan's capacity search, or a time bucket of them."""
 
     at = serializers.DateTimeField()
     last_at = serializers.DateTimeField()
@@ -397,11 +403,7 @@ class EndpointViewSet(
         parameters=[
             OpenApiParameter("check", str, required=True, enum=[c.id for c in CHECKS],
                              description="a check id, e.g. ttft_p95_at_concurrency_1"),
-            OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
-            OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
-            OpenApiParameter("max_points", MAX_POINTS_SCHEMA, description=(
-                f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
-                f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
+            *HISTORY_RANGE_PARAMETERS,
         ],
         responses=inline_serializer("CheckHistory", {
             "endpoint": serializers.UUIDField(),
@@ -417,13 +419,7 @@ class EndpointViewSet(
         different versions are never merged."""
         endpoint = self.get_object()
         check = request.query_params.get("check", "")
-        try:
-            max_points = int(request.query_params.get("max_points", DEFAULT_HISTORY_POINTS))
-        except ValueError:
-            raise exceptions.ValidationError({"max_points": ["expected a whole number"]}) from None
-        if not 1 <= max_points <= MAX_HISTORY_POINTS:
-            raise exceptions.ValidationError(
-                {"max_points": [f"expected 1 to {MAX_HISTORY_POINTS}"]})
+        max_points = self._max_points(request)
         try:
             points = check_history(endpoint, check, since=time_param(request, "since"),
                                    until=time_param(request, "until"), max_points=max_points)
@@ -433,13 +429,7 @@ class EndpointViewSet(
                          "points": [p.as_dict() for p in points]})
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("since", OpenApiTypes.DATETIME, description="from this time"),
-            OpenApiParameter("until", OpenApiTypes.DATETIME, description="up to this time"),
-            OpenApiParameter("max_points", MAX_POINTS_SCHEMA, description=(
-                f"at most this many points (default {DEFAULT_HISTORY_POINTS}, at most "
-                f"{MAX_HISTORY_POINTS}); longer ranges come back as time buckets")),
-        ],
+        parameters=HISTORY_RANGE_PARAMETERS,
         responses=inline_serializer("CapacityHistory", {
             "endpoint": serializers.UUIDField(),
             "latest": CapacityLatestSerializer(allow_null=True),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import serializers
 
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.history.slo_wording import WindowWords, target_label
 from scans.models import Endpoint
 
@@ -42,7 +42,7 @@ class AlertWindowSerializer(serializers.Serializer):
 
 
 class SloTargetSerializer(serializers.Serializer):
-    key = serializers.ChoiceField(choices=list(slo.TARGET_KEYS))
+    key = serializers.ChoiceField(choices=list(slo_windows.TARGET_KEYS))
     text = serializers.CharField(help_text="e.g. 'grade B or better'")
     missed_s = serializers.FloatField(help_text="covered seconds during which it was missed")
     share = serializers.FloatField(allow_null=True, help_text="share of the covered time meeting it")
@@ -51,7 +51,7 @@ class SloTargetSerializer(serializers.Serializer):
 class SloWindowSerializer(serializers.Serializer):
     days = serializers.IntegerField()
     status = serializers.ChoiceField(
-        choices=list(slo.STATUSES),
+        choices=list(slo_windows.STATUSES),
         help_text="breaching: the error budget burns fast enough that someone should look now "
         "(a page pair fires), or the covered time's good share is under the objective; at_risk: "
         "it burns faster than it lasts (a ticket pair fires); meeting: neither, with at least "
@@ -98,7 +98,7 @@ class EndpointSloSerializer(serializers.Serializer):
     windows = SloWindowSerializer(many=True)
 
 
-def window_dict(window: slo.SloWindow) -> dict:
+def window_dict(window: slo_windows.SloWindow) -> dict:
     words = WindowWords(window)
     return {
         "days": window.days,
@@ -151,7 +151,7 @@ def window_dict(window: slo.SloWindow) -> dict:
 def endpoint_slo(endpoint: Endpoint) -> dict:
     """The endpoint's 7- and 30-day windows now; `endpoint` came through the scoping layer."""
     now = timezone.now()
-    windows = [slo.window(endpoint, days, now) for days in slo.WINDOW_DAYS]
+    windows = [slo_windows.window(endpoint, days, now) for days in slo_windows.WINDOW_DAYS]
     return EndpointSloSerializer(
         {
             "endpoint": endpoint.public_id,

@@ -352,6 +352,18 @@ def _check_context(prepared: PreparedWorkload, limit: int | None) -> None:
                             "tokens")
 
 
+async def _prefix_words(w: Workload, sizer: _Sizer) -> int:
+    """The filler words of the shared prefix, sized to --shared-prefix-tokens (0 without one)."""
+    if w.shared_prefix_tokens is None:
+        return 0
+
+    async def count_prefix(k: int) -> int:
+        return await sizer.count(filler(k, 7))
+    words, _ = await _solve(count_prefix, w.shared_prefix_tokens,
+                            "the shared prefix", "--shared-prefix-tokens")
+    return words
+
+
 async def _size_spread(prepared: PreparedWorkload, bodies: LoadBodies, sizer: _Sizer,
                        prompt: Callable[[int, int], str]) -> LoadBodies:
     """Size an input spread: the shared prefix, then each anchor length exactly (not cached
@@ -359,12 +371,7 @@ async def _size_spread(prepared: PreparedWorkload, bodies: LoadBodies, sizer: _S
     w = prepared.workload
     spread = w.input_spread
     assert spread is not None
-    prefix_words = 0
-    if w.shared_prefix_tokens is not None:
-        async def count_prefix(k: int) -> int:
-            return await sizer.count(filler(k, 7))
-        prefix_words, _ = await _solve(count_prefix, w.shared_prefix_tokens,
-                                       "the shared prefix", "--shared-prefix-tokens")
+    prefix_words = await _prefix_words(w, sizer)
 
     points: list[tuple[int, int]] = []  # every (filler words, tokens counted): the fit's data
 
@@ -429,12 +436,7 @@ async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
         if abs(counted - w.input_tokens) > tolerance(w.input_tokens):
             cached = None
     if cached is None:
-        prefix_words = 0
-        if w.shared_prefix_tokens is not None:
-            async def count_prefix(k: int) -> int:
-                return await sizer.count(filler(k, 7))
-            prefix_words, _ = await _solve(count_prefix, w.shared_prefix_tokens,
-                                           "the shared prefix", "--shared-prefix-tokens")
+        prefix_words = await _prefix_words(w, sizer)
         words = 0
         if w.input_tokens is not None:
             async def count_prompt(k: int) -> int:

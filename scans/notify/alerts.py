@@ -24,8 +24,7 @@ from django.core.cache import cache
 
 from scans import maintenance
 from scans.grader import is_below_floor
-from scans.history import slo_windows as slo
-from scans.history import state
+from scans.history import slo_windows, state
 from scans.history.slo_wording import WindowWords, rate_text, span_text
 from scans.models import CapacityOutcome, Endpoint, Scan, ScanStatus
 from scans.notify.channels import delivery
@@ -94,7 +93,7 @@ def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     return ("down_recovered", f"the endpoint answers again ({states[mine].label})")
 
 
-# --- SLO burn-rate alerts (scans/history/slo_windows.py's BURN_PAIRS; docs/slo.md) ----------------
+# --- SLO burn-rate alerts (scans/history/slo_windows.py's BURN_PAIRS; docs/slo_windows.md) ----------------
 # The window whose figures an SLO message carries (the dashboard's); the pairs' rates do not
 # depend on it (their spans are at most 3 days).
 SLO_ALERT_WINDOW_DAYS = 7
@@ -108,7 +107,7 @@ def _slo_burn_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     threshold any more after one fired.
     Once per episode: a calmer level while still burning (page → ticket) sends nothing, and a
     conditional UPDATE of Endpoint.slo_burn_alert lets one caller send each change."""
-    current = slo.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
+    current = slo_windows.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
     level, sent = current.alert_level, endpoint.slo_burn_alert
     if level == sent or (level and _BURN_RANK[level] < _BURN_RANK[sent]):
         return None
@@ -135,7 +134,7 @@ def _slo_burn_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
 
 def slo_message(endpoint: Endpoint, scan: Scan) -> dict:
     """The SLO figures an SLO alert carries, as of the scan that raised it."""
-    current = slo.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
+    current = slo_windows.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
     words = WindowWords(current)
     return {
         "status": current.status, "reason": words.status_reason,

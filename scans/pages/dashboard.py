@@ -15,8 +15,7 @@ from django.utils import timezone
 
 from accounts.identity import SignedInRequest
 from accounts.views import team_for_request
-from scans.history import slo_windows as slo
-from scans.history import state
+from scans.history import slo_windows, state
 from scans.history.grades import latest_grades
 from scans.history.slo_wording import WindowWords
 from scans.models import Endpoint, EndpointMode, Scan, ScanStatus
@@ -52,7 +51,7 @@ def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
     if sort not in DASHBOARD_SORTS:
         sort = "state"
     slo_days = SLO_ALERT_WINDOW_DAYS
-    if request.GET.get("slo", "").isdigit() and int(request.GET["slo"]) in slo.WINDOW_DAYS:
+    if request.GET.get("slo", "").isdigit() and int(request.GET["slo"]) in slo_windows.WINDOW_DAYS:
         slo_days = int(request.GET["slo"])
     scans = Scan.objects.for_team(team).filter(endpoint=OuterRef("pk")).exclude(
         finished_at=None).exclude(status=ScanStatus.CANCELLED).order_by("-queued_at")
@@ -83,7 +82,7 @@ def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
     page = Paginator(everything, DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
     endpoints = list(page.object_list)
     latest = latest_grades(endpoints, n=SPARKLINE_SCANS)
-    windows = slo.windows_for(endpoints, slo_days)
+    windows = slo_windows.windows_for(endpoints, slo_days)
     now = timezone.now()
     rows = []
     for endpoint in endpoints:
@@ -107,7 +106,7 @@ def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
                     if summary[key]],
         "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
         "refresh_s": DASHBOARD_REFRESH_S,
-        "slo_days": slo_days, "slo_choices": slo.WINDOW_DAYS, "alert_days": SLO_ALERT_WINDOW_DAYS,
+        "slo_days": slo_days, "slo_choices": slo_windows.WINDOW_DAYS, "alert_days": SLO_ALERT_WINDOW_DAYS,
         "slo_query": "" if slo_days == SLO_ALERT_WINDOW_DAYS else f"&slo={slo_days}",
     })
 

@@ -27,9 +27,8 @@ from scans import maintenance
 from scans.endpoints import profile as load_profile
 from scans.endpoints import service as endpoints
 from scans.grader import describe_slo, goodput_text
-from scans.history import slo_windows as slo
-from scans.history import state
-from scans.history.capacity import capacity_history, latest_capacity
+from scans.history import slo_windows, state
+from scans.history.capacity_history import capacity_history, latest_capacity
 from scans.history.check_results import check_history, unmeasured_reasons
 from scans.history.grades import grade_history
 from scans.history.headlines import headline_history
@@ -206,7 +205,7 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
                                                    reasons=reasons, maintenance=held)})
     # Each window with its words: the figures and what the page says of them.
     windows = [(w, WindowWords(w)) for w in
-               (slo.window(endpoint, days, until, location) for days in slo.WINDOW_DAYS)]
+               (slo_windows.window(endpoint, days, until, location) for days in slo_windows.WINDOW_DAYS)]
     # A list never loads reports (each up to REPORT_MAX_BYTES): the load is a column.
     page = Paginator(endpoint.scans.order_by("-queued_at").defer("report").annotate(
         **load_profile.plan_columns()), SCANS_PER_PAGE).get_page(request.GET.get("page"))

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scans import maintenance
 from scans.grader import format_percent
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.history.slo_wording import duration_text
 from scans.models import Endpoint
 from scans.status_pages.incidents import finished_scans
@@ -85,9 +85,9 @@ def daily_availability(
     starts = day_starts(days, now)
     longest = max(e.interval_minutes for e in endpoints)
     scans = finished_scans(endpoints, starts[0] - timedelta(minutes=longest), now)
-    spanned_sql, params = slo.spans_cte(scans, now, ("down",))
+    spanned_sql, params = slo_windows.spans_cte(scans, now, ("down",))
     held = maintenance.intervals_for(endpoints, starts[0], now)
-    free_rows, free_params = slo.free_values(held)
+    free_rows, free_params = slo_windows.free_values(held)
     sql = f"""
         WITH {spanned_sql},
         free (endpoint_id, free_start, free_end) AS (VALUES {free_rows}),

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from accounts.tenancy import scoped_to_teams
 from scans import maintenance
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.models import Endpoint, Scan, ScanStatus
 
 __all__ = ["Incident", "finished_scans", "incidents"]
@@ -60,7 +60,7 @@ def incidents(
     if not endpoints:
         return result
     now = now or timezone.now()
-    free_rows, free_params = slo.free_values(maintenance.intervals_for(endpoints, since, now))
+    free_rows, free_params = slo_windows.free_values(maintenance.intervals_for(endpoints, since, now))
     scans = (
         finished_scans(endpoints, since, now)
         .filter(status=ScanStatus.SUCCEEDED)

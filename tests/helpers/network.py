@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from rest_framework.test import APIClient
 
 from accounts import teams
-from benchmarks.network import hosts
 from benchmarks.models import CatalogModel, Host, Job, JobStatus
+from benchmarks.network import hosts
 from tests.conftest import bearer, make_user
 
 # A fixed, tz-aware start for time-machine; tests move forward from here.

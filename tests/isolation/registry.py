@@ -121,8 +121,8 @@ def _network_job(w):
 
 
 def _network_submission(w) -> dict:
-    from benchmarks.network import hosts
     from benchmarks.models import CatalogModel
+    from benchmarks.network import hosts
 
     CatalogModel.objects.get_or_create(
         id="isolation-model", defaults={"display_name": "Isolation", "quant": "q4", "context_len": 4096})

@@ -219,8 +219,9 @@ def measure(runs: int, verbose: bool, http: bool) -> None:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from benchmarks import public_cache, snapshot
     from benchmarks.models import Host, Job
+    from benchmarks.public import cache as public_cache
+    from benchmarks.public import snapshot
 
     with connection.cursor() as cur:
         cur.execute("UPDATE benchmarks_host SET last_heartbeat_at = now() - random() * interval '40 seconds' "

@@ -12,7 +12,7 @@ from django.core import mail
 from django.utils import timezone
 
 from scans import maintenance
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.history.slo_wording import WindowWords
 from scans.models import MaintenanceKind, MaintenanceWindow, Scan, ScanTrigger
 from scans.running import dispatch
@@ -145,10 +145,10 @@ def test_slo_time_in_a_window_is_maintenance_neither_good_nor_bad_nor_no_data(wo
     # hourly for 6 h: good, good, bad, bad, good, good; the two bad hours are in a window
     for i, values in enumerate([GRADE_A, GRADE_A, CAPPED_D, CAPPED_D, GRADE_A, GRADE_A]):
         scan_at(endpoint, NOW - (6 - i) * HOUR, values)
-    without = slo.window(endpoint, 7, now=NOW)
+    without = slo_windows.window(endpoint, 7, now=NOW)
     once(world.team, NOW - 4 * HOUR, NOW - 2 * HOUR, endpoint=endpoint)
 
-    held = slo.window(endpoint, 7, now=NOW)
+    held = slo_windows.window(endpoint, 7, now=NOW)
 
     assert without.bad_s == 2 * 3600 and without.covered_s == 6 * 3600
     assert held.maintenance_s == 2 * 3600
@@ -166,7 +166,7 @@ def test_a_window_inside_one_scans_interval_cuts_only_its_own_time(world):
     scan_at(endpoint, NOW - HOUR, CAPPED_D)  # stands for the last hour, bad
     once(world.team, NOW - 40 * timedelta(minutes=1), NOW - 10 * timedelta(minutes=1))
 
-    held = slo.window(endpoint, 7, now=NOW)
+    held = slo_windows.window(endpoint, 7, now=NOW)
 
     assert held.covered_s == 30 * 60 and held.bad_s == 30 * 60 and held.scans == 1
 

@@ -1,7 +1,8 @@
-"""Lease and complete calls answered in front of Django (benchmarks/network/host_wsgi.py): for every
-request the fast path serves, the same bytes the DRF views answer; every request it does not
-serve (a mistake, a bad token, a caller over a limit) reaches the views untouched; the lease's
-rate limit is one allowance whichever path counts it; a dropped database connection survived.
+"""Job calls answered in front of Django (benchmarks/network/host_wsgi.py): for every request the
+fast path serves (a malformed body, a bad token and a caller over a limit included), the same
+bytes the DRF views answer; what only DRF can answer (its negotiation, other content types)
+reaches the views untouched; the lease's rate limit is one allowance whichever path counts it;
+a dropped database connection survived.
 
 The fast path runs in this process (httpx's WSGI transport), in front of the same Django the
 views' calls go to, so both see the same database, cache and settings.
@@ -124,13 +125,7 @@ def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
     net.lease(token)
     assert net.fail(token, failed).status_code == 200
     good, complete = json.dumps(FIGURES).encode(), f"/v1/jobs/{mine}/complete"
-    answered_here = [  # by the fast path itself, as the views answer them
-        ("another host's job", other_token, f"/v1/jobs/{mine}/complete", good, "application/json"),
-        ("a failed job", token, f"/v1/jobs/{failed}/complete", good, "application/json"),
-        ("a lease with no JSON", token, "/v1/hosts/lease", b"whatever", "text/plain"),
-        ("a lease with no body", token, "/v1/hosts/lease", b"", "application/json"),
-    ]
-    handed_to_django = [(name, token, complete, body, "application/json") for name, body in [
+    malformed = [(name, token, complete, body, "application/json") for name, body in [
         ("a figure missing", b'{"ttft_ms": 1, "completion_tokens": 2}'),
         ("a number as a string", b'{"ttft_ms": 1, "completion_tokens": "2", "elapsed_ms": 3}'),
         ("a negative figure", b'{"ttft_ms": -1, "completion_tokens": 2, "elapsed_ms": 3}'),
@@ -139,20 +134,45 @@ def test_refused_and_malformed_calls_get_the_views_answers(net, fast, settings):
         ("a wait over 30 s", b'{"ttft_ms": 1, "completion_tokens": 2, "elapsed_ms": 3, "wait_s": 31}'),
         ("not JSON", b"{nope"),
         ("a list", b"[]"),
-    ]] + [
+        ("null", b"null"),
+        ("no body", b""),
+        # DRF reads a body as strict UTF-8: a byte-order mark or UTF-16 is no JSON to it.
+        ("a byte-order mark", b"\xef\xbb\xbf" + good),
+        ("UTF-16", json.dumps(FIGURES).encode("utf-16")),
+    ]]
+    answered_here = [  # by the fast path itself, as the views answer them
+        ("another host's job", other_token, f"/v1/jobs/{mine}/complete", good, "application/json"),
+        ("a failed job", token, f"/v1/jobs/{failed}/complete", good, "application/json"),
+        ("a lease with no JSON", token, "/v1/hosts/lease", b"whatever", "text/plain"),
+        ("a lease with no body", token, "/v1/hosts/lease", b"", "application/json"),
+        *malformed,
         ("no credentials", None, complete, good, "application/json"),
         ("a team token", "tkv_" + "x" * 40, complete, good, "application/json"),
         ("a revoked token", revoked, complete, good, "application/json"),
-        ("form data", token, complete, b"ttft_ms=1", "application/x-www-form-urlencoded"),
-        ("an upper-case id", token, complete.upper(), good, "application/json"),
+        ("a revoked token, a malformed body", revoked, complete, b"[]", "application/json"),
         ("a lease waiting as a string", token, "/v1/hosts/lease", b'{"wait_s": "2"}',
          "application/json"),
+        ("a lease not JSON", token, "/v1/hosts/lease", b"{nope", "application/json"),
         ("several, none listed", token, "/v1/jobs/complete", b'{"jobs": []}', "application/json"),
         ("several, a bad id", token, "/v1/jobs/complete",
          json.dumps({"jobs": [{"id": "job-1", **FIGURES}]}).encode(), "application/json"),
-        # DRF reads a body as strict UTF-8: a byte-order mark or UTF-16 is no JSON to it.
-        ("a byte-order mark", token, complete, b"\xef\xbb\xbf" + good, "application/json"),
-        ("UTF-16", token, complete, json.dumps(FIGURES).encode("utf-16"), "application/json"),
+        ("several, a null and a list", token, "/v1/jobs/complete",
+         json.dumps({"jobs": [None, [], {"id": mine, **FIGURES, "ttft_ms": "x"}],
+                     "lease_next": "maybe"}).encode(), "application/json"),
+        ("a failure without a reason", token, f"/v1/jobs/{mine}/fail", b"{}", "application/json"),
+        ("a blank reason", token, f"/v1/jobs/{mine}/fail", b'{"reason": "  "}', "application/json"),
+        ("a reason too long", token, f"/v1/jobs/{mine}/fail",
+         json.dumps({"reason": "x" * 191}).encode(), "application/json"),
+        ("a reason as an object", token, f"/v1/jobs/{mine}/fail", b'{"reason": {}}',
+         "application/json"),
+        ("a start of another host's job", other_token, f"/v1/jobs/{mine}/start", b"", "text/plain"),
+        ("a start of a failed job", token, f"/v1/jobs/{failed}/start", b"", "text/plain"),
+        ("a failure repeated", token, f"/v1/jobs/{failed}/fail", b'{"reason": "again"}',
+         "application/json"),
+    ]
+    handed_to_django = [  # what DRF itself must answer: its parsers, its URLs, its negotiation
+        ("form data", token, complete, b"ttft_ms=1", "application/x-www-form-urlencoded"),
+        ("an upper-case id", token, complete.upper(), good, "application/json"),
         # DRF negotiates the answer's format: ?format= and Accept are its to read.
         ("a format in the query", token, complete + "?format=xml", good, "application/json"),
     ]

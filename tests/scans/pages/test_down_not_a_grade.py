@@ -15,8 +15,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from scans.grader.demo_server import TargetConfig, running_target
-from scans.history import slo_windows as slo
-from scans.history import state
+from scans.history import slo_windows, state
 from scans.history.grades import grade_history
 from scans.models import CheckResult, Scan, ScanTrigger
 from scans.running import worker as scan_worker
@@ -154,7 +153,7 @@ def test_a_down_scan_is_a_gap_on_the_grade_line_and_a_miss_in_the_slo_window(wor
         else:
             scan_at(dead, start + i * timedelta(hours=1), GRADE_A)
 
-    window = slo.window(dead, 7, now=NOW)
+    window = slo_windows.window(dead, 7, now=NOW)
     assert window.bad_s == 3600  # the down hour is down time
     assert window.scans == 168
 

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scans.grader.scoring import CheckValue
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.history.slo_wording import WindowWords, missed_text, target_label
 from tests.helpers.factories import make_endpoint
 from tests.scans.conftest import CAPPED_D, GRADE_A, NOW, bulk_scans, scan_at, with_values
@@ -34,7 +34,7 @@ def test_each_scan_stands_for_the_time_until_the_next_one_and_the_budget_is_in_t
     start = NOW - timedelta(days=7)
     _hourly(endpoint, [GRADE_A] * 100 + [CAPPED_D] + [GRADE_A] * 67, start=start)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.covered_s == 7 * 86400 and window.fully_covered
     assert window.bad_s == 3600  # the one grade-D scan stands for its hour
@@ -50,7 +50,7 @@ def test_a_scan_stands_for_at_most_its_interval_and_a_thin_window_says_how_much_
     scan_at(endpoint, NOW - 5 * HOUR, GRADE_A)  # covers 15 min, then nothing until the next
     scan_at(endpoint, NOW - 10 * timedelta(minutes=1), GRADE_A)  # covers the last 10 min
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.covered_s == 25 * 60
     assert not window.fully_covered
@@ -65,7 +65,7 @@ def test_burn_rates_over_one_and_six_hours_divide_the_bad_share_by_the_budget_sh
     # ten hourly scans: the last one (covering the last hour) is below the floor
     _hourly(endpoint, [GRADE_A] * 9 + [CAPPED_D], start=start)
 
-    burn = slo.window(endpoint, 7, now=NOW).burn_rate
+    burn = slo_windows.window(endpoint, 7, now=NOW).burn_rate
 
     assert burn[3600] == pytest.approx(1 / 0.1)  # all of the last hour bad: 10x the budget rate
     assert burn[6 * 3600] == pytest.approx((1 / 6) / 0.1)
@@ -79,7 +79,7 @@ def test_errored_scans_cover_no_time_and_end_the_previous_scans_time(world):
     scan_at(endpoint, NOW - 2 * HOUR + timedelta(minutes=20), status="errored")
     scan_at(endpoint, NOW - HOUR, GRADE_A)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.covered_s == 20 * 60 + 3600
     assert window.errored == 1 and window.scans == 2
@@ -89,7 +89,7 @@ def test_a_scan_started_before_the_window_counts_only_for_its_part_inside(world)
     endpoint = make_endpoint(world.team, interval_minutes=60, slo_grade_floor="B")
     scan_at(endpoint, NOW - timedelta(days=7) - timedelta(minutes=30), CAPPED_D)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.covered_s == 30 * 60 and window.bad_s == 30 * 60
 
@@ -104,7 +104,7 @@ def test_ttft_and_error_rate_targets_read_the_check_values(world):
         with_values(GRADE_A, error_rate=0.05),
     ], start=NOW - 4 * HOUR)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     by_key = {t.key: t for t in window.targets}
     assert by_key["ttft_p95"].missed_s == 2 * 3600  # an unmeasured TTFT misses the target
@@ -116,7 +116,7 @@ def test_ttft_and_error_rate_targets_read_the_check_values(world):
 
 
 def test_an_endpoint_never_scanned_has_an_empty_window_not_a_zero(world):
-    window = slo.window(make_endpoint(world.team), 7, now=NOW)
+    window = slo_windows.window(make_endpoint(world.team), 7, now=NOW)
 
     assert not window.enough and window.share is None and window.meets_objective is None
     assert WindowWords(window).empty_message == "no scan covers the last 7 days"
@@ -129,8 +129,8 @@ def test_the_seven_and_thirty_day_windows_differ_in_time(world):
     scan_at(endpoint, NOW - timedelta(days=20), GRADE_A)
     scan_at(endpoint, NOW - timedelta(days=1), GRADE_A)
 
-    assert slo.window(endpoint, 7, now=NOW).covered_s == 3600
-    assert slo.window(endpoint, 30, now=NOW).covered_s == 2 * 3600
+    assert slo_windows.window(endpoint, 7, now=NOW).covered_s == 3600
+    assert slo_windows.window(endpoint, 30, now=NOW).covered_s == 2 * 3600
 
 
 def test_windows_for_many_endpoints_come_from_two_queries(world):
@@ -140,7 +140,7 @@ def test_windows_for_many_endpoints_come_from_two_queries(world):
         _hourly(endpoint, [CAPPED_D] * 3, start=NOW - 3 * HOUR)
 
     with CaptureQueriesContext(connection) as queries:
-        windows = slo.windows_for([strict, lenient], 7, now=NOW)
+        windows = slo_windows.windows_for([strict, lenient], 7, now=NOW)
 
     # one for the maintenance windows of all of them, one for the scans' sums
     assert len(queries.captured_queries) == 2
@@ -151,7 +151,7 @@ def test_an_objective_of_one_hundred_percent_has_no_budget_to_burn(world):
     endpoint = make_endpoint(world.team, slo_objective=1.0)
     scan_at(endpoint, NOW - HOUR, GRADE_A)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.meets_objective is True and window.budget_s == 0
     assert window.budget_left is None and window.burn_rates[0][1] is None
@@ -191,8 +191,8 @@ def test_a_window_can_be_read_for_one_scan_location(world, owner_client):
     Scan.dangerously_unscoped.filter(pk=eu.pk).update(location="eu")
     Scan.dangerously_unscoped.filter(pk=us.pk).update(location="us")
 
-    assert slo.window(endpoint, 7, location="eu").bad_s == 0
-    assert slo.window(endpoint, 7, location="us").bad_s == pytest.approx(3600, abs=5)
+    assert slo_windows.window(endpoint, 7, location="eu").bad_s == 0
+    assert slo_windows.window(endpoint, 7, location="us").bad_s == pytest.approx(3600, abs=5)
     body = owner_client.get(f"/endpoints/{endpoint.public_id}/?location=eu").content.decode()
     assert 'data-location="us"' in body
     assert "0 min used, 16 h 48 min left" in body
@@ -224,7 +224,7 @@ def test_a_target_missing_its_ttft_target_on_every_scan_is_breaching_at_ten_time
     for i in range(36):
         scan_at(endpoint, NOW - 3 * HOUR + i * FIVE_MIN, SLOW_FIRST_TOKEN)
 
-    window = slo.window(endpoint, 30, now=NOW)
+    window = slo_windows.window(endpoint, 30, now=NOW)
 
     assert window.share == 0 and window.meets_objective is False
     assert window.burn_rate[3600] == pytest.approx(10) and window.burn_rate[6 * 3600] == 10
@@ -246,7 +246,7 @@ def test_a_dead_port_down_for_37_minutes_is_breaching_not_meeting(world):
     for minutes in range(37, 0, -5):
         _down(endpoint, NOW - timedelta(minutes=minutes))
 
-    window = slo.window(endpoint, 30, now=NOW)
+    window = slo_windows.window(endpoint, 30, now=NOW)
 
     assert window.covered_s == 37 * 60 and window.bad_s == 37 * 60  # down time is bad time
     assert window.status == "breaching" and window.alert_level == "page"
@@ -264,7 +264,7 @@ def test_uncovered_time_is_never_counted_as_good(world):
     scan_at(endpoint, NOW - timedelta(days=10) + HOUR, GRADE_A)
     scan_at(endpoint, NOW - timedelta(days=10) + 2 * HOUR, CAPPED_D)
 
-    window = slo.window(endpoint, 30, now=NOW)
+    window = slo_windows.window(endpoint, 30, now=NOW)
 
     assert window.share == pytest.approx(2 / 3) and window.meets_objective is False
     assert window.budget_left > 0.98  # the old reading: "98 % left", green
@@ -280,14 +280,14 @@ def test_a_new_healthy_endpoint_has_no_data_until_an_hour_is_covered_then_meets(
     for i in range(3):
         scan_at(endpoint, NOW - 15 * timedelta(minutes=1) + i * FIVE_MIN, GRADE_A)
 
-    early = slo.window(endpoint, 7, now=NOW)
+    early = slo_windows.window(endpoint, 7, now=NOW)
     assert early.share == 1 and early.status == "no_data"
     assert WindowWords(early).status_reason == (
         "too little data yet: 15 min of 1 h covered, nothing wrong in it")
 
     for i in range(12):
         scan_at(endpoint, NOW + i * FIVE_MIN, GRADE_A)
-    later = slo.window(endpoint, 7, now=NOW + HOUR)
+    later = slo_windows.window(endpoint, 7, now=NOW + HOUR)
     assert later.covered_s == 75 * 60 and later.status == "meeting"
     assert WindowWords(later).status_reason == ("100.0% of the covered time was good (objective 90.0%); "
                                    "no burn-rate alert fires")
@@ -301,7 +301,7 @@ def test_a_slow_burn_is_at_risk_and_a_fast_one_breaching(world):
     bulk_scans(endpoint, start, 144, HOUR, grades=("A",))
     bulk_scans(endpoint, start + 144 * HOUR, 24, HOUR, grades=("A", "A", "D"))
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.share == pytest.approx(1 - 8 / 168)  # above the objective
     assert window.burn_rate[86400] == pytest.approx(10 / 3)
@@ -317,7 +317,7 @@ def test_a_pair_needs_half_its_long_span_covered_before_it_fires(world):
                              interval_minutes=5)
     scan_at(endpoint, NOW - timedelta(minutes=2), CAPPED_D)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.burn_rate[3600] == pytest.approx(100)
     assert window.alert_level == "" and window.status == "no_data"
@@ -329,7 +329,7 @@ def test_a_spent_budget_says_how_far_over_it_is(world):
                              interval_minutes=60)
     _hourly(endpoint, [GRADE_A] + [CAPPED_D] * 5, start=NOW - 6 * HOUR)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.budget_spent and WindowWords(window).budget_used_text == "5 h used: spent, 4 h 50 min over"
     assert window.status == "breaching"

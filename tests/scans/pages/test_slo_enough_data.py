@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scans.history import slo_windows as slo
+from scans.history import slo_windows
 from scans.history.slo_wording import WindowWords
 from tests.conftest import bearer
 from tests.helpers.factories import make_endpoint
@@ -34,7 +34,7 @@ def test_four_minutes_of_bad_scans_are_too_little_data_not_breaching(world):
                              interval_minutes=5)
     scan_at(endpoint, NOW - 4 * MINUTE, CAPPED_D)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.status == "no_data" and window.alert_level == ""
     assert WindowWords(window).status_label == "too little data yet"
@@ -50,7 +50,7 @@ def test_a_ninety_percent_objective_waits_for_the_pair_that_can_page(world):
                              slo_objective=0.9, interval_minutes=5)
     _every_5_min(endpoint, SLOW_FIRST_TOKEN, 40)
 
-    early = slo.window(endpoint, 7, now=NOW)
+    early = slo_windows.window(endpoint, 7, now=NOW)
     assert early.status == "no_data" and early.alert_level == ""
     assert WindowWords(early).status_reason == (
         "too little data yet: 40 min of 3 h covered, 0.0% of it good so far")
@@ -61,7 +61,7 @@ def test_a_ninety_percent_objective_waits_for_the_pair_that_can_page(world):
     later_now = NOW + 2 * HOUR + 20 * MINUTE
     for m in range(0, 140, 5):
         scan_at(endpoint, NOW + m * MINUTE, SLOW_FIRST_TOKEN)
-    later = slo.window(endpoint, 7, now=later_now)
+    later = slo_windows.window(endpoint, 7, now=later_now)
     assert later.covered_s == 3 * 3600 and later.status == "breaching"
     assert later.alert_level == "page"
 
@@ -70,7 +70,7 @@ def test_a_healthy_new_endpoint_says_how_much_more_it_needs(world):
     endpoint = make_endpoint(world.team, interval_minutes=5)
     _every_5_min(endpoint, GRADE_A, 15)
 
-    window = slo.window(endpoint, 7, now=NOW)
+    window = slo_windows.window(endpoint, 7, now=NOW)
 
     assert window.status == "no_data" and WindowWords(window).status_label == "too little data yet"
     assert WindowWords(window).status_reason == (
@@ -84,7 +84,7 @@ def test_each_status_is_said_in_plain_words_beside_its_term(world, owner_client)
     for h in range(4, 0, -1):
         scan_at(endpoint, now - h * HOUR, SLOW_FIRST_TOKEN)
 
-    window = slo.window(endpoint, 7, now=now)
+    window = slo_windows.window(endpoint, 7, now=now)
 
     assert window.status == "breaching"
     assert WindowWords(window).status_meaning == (
