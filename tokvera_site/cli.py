@@ -33,6 +33,8 @@ SUBCOMMANDS = {
     "scan": ("scans.grader.cli.scan", "Load-test and grade an OpenAI-compatible endpoint"),
     "regrade": ("scans.grader.cli.regrade", "Recompute the grade of a report.json from its values"),
     "scoring-table": ("scans.grader.cli.scoring_table", "Print the scoring tables as Markdown"),
+    "calibrate": ("scans.grader.cli.calibrate",
+                  "Print the calibration table from stored pilot scans"),
     "target": ("scans.grader.cli.target", "Run the reference streaming server (for demos and tests)"),
     "host-agent": ("benchmarks.agent", "Run a host agent that serves network jobs"),
 }
@@ -42,7 +44,7 @@ __all__ = ["EXIT_BELOW_FLOOR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "UsageE
 
 
 DESCRIPTION = ("Tokvera: load-test and grade OpenAI-compatible inference endpoints "
-               "(scan, regrade, scoring-table), run the reference target, or a network host "
+               "(scan, regrade, scoring-table, calibrate), run the reference target, or a network host "
                "agent.")
 EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad usage, "
           "3 preflight failed (scan --preflight-only), 4 grade below --fail-under. "

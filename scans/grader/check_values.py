@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scans.grader.figures import percentile
+from scans.grader.figures import percentile, rounded
 from scans.grader.measurement import LevelResult, Measurement
 from scans.grader.prompts import PromptSample, repeat_prompt_share
 from scans.grader.scoring import CheckValue
@@ -68,6 +68,15 @@ def _ratio_precondition(measurement: Measurement) -> tuple[LevelResult, LevelRes
     return base, peak
 
 
+def _input_tokens(level: LevelResult) -> float | None:
+    """The median prompt length of a level's successful requests as the server counted it
+    (what a latency bound that follows the workload is judged at); None when no request's
+    usage said."""
+    counted = [r.prompt_tokens for r in level.succeeded if r.prompt_tokens is not None]
+    median = percentile(counted, 50)
+    return rounded(median) if median is not None else None
+
+
 def _share(numerator: int, denominator: int) -> float:
     return numerator / denominator
 
@@ -87,7 +96,7 @@ def check_values(measurement: Measurement,
     else:
         ttft = percentile(base.ttft_samples_ms(), 95)
         values["ttft_p95_at_concurrency_1"] = (
-            CheckValue(ttft) if ttft is not None
+            CheckValue(ttft, input_tokens=_input_tokens(base)) if ttft is not None
             else CheckValue(None, "no successful request at concurrency 1"))
         gap = percentile(base.gap_samples_ms(), 95)
         values["inter_chunk_p95_at_concurrency_1"] = (
@@ -109,7 +118,8 @@ def check_values(measurement: Measurement,
             values["ttft_p99_load_ratio"] = CheckValue(None, "no time-to-first-token sample to "
                                                              "compare")
         else:
-            values["ttft_p99_load_ratio"] = CheckValue(p99_high / p99_low)
+            values["ttft_p99_load_ratio"] = CheckValue(
+                p99_high / p99_low, input_tokens=_input_tokens(low), loaded_p99_ms=p99_high)
         rate_low = percentile(low.rates(basis), 50)
         rate_high = percentile(high.rates(basis), 50)
         if rate_low is None or rate_high is None or rate_low <= 0:

@@ -9,6 +9,7 @@ report.json beside report.html (report_html.py); the words both show are report_
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -241,17 +242,45 @@ def report_from_measurement(plan: ScanPlan, measurement: Measurement,
     return build_report(plan, measurement, graded, extra)
 
 
-def regrade(report: Mapping[str, Any]) -> dict:
+def regrade(report: Mapping[str, Any], version: str | None = None) -> dict:
     """Recompute every check status and the score from the values stored in `report`, under
-    the current scoring code. Never re-measures; everything else is kept as it was."""
+    a scoring version (default: the current one). Never re-measures; everything else is kept
+    as it was. ValueError for a version never published."""
     values = scoring.values_from_checks(report["checks"])
-    graded = scoring.grade(values)
+    ttft = values.get("ttft_p95_at_concurrency_1")
+    if ttft is not None and ttft.input_tokens is None:
+        # A report graded before bounds followed the workload: its first level's prompts.
+        values["ttft_p95_at_concurrency_1"] = dataclasses.replace(
+            ttft, input_tokens=stored_input_tokens(report))
+    ratio = values.get("ttft_p99_load_ratio")
+    if ratio is not None and isinstance(ratio.value, int | float) and ratio.loaded_p99_ms is None:
+        # Likewise: the loaded p99 is the ratio times the stored concurrency-1 p99.
+        alone = _level_figure(report, "ttft_ms", "p99")
+        values["ttft_p99_load_ratio"] = dataclasses.replace(
+            ratio, input_tokens=ratio.input_tokens or stored_input_tokens(report),
+            loaded_p99_ms=None if alone is None else ratio.value * alone)
+    graded = scoring.grade(values, version)
     new = copy.deepcopy(dict(report))
     previous = (report.get("score") or {}).get("scoring_version")
     new["checks"] = graded.checks
     new["score"] = graded.score
     new.setdefault("measurements", {})["regraded_from_scoring_version"] = previous
     return new
+
+
+def _level_figure(report: Mapping[str, Any], figure: str, stat: str) -> float | None:
+    """One figure of a stored report's concurrency-1 level (None when unknown)."""
+    for level in report.get("levels") or []:
+        if isinstance(level, Mapping) and level.get("concurrency") == 1:
+            spread = level.get(figure)
+            value = spread.get(stat) if isinstance(spread, Mapping) else None
+            return float(value) if isinstance(value, int | float) else None
+    return None
+
+
+def stored_input_tokens(report: Mapping[str, Any]) -> float | None:
+    """The median prompt tokens of a stored report's concurrency-1 level (None when unknown)."""
+    return _level_figure(report, "prompt_tokens", "p50")
 
 
 def write_report(report: Mapping[str, Any], out_dir: str | os.PathLike) -> tuple[Path, Path]:

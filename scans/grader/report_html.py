@@ -65,6 +65,19 @@ def _fmt(value: Any, unit: str | None = None) -> str:
     return fmt.check_value(value, unit or "")
 
 
+def _bound_note(check: Mapping[str, Any]) -> str:
+    """What a check's bounds were computed for, where they follow the workload."""
+    notes = []
+    if isinstance(check.get("input_tokens"), int | float):
+        notes.append(f"bounds for a {check['input_tokens']:,.0f}-token prompt")
+    within = check.get("loaded_within")
+    if isinstance(within, Mapping) and isinstance(check.get("loaded_p99_ms"), int | float):
+        notes.append(f"loaded p99 {check['loaded_p99_ms']:,.0f} ms: within "
+                     f"{within['pass']:,.0f} ms passes, {within['warn']:,.0f} ms warns, "
+                     "whatever the ratio")
+    return "; ".join(notes)
+
+
 def _bound(bound: Mapping[str, Any], unit: str) -> str:
     return fmt.bound_text(bound["op"], bound["value"], unit)
 
@@ -123,6 +136,7 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
             "value_text": fmt.check_value(check.get("value"), unit, _check_bounds(check)),
             "pass_text": _bound(check["pass"], unit),
             "warn_text": _bound(check["warn"], unit),
+            "bound_note": _bound_note(check),
         })
     levels = []
     for lv in report.get("levels", []):

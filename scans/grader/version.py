@@ -4,4 +4,4 @@
 file without importing the `scans.grader` package, whose __init__ loads the whole scanner.
 """
 
-SCORING_VERSION = "0.9.0"
+SCORING_VERSION = "1.0.0"

@@ -1,5 +1,6 @@
-"""`tokvera regrade REPORT.json [--out DIR] [--json FILE]`: recompute statuses and score from a
-report's stored values under the current scoring code. Never re-measures. Prints one summary
+"""`tokvera regrade REPORT.json [--scoring-version V] [--out DIR] [--json FILE]`: recompute
+statuses and score from a report's stored values under a scoring version (default: the
+current one; every published version stays reproducible). Never re-measures. Prints one summary
 line; writes the re-graded report only where asked (--out: report.json and report.html;
 --json: one JSON file, or - for stdout)."""
 
@@ -23,6 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (f"exit status: 0 done (and, with --against, comparable); 2 bad usage; "
                      f"{EXIT_NOT_COMPARABLE} --against a report that is not comparable")
     parser.add_argument("report", metavar="REPORT.json", type=Path, help="a scan's report.json")
+    parser.add_argument("--scoring-version", metavar="V", default=None,
+                        choices=scoring.SCORING_VERSIONS,
+                        help=f"grade under this scoring version (default {scoring.SCORING_VERSION}; "
+                             f"one of {', '.join(scoring.SCORING_VERSIONS)})")
     parser.add_argument("--out", metavar="DIR", type=Path, default=None,
                         help="write the re-graded report.json and report.html into DIR")
     parser.add_argument("--json", metavar="FILE", default=None,
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     # --against: comparable only with the same scoring version and the same workload
     other = _read(args.against) if getattr(args, "against", None) is not None else None
     try:
-        new = regrade(report)
+        new = regrade(report, args.scoring_version)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{args.report}: cannot re-grade its checks: {exc}") from None
     text = json.dumps(new, indent=2, ensure_ascii=False) + "\n"
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     reasons: list[str] = []
     if other is not None:
         texts.append(f"workload: {workload_lines(new)[0]}; other: {workload_lines(other)[0]}")
-        reasons = comparability(new, regrade(other))
+        reasons = comparability(new, regrade(other, args.scoring_version))
         texts.extend(f"not comparable with {args.against}: {reason}" for reason in reasons)
         if not reasons:
             texts.append(f"comparable with {args.against}: same scoring version and workload")

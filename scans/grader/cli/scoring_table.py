@@ -1,4 +1,5 @@
-"""`tokvera scoring-table`: print the scoring tables, or check a document's copy of them."""
+"""`tokvera scoring-table [--scoring-version V]`: print the scoring tables (bounds, where each
+comes from, weights, bands, caps), or check a document's copy of them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from scans.grader.cli import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scoring-version", metavar="V", default=None,
+                        choices=scoring.SCORING_VERSIONS,
+                        help=f"the tables of this version (default {scoring.SCORING_VERSION}; "
+                             f"one of {', '.join(scoring.SCORING_VERSIONS)})")
     parser.add_argument(
         "--check", metavar="FILE", type=Path,
         help="instead of printing, exit 1 when FILE's generated block (between "
@@ -19,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.check is None:
-        sys.stdout.write(scoring.markdown())
+        sys.stdout.write(scoring.markdown(args.scoring_version))
         return 0
     try:
         text = args.check.read_text(encoding="utf-8")

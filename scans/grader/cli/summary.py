@@ -183,10 +183,10 @@ def _grade_line(report: Mapping[str, Any]) -> str:
                     "cap)" if score.get("grade") in scoring.GRADES else "")
         return f"no quality grade: the endpoint did not answer{recorded}; {counts}"
     if score.get("grade") in scoring.GRADES:
-        provisional = (f", provisional scoring {score.get('scoring_version')}"
-                       if score.get("provisional") else "")
-        return (f"grade {score['grade']} ({fmt.number(score.get('points'), 'rate')} points"
-                f"{provisional}); {counts}")
+        version = (f"{'provisional ' if score.get('provisional') else ''}scoring "
+                   f"{score.get('scoring_version')}")
+        return (f"grade {score['grade']} ({fmt.number(score.get('points'), 'rate')} points, "
+                f"{version}); {counts}")
     return f"no grade: {score.get('reason')}; {counts}"
 
 

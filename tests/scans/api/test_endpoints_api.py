@@ -140,7 +140,7 @@ def test_stored_report_is_served_back_whole(world, api):
     summary = api.get(reverse("api-scan-detail", kwargs={"public_id": scan.public_id}),
                       **bearer(world.read_only_token)).json()
     assert summary["grade"] == scan.report["score"]["grade"]
-    assert summary["scoring_version"] == "0.9.0" and summary["provisional"] is True
+    assert summary["scoring_version"] == "1.0.0" and summary["provisional"] is False
 
 
 def test_a_pushed_report_is_regraded_here_not_trusted(world, api, eager_tasks):

@@ -19,9 +19,10 @@ from tests.helpers.servers import validate_report as validate
 from tokvera_site.cli import main
 
 FAST = TargetConfig(ttft_ms=5, itl_ms=1, tokens=8)
-# One stream at a time: at 4 in flight a request waits for three others, so TTFT p99 under
-# load is several times the one-request figure and ttft_p99_load_ratio fails (cap C).
-QUEUEING = TargetConfig(ttft_ms=20, itl_ms=1, tokens=8, max_concurrency=1)
+# One stream at a time: at 4 in flight a request waits for three others (each ~0.75 s), so
+# TTFT p99 under load is many times the one-request figure and, past the time-to-first-token
+# bounds, ttft_p99_load_ratio fails (cap C).
+QUEUEING = TargetConfig(ttft_ms=150, itl_ms=120, tokens=6, max_concurrency=1)
 SERVED_MODEL = "tokvera-target"  # what the reference target lists in /models
 
 

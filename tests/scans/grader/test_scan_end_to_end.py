@@ -39,7 +39,7 @@ def test_a_scan_of_the_reference_target_measures_every_level_and_grades_it():
     assert checks["generation_rate_load_ratio"]["basis"] == "tokens"
     assert checks["repeat_prompt_share"]["status"] == "insufficient_evidence"
     assert report["score"]["grade"] in {"A", "B", "C", "D", "F"}
-    assert report["score"]["provisional"] is True
+    assert (report["score"]["scoring_version"], report["score"]["provisional"]) == ("1.0.0", False)
     assert report["target"] == {"base_url": plan.base_url, "model": "demo"}
 
 
@@ -122,7 +122,8 @@ def test_the_html_report_is_self_contained():
     report = report_from_measurement(plan, m)
     html = render_html(report)
     assert html.lstrip().startswith("<!DOCTYPE html>")
-    assert "<svg" in html and "Provisional scoring" in html
+    assert "<svg" in html and "Scoring 1.0.0" in html and "Provisional" not in html
+    assert "Provisional scoring 0.9.0" in render_html(regrade(report, "0.9.0"))
     for check in report["checks"]:
         assert check["id"] in html
     # No network: nothing is loaded from anywhere.

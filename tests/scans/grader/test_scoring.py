@@ -1,3 +1,8 @@
+"""Scoring 0.9.0, the scoring specification's provisional table, graded exactly as it was
+published: every test here grades under "0.9.0" (1.0.0 re-grades; 0.9.0 stays reproducible).
+1.0.0's own rules are in test_scoring_versions.py."""
+
+import functools
 import math
 from decimal import Decimal
 from fractions import Fraction
@@ -7,7 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scans.grader import scoring
-from scans.grader.scoring import CHECKS, GRADES, CheckValue, grade, values_from_checks
+from scans.grader.scoring import GRADES, CheckValue, values_from_checks
+from scans.grader.scoring_rules import RULES
+
+V090 = RULES["0.9.0"]
+CHECKS = V090.checks
+grade = functools.partial(scoring.grade, version="0.9.0")
 
 HEALTHY = {
     "ttft_p95_at_concurrency_1": 300.0,
@@ -40,10 +50,8 @@ def cap_ids(graded):
 
 # --- version ----------------------------------------------------------------------------------
 
-def test_scoring_version_is_pinned_at_0_9_0_and_provisional():
-    # Promotion to 1.0.0 is a decision recorded in DECISIONS.md; this test changes with it.
-    assert scoring.SCORING_VERSION == "0.9.0"
-    assert scoring.PROVISIONAL is True
+def test_0_9_0_is_still_graded_and_says_it_is_provisional():
+    assert V090.provisional is True
     score = grade(values()).score
     assert score["scoring_version"] == "0.9.0"
     assert score["provisional"] is True
@@ -67,10 +75,10 @@ def test_checks_are_the_spec_checks_in_table_order():
 
 
 def test_pillar_weights_bands_and_caps_are_the_spec_ones():
-    assert scoring.PILLAR_WEIGHTS == {"latency": 35, "reliability": 30, "capacity": 15,
+    assert V090.pillar_weights == {"latency": 35, "reliability": 30, "capacity": 15,
                                       "observability": 10, "cost_and_cache": 10}
-    assert scoring.BANDS == (("A", 90), ("B", 80), ("C", 70), ("D", 60), ("F", 0))
-    assert [(cap.id, cap.grade_at_best) for cap in scoring.CAPS] == [
+    assert V090.bands == (("A", 90), ("B", 80), ("C", 70), ("D", 60), ("F", 0))
+    assert [(cap.id, cap.grade_at_best) for cap in V090.caps] == [
         ("no_successful_request", "F"),
         ("error_rate_over_25_percent", "F"),
         ("error_rate_over_5_percent", "D"),
@@ -84,7 +92,7 @@ def test_each_check_entry_has_the_report_fields():
     ttft = graded.checks[0]
     assert ttft == {
         "id": "ttft_p95_at_concurrency_1", "pillar": "latency",
-        "measures": scoring.check_by_id("ttft_p95_at_concurrency_1").measures,
+        "measures": V090.check("ttft_p95_at_concurrency_1").measures,
         "value": 300.0, "unit": "ms",
         "pass": {"op": "<=", "value": 800}, "warn": {"op": "<=", "value": 2000},
         "status": "pass", "counted": True,

@@ -21,9 +21,10 @@ def test_docs_scoring_block_equals_markdown():
     assert block.strip("\n") == scoring.markdown().strip("\n")
 
 
-def test_markdown_carries_the_spec_figures_and_ids():
-    text = scoring.markdown()
+def test_the_0_9_0_tables_still_carry_the_spec_figures_and_ids():
+    text = scoring.markdown("0.9.0")
     assert "Scoring version: 0.9.0" in text
+    assert "**Provisional.**" in text
     for row in [
         "| latency | 35 |", "| reliability | 30 |", "| capacity | 15 |",
         "| observability | 10 |", "| cost_and_cache | 10 |",
@@ -42,6 +43,20 @@ def test_markdown_carries_the_spec_figures_and_ids():
         assert f"| `{check.id}` | {check.pillar} |" in text
 
 
+def test_the_current_tables_show_the_calibrated_bounds_and_where_each_comes_from():
+    text = scoring.markdown()
+    assert "Scoring version: 1.0.0" in text and "Provisional" not in text
+    assert ("| ≤ 500 + 100 per 1,000 input tokens | ≤ 2000 + 500 per 1,000 input tokens "
+            "| > 2000 + 500 per 1,000 input tokens | yes |") in text
+    assert "| ≤ 50 | ≤ 150 | > 150 | yes |" in text
+    assert "| ≤ 2 | ≤ 4 | > 4 | yes |" in text  # kept
+    sources = text.split("### Where each bound comes from")[1].split("###")[0]
+    for check in scoring.CHECKS:
+        row = next(line for line in sources.splitlines() if line.startswith(f"| `{check.id}` |"))
+        assert len(row.split("|")[2].strip()) > 20, row  # a reason, not a blank
+    assert "MLPerf" in sources and "GuideLLM" in sources
+
+
 def test_scoring_table_prints_markdown(capsys):
     assert run_scoring_table() == 0
     assert capsys.readouterr().out == scoring.markdown()
@@ -53,7 +68,7 @@ def test_scoring_table_check_passes_on_the_docs():
 
 def test_scoring_table_check_fails_with_one_line_on_a_tampered_copy(tmp_path, capsys):
     tampered = tmp_path / "scoring.md"
-    tampered.write_text(DOCS.read_text(encoding="utf-8").replace("| ≤ 800 |", "| ≤ 900 |"),
+    tampered.write_text(DOCS.read_text(encoding="utf-8").replace("| ≤ 50 |", "| ≤ 60 |"),
                         encoding="utf-8")
     assert run_scoring_table("--check", str(tampered)) == 1
     message = capsys.readouterr().err

@@ -34,7 +34,7 @@ def test_a_claimed_scan_runs_and_stores_its_report_and_check_rows(world, setting
     scan.refresh_from_db()
     assert scan.status == ScanStatus.SUCCEEDED
     assert scan.grade == scan.report["score"]["grade"]
-    assert scan.scoring_version == "0.9.0" and scan.provisional
+    assert scan.scoring_version == "1.0.0" and not scan.provisional
     assert [lv["concurrency"] for lv in scan.report["levels"]] == [1, 2]
     rows = CheckResult.dangerously_unscoped.filter(scan=scan)
     assert rows.count() == len(scan.report["checks"])
