@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .proof import ImpossibleReport, ReportDisagrees
     from .proof import prove as prove_report
     from .redaction import redact_report, redact_text
-    from .report import REPORT_SCHEMA_PATH, report_from_measurement
+    from .report import REPORT_SCHEMA_PATH, regrade, report_from_measurement
     from .report_html import render_html
     from .report_text import cap_text, comparability, describe_capacity, describe_slo, goodput_text, is_down
     from .runner import GC_GEN0_THRESHOLD, LOOP_LAG_THRESHOLD_MS, list_models, run_scan, run_scan_async
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         INSUFFICIENT_EVIDENCE,
         PILLAR_WEIGHTS,
         SCORING_VERSION,
+        SCORING_VERSIONS,
         Check,
         check_by_id,
         is_below_floor,
@@ -116,11 +117,13 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     # the grade
     **{name: ("scoring", name) for name in (
         "BANDS", "CHECK_LABELS", "CHECKS", "GRADES", "INSUFFICIENT_EVIDENCE", "PILLAR_WEIGHTS",
-        "SCORING_VERSION", "Check", "check_by_id", "is_below_floor", "values_from_checks")},
+        "SCORING_VERSION", "SCORING_VERSIONS", "Check", "check_by_id", "is_below_floor",
+        "values_from_checks")},
     "grade_check_values": ("scoring", "grade"),
     # the report, its words and its proof
     "REPORT_SCHEMA_PATH": ("report", "REPORT_SCHEMA_PATH"),
     "report_from_measurement": ("report", "report_from_measurement"),
+    "regrade": ("report", "regrade"),
     "render_html": ("report_html", "render_html"),
     **{name: ("report_text", name) for name in (
         "cap_text", "comparability", "describe_capacity", "describe_slo", "goodput_text",
@@ -160,6 +163,7 @@ __all__ = [
     "PILLAR_WEIGHTS",
     "REPORT_SCHEMA_PATH",
     "SCORING_VERSION",
+    "SCORING_VERSIONS",
     "Check",
     "ConnectGuard",
     "ConnectionRefusedByGuard",
@@ -213,6 +217,7 @@ __all__ = [
     "prove_report",
     "redact_report",
     "redact_text",
+    "regrade",
     "render_html",
     "repeat_prompt_share",
     "report_from_measurement",

@@ -5,9 +5,11 @@ score records: the caps that bind it (added or lifted), the points and the band 
 and each pillar's points weighted by its effective weight (the pillar's contribution).
 
 Grades of different scoring versions are not comparable (the spec): `Comparison.same_version`
-is False then, and the page says so before anything else. When the previous report was graded
-under another version, `regraded_previous` re-grades its stored values under this site's
-scoring code (never re-measuring), which is comparable with a current report.
+is False then, and the first reason says the two were computed under different versions
+("0.9.0 vs 1.0.0"). When the later report is under this site's version and the earlier one is
+not, `regraded_previous` re-grades the earlier one's stored values under it (scans.grader's
+`regrade`, as `manage.py regrade_scans` does: never re-measuring), which is comparable, and the
+first reason says what it gives.
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from scans.grader import (
     SCORING_VERSION,
     cap_text,
     comparability,
-    grade_check_values,
     is_down,
-    values_from_checks,
+    regrade,
 )
 
 __all__ = ["FLAG_RELATIVE_CHANGE", "CheckChange", "Comparison", "FigureChange", "PillarChange",
@@ -306,8 +307,8 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any], *, between: str
     if (not comparison.same_version
             and comparison.after_version == SCORING_VERSION and before.get("checks")):
         try:
-            regraded = grade_check_values(values_from_checks(before["checks"])).score
-        except (ValueError, KeyError):
+            regraded = regrade(before, SCORING_VERSION)["score"]
+        except (ValueError, KeyError, TypeError):
             regraded = None  # a check this version does not know: nothing comparable to show
     b_down, a_down = is_down(before), is_down(after)
     comparison = Comparison(**{**comparison.__dict__,
@@ -318,10 +319,10 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any], *, between: str
                                "after_label": labels[1],
                                "before_profile": load_profile.profile_of(before.get("plan")).label,
                                "after_profile": load_profile.profile_of(after.get("plan")).label,
-                               "load_differences": _load_differences(before, after)})
+                               "load_differences": _load_differences(before, after),
+                               "regraded_previous": regraded})
     return Comparison(**{**comparison.__dict__, "reasons": _reasons(comparison, a_score,
                                                                       b_score),
-                         "regraded_previous": regraded,
                          "figures": _figures(before, after)})
 
 
@@ -421,8 +422,28 @@ def _reasons(c: Comparison, a_score: Mapping, b_score: Mapping) -> tuple[str, ..
                    f"their grades are not comparable. {summary}, but across loads that says "
                    "little; compare the measured values below with that in mind")
     if not c.same_version:
-        summary = (f"The scans were graded under different scoring versions "
-                   f"({c.before_version} and {c.after_version}): their grades are not "
-                   f"comparable. {summary}, but across versions that says nothing; compare "
-                   "the measured values below")
+        summary = (f"{_versions_sentence(c)} {summary}, but across versions that says "
+                   f"nothing; {_regraded_clause(c)}")
     return (summary + ".", *reasons)
+
+
+def _versions_sentence(c: Comparison) -> str:
+    """The two grades' versions, plainly: "... computed under different scoring versions
+    (0.9.0 vs 1.0.0)"."""
+    return (f"The two grades were computed under different scoring versions "
+            f"({c.before_version or 'unknown'} vs {c.after_version or 'unknown'}): they are "
+            "not comparable.")
+
+
+def _regraded_clause(c: Comparison) -> str:
+    """Where the comparable figure is: the earlier report re-graded under the later one's
+    version, else the measured values."""
+    regraded = c.regraded_previous
+    if not regraded:
+        return "compare the measured values below"
+    points = regraded.get("points")
+    figure = _letter(regraded.get("grade")) + (f" with {points:.1f} points"
+                                              if isinstance(points, int | float) else "")
+    return (f"re-graded under {regraded.get('scoring_version')} from its stored values "
+            f"(nothing re-measured), {c.before_label} would be {figure}, which is comparable "
+            f"with {c.after_label}")

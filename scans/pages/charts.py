@@ -651,9 +651,12 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
         ticks = [(v, tick_text(v, check.unit, values[1] - values[0])) for v in values]
     axes = frame.axes(ticks, narrow_y=every_other([v for v, _ in ticks]))
     runs = _segments(points)
+    # A bound that grows with the prompt's length is not one line: each point's status says
+    # how it fared, and the legend gives the rule.
+    follows_prompt = check.per_1k_input_tokens is not None
     bounds = []
     for run in runs:
-        if run[0].scoring_version != SCORING_VERSION or boolean:
+        if run[0].scoring_version != SCORING_VERSION or boolean or follows_prompt:
             continue
         x1, x2 = frame.x(run[0].at), frame.x(run[-1].last_at)
         x1, x2 = (x1 - 4, x2 + 4) if x1 == x2 else (x1, x2)
@@ -669,6 +672,9 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
                    "stroke_width": 1.5,
                    "label": f"{name} {OPS[check.op]} {_format_value(float(bound), check)}"}
                   for name, bound in (("pass", check.pass_value), ("warn", check.warn_value))]
+        if follows_prompt:  # no line to key: each point's colour is its status
+            legend = [{"key": "bounds", "colour": STATUS_COLOURS["warn"], "dash": "",
+                       "stroke_width": 1.5, "label": "bounds grow with the prompt's length"}]
     legend.append({"key": "unmeasured", "colour": NO_GRADE_COLOUR, "dash": "2 3",
                    "stroke_width": 1.5, "label": "not measured"})
     segments = []

@@ -215,7 +215,8 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
                 if scan.status == ScanStatus.SUCCEEDED else None)
     latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED).order_by("-queued_at")
               .annotate(**load_profile.plan_columns())
-              .only("grade", "provisional", "pushed", "queued_at", "down").first())
+              .only("grade", "provisional", "scoring_version", "pushed", "queued_at", "down")
+              .first())
     if latest is not None:
         setattr(latest, "load_profile",  # noqa: B010 - a page-only attribute, not a field
                 load_profile.profile_of_row(vars(latest)))

@@ -47,9 +47,20 @@ def scan_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         # the load that produced this grade, from the report itself (not today's settings)
         "profile": load_profile.profile_of(scan.report.get("plan")) if scan.report else None,
         "down": _down(endpoint, scan),
+        "regraded_from": regraded_from(scan),
         "status_label": status_label(scan),
         "can_write": can_write(request, endpoint.team_id),
     })
+
+
+def regraded_from(scan: Scan) -> str:
+    """The scoring version this scan was graded under before a re-grade from its stored numbers
+    (`manage.py regrade_scans`, which marks it in the report's measurements), "" when it never
+    was: a re-grade is said beside the grade, so nobody reads it as a new measurement."""
+    measurements = (scan.report or {}).get("measurements")
+    previous = (measurements.get("regraded_from_scoring_version")
+                if isinstance(measurements, dict) else None)
+    return previous if isinstance(previous, str) and previous != scan.scoring_version else ""
 
 
 def status_label(scan: Scan) -> str:
@@ -122,6 +133,7 @@ def scan_status(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         "queued_at": when(scan.queued_at), "started_at": when(scan.started_at),
         "finished_at": when(scan.finished_at),
         "grade": scan.grade or None,
+        "scoring_version": scan.scoring_version or None,  # the version beside the grade
         "points": float(scan.points) if scan.points is not None else None,
         "down": scan.down,
         "error_reason": scan.error_reason if scan.status in (ScanStatus.ERRORED,

@@ -59,7 +59,8 @@ def _when(moment: datetime) -> str:
 
 
 def _latest_grades(page: StatusPage, endpoints: list[Endpoint]) -> dict[int, dict]:
-    """Each endpoint's latest graded scan: grade, provisional, time, profile label. The
+    """Each endpoint's latest graded scan: grade, provisional, scoring version, time, profile
+    label. The
     profile never names a dataset (a file name is the team's, not chosen for the page)."""
     if not endpoints:
         return {}
@@ -74,7 +75,8 @@ def _latest_grades(page: StatusPage, endpoints: list[Endpoint]) -> dict[int, dic
         scans.order_by("endpoint_id", "-queued_at", "-pk")
         .distinct("endpoint_id")
         .annotate(**plan_columns())
-        .values("endpoint_id", "grade", "provisional", "queued_at", *plan_columns().keys())
+        .values("endpoint_id", "grade", "provisional", "scoring_version", "queued_at",
+                *plan_columns().keys())
     )
     result = {}
     for row in rows:
@@ -82,6 +84,7 @@ def _latest_grades(page: StatusPage, endpoints: list[Endpoint]) -> dict[int, dic
         result[row["endpoint_id"]] = {
             "grade": row["grade"],
             "provisional": row["provisional"],
+            "scoring_version": row["scoring_version"],
             "at": _when(row["queued_at"]),
             "profile": profile_of_row(row).label,
         }

@@ -127,7 +127,7 @@ def test_history_returns_one_checks_values_with_their_scoring_version(world, api
                    **bearer(world.read_only_token)).json()
     assert [p["value"] for p in body["points"]] == [200.0, 900.0, 300.0]
     assert [p["status"] for p in body["points"]] == ["pass", "warn", "pass"]
-    assert {p["scoring_version"] for p in body["points"]} == {"0.9.0"}
+    assert {p["scoring_version"] for p in body["points"]} == {"1.0.0"}
     unknown = api.get(url, {"check": "vibes"}, **bearer(world.read_only_token))
     assert unknown.status_code == 400 and "check" in unknown.json()
 

@@ -24,7 +24,7 @@ def test_a_short_history_has_one_point_per_scan_oldest_first(endpoint):
     points = grade_history(endpoint, NOW - timedelta(days=1), NOW)
 
     assert [(p.grade, p.points, p.scans) for p in points] == [("B", 85.2, 1), ("A", 100.0, 1)]
-    assert all(p.scoring_version == "0.9.0" and p.provisional for p in points)
+    assert all(p.scoring_version == "1.0.0" and not p.provisional for p in points)
     assert points[0].scan_id is not None
 
 
@@ -119,7 +119,7 @@ def test_check_history_reads_one_check_with_its_version(endpoint):
                                    NOW - timedelta(days=1), NOW)
 
     assert [(p.value, p.status, p.scoring_version) for p in points] == [
-        (210.0, "pass", "0.9.0"), (2500.0, "fail", "0.9.0")]
+        (210.0, "pass", "1.0.0"), (2500.0, "fail", "1.0.0")]
     assert points[1].as_dict()["failed"] == 1
 
 

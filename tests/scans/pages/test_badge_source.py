@@ -52,14 +52,14 @@ def measured_then_pushed(world, api, endpoint):
 
 def test_a_pushed_latest_grade_says_pushed_on_the_badge_and_the_endpoint_page(
         measured_then_pushed, owner_client):
-    assert _badge(measured_then_pushed) == ("pushed", "A", "A (provisional, pushed)")
+    assert _badge(measured_then_pushed) == ("pushed", "A", "A (pushed)")
     page = owner_client.get(reverse("endpoint-detail", args=[measured_then_pushed.public_id]))
     assert 'data-latest-source="pushed"' in page.content.decode()
 
 
 def test_a_site_measured_grade_carries_no_pushed_mark(world, endpoint, owner_client):
     scan_at(endpoint, timezone.now() - timedelta(hours=1), GRADE_B)
-    assert _badge(endpoint) == ("site", "B", "B (provisional)")
+    assert _badge(endpoint) == ("site", "B", "B")
     page = owner_client.get(reverse("endpoint-detail", args=[endpoint.public_id]))
     assert 'data-latest-source="site"' in page.content.decode()
 
@@ -69,7 +69,7 @@ def test_a_team_that_chose_site_measured_badges_shows_the_sites_grade_not_the_pu
     response = owner_client.post(reverse("team-settings", args=[world.team.slug]),
                                  {"badge_site_measured_only": "on"})
     assert response.status_code == 302
-    assert _badge(measured_then_pushed) == ("site", "B", "B (provisional)")
+    assert _badge(measured_then_pushed) == ("site", "B", "B")
 
 
 def test_site_measured_badges_with_only_pushed_grades_show_no_grade(world, api, endpoint):

@@ -64,7 +64,7 @@ def test_a_team_member_tracks_an_endpoint_through_the_pages(browser, live_server
     now = timezone.now()
     for hours, values in ((30, GRADE_A), (26, GRADE_B), (22, CAPPED_C), (18, NO_LETTER),
                           (14, GRADE_A), (10, GRADE_A)):
-        scan_at(endpoint, now - timedelta(hours=hours), values)
+        scan_at(endpoint, now - timedelta(hours=hours), values, version="0.9.0")
     scan_at(endpoint, now - timedelta(hours=8), status="errored",
             error_reason="refused to connect to 10.1.2.3: a private address")
     latest = scan_at(endpoint, now - timedelta(hours=6), GRADE_B, version="1.0.0")

@@ -112,21 +112,36 @@ def test_text_in_a_chart_is_escaped():
 
 
 def test_a_check_chart_draws_bounds_only_over_the_current_versions_scans():
-    points = [check_point(0, 300.0, "pass", version="0.8.0"),
-              check_point(1, 2500.0, "fail"), check_point(2, 900.0, "warn"),
-              check_point(3, None, "insufficient_evidence")]
+    points = [check_point(0, 30.0, "pass", version="0.9.0"),
+              check_point(1, 250.0, "fail", version="1.0.0"),
+              check_point(2, 90.0, "warn", version="1.0.0"),
+              check_point(3, None, "insufficient_evidence", version="1.0.0")]
 
-    root = parse(charts.check_chart(points, "ttft_p95_at_concurrency_1", T0,
+    root = parse(charts.check_chart(points, "inter_chunk_p95_at_concurrency_1", T0,
                                     T0 + timedelta(hours=4)))
 
-    assert root.get("data-check") == "ttft_p95_at_concurrency_1"
+    assert root.get("data-check") == "inter_chunk_p95_at_concurrency_1"
     assert root.get("data-breaks") == "1"
     bounds = {g.get("data-bound"): g.get("data-value") for g in root.iter(f"{SVG}g")
               if g.get("data-bound")}
-    assert bounds == {"pass": "800", "warn": "2000"}
+    assert bounds == {"pass": "50", "warn": "150"}
     marks = [g for g in root.iter(f"{SVG}g") if "mark" in (g.get("class") or "").split()]
     assert [(m.get("data-value"), m.get("data-status")) for m in marks] == [
-        ("300", "pass"), ("2500", "fail"), ("900", "warn"), (None, "insufficient_evidence")]
+        ("30", "pass"), ("250", "fail"), ("90", "warn"), (None, "insufficient_evidence")]
+
+
+def test_a_bound_that_grows_with_the_prompt_is_not_drawn_as_one_line():
+    points = [check_point(0, 300.0, "pass", version="1.0.0"),
+              check_point(1, 2500.0, "warn", version="1.0.0")]  # a long prompt's bounds
+
+    root = parse(charts.check_chart(points, "ttft_p95_at_concurrency_1", T0,
+                                    T0 + timedelta(hours=2)))
+
+    assert not [g for g in root.iter(f"{SVG}g") if g.get("data-bound")]
+    legend = {g.get("data-legend"): g.find(f"{SVG}text").text
+              for g in root.iter(f"{SVG}g") if g.get("data-legend")}
+    assert legend == {"bounds": "bounds grow with the prompt's length",
+                      "unmeasured": "not measured"}
 
 
 def test_a_badge_is_a_standalone_svg_with_its_state_in_data_attributes():
@@ -143,14 +158,15 @@ def marks_of(root: ET.Element) -> list[ET.Element]:
 
 
 def test_a_check_chart_has_a_human_title_and_a_legend_for_its_bounds():
-    root = parse(charts.check_chart([check_point(0, 300.0, "pass")],
-                                    "ttft_p95_at_concurrency_1", T0, T0 + timedelta(hours=1)))
+    root = parse(charts.check_chart([check_point(0, 30.0, "pass", version="1.0.0")],
+                                    "inter_chunk_p95_at_concurrency_1", T0,
+                                    T0 + timedelta(hours=1)))
 
     assert root.get("aria-label").startswith(
-        "Time to first token, p95, one request at a time (ttft_p95_at_concurrency_1)")
+        "Gap between chunks, p95, one request at a time (inter_chunk_p95_at_concurrency_1)")
     legend = {g.get("data-legend"): g.find(f"{SVG}text").text
               for g in root.iter(f"{SVG}g") if g.get("data-legend")}
-    assert legend["pass"].startswith("pass ≤ 800") and legend["warn"].startswith("warn ≤ 2,000")
+    assert legend["pass"].startswith("pass ≤ 50") and legend["warn"].startswith("warn ≤ 150")
     assert legend["unmeasured"] == "not measured"
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
+from scans.grader import SCORING_VERSION
 from scans.history.compare import compare
 from tests.scans.conftest import (
     CAPPED_C,
@@ -71,16 +72,19 @@ def test_different_scoring_versions_are_said_before_anything_else(owner_client, 
 
     assert 'data-same-version="false"' in body
     note = re.search(r'<p class="version-note"[^>]*>(.*?)</p>', body, re.S)[1]
-    assert "Different scoring versions." in note
-    assert "Previous scan: graded under scoring 0.8.0; this scan: under 0.9.0" in note
+    assert f"Computed under different scoring versions (0.8.0 vs {SCORING_VERSION})." in note
+    assert f"Previous scan: graded under scoring 0.8.0; this scan: under {SCORING_VERSION}" in note
     assert "Grades of different versions are not comparable" in note
     assert body.index("version-note") < body.index("Why the grade")
     first_reason = re.search(r'<ul class="reasons"><li>(.*?)</li>', body, re.S)[1]
-    assert first_reason.startswith("The scans were graded under different scoring versions "
-                                   "(0.8.0 and 0.9.0): their grades are not comparable.")
+    assert first_reason.startswith("The two grades were computed under different scoring "
+                                   f"versions (0.8.0 vs {SCORING_VERSION}): they are not "
+                                   "comparable.")
     # The previous values re-graded under this site's version give a comparable figure.
     assert 'data-regraded-grade="A"' in body
-    assert "Re-graded from its stored values under this site's scoring 0.9.0" in body
+    assert (f"re-graded under {SCORING_VERSION} from its stored values (nothing re-measured), "
+            "the previous scan would be A with 100.0 points, which is comparable with this "
+            "scan") in first_reason
 
 
 def test_a_scan_with_no_letter_explains_why(owner_client, endpoint):

@@ -133,7 +133,7 @@ def test_a_scanned_endpoint_shows_its_latest_grade_sparkline_and_slo(world, owne
     cells = row(dashboard(owner_client, world), endpoint)
 
     assert re.search(r'<span class="grade grade-B" data-grade="B">B</span>', cells)
-    assert "provisional" in cells and "scoring 0.9.0" in cells
+    assert "scoring 1.0.0" in cells and "provisional" not in cells  # calibrated
     assert 'data-chart="sparkline"' in cells and 'data-grades="A B C A A B"' in cells
     assert "ago" in cells  # the last scan
     assert endpoint.next_scan_at.strftime("%Y-%m-%d %H:%M") in cells

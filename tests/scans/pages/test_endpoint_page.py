@@ -60,8 +60,8 @@ def test_the_history_and_trend_charts_carry_the_scans(world, owner_client, endpo
 
 def test_a_change_of_scoring_version_is_drawn_as_a_break_and_said(world, owner_client, endpoint):
     now = timezone.now()
-    scan_at(endpoint, now - timedelta(hours=3), GRADE_A)
-    scan_at(endpoint, now - timedelta(hours=2), GRADE_A, version="1.0.0")
+    scan_at(endpoint, now - timedelta(hours=3), GRADE_A, version="0.9.0")
+    scan_at(endpoint, now - timedelta(hours=2), GRADE_A)  # graded under 1.0.0
 
     body = page(owner_client, endpoint)
 
@@ -100,7 +100,7 @@ def test_the_slo_windows_show_shares_budget_and_leave_errored_scans_out(world, o
     assert "grade B or better</td><td>80.0%</td><td>1 h</td>" in seven
     assert "TTFT p95 at concurrency 1 at most 800 ms</td><td>80.0%</td><td>1 h</td>" in seven
     assert "1 errored scan left out" in seven
-    assert "scoring 0.9.0" in seven
+    assert "scoring 1.0.0" in seven
 
 
 def test_the_scan_list_shows_errored_scans_with_their_reason(world, owner_client, endpoint):

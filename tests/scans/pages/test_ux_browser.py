@@ -62,10 +62,14 @@ def test_the_charts_name_their_checks_explain_their_lines_and_show_gaps_not_zero
     assert caption.locator("strong").inner_text() == "Failed requests, all levels"
     assert caption.locator("code").inner_text() == "error_rate"
     # A legend names the pass and warn bounds the dashed lines stand for.
-    chart = page.locator("svg[data-chart=check][data-check=ttft_p95_at_concurrency_1]")
+    chart = page.locator("svg[data-chart=check][data-check=inter_chunk_p95_at_concurrency_1]")
     legend = chart.locator(".legend.axis-wide .legend-item text").all_text_contents()
-    assert legend[0].startswith("pass ≤ 800") and legend[1].startswith("warn ≤ 2,000"), legend
+    assert legend[0].startswith("pass ≤ 50") and legend[1].startswith("warn ≤ 150"), legend
     assert chart.locator(".legend.axis-wide .legend-item[data-legend=unmeasured]").count() == 1
+    # Time to first token's bounds grow with the prompt: no single line, the legend says so.
+    ttft = page.locator("svg[data-chart=check][data-check=ttft_p95_at_concurrency_1]")
+    assert ttft.locator(".legend.axis-wide .legend-item text").all_text_contents()[0] == (
+        "bounds grow with the prompt's length")
     # The scan that measured nothing is a gap with its reason, not a point at zero.
     errors = page.locator("svg[data-check=error_rate]")
     gap = errors.locator("g.mark.unmeasured")
