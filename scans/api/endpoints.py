@@ -236,6 +236,8 @@ def _refusal(exc: Exception) -> exceptions.APIException:
         return Unprocessable({"scan_profile": [str(exc)]})
     if isinstance(exc, limits.TooManyEndpoints):
         return exceptions.ValidationError({"team": [str(exc)]})
+    if isinstance(exc, endpoints.IntervalTooShort):  # judged by the endpoint's own scans
+        return Unprocessable({"interval_minutes": [str(exc)]})
     return Unprocessable({"channels": [str(exc)]})  # endpoints.UnknownChannels
 
 
@@ -320,8 +322,9 @@ PROFILE_UNUSABLE = OpenApiResponse(description=(
     'Refused, nothing saved: the scan profile as a whole cannot run (`{"scan_profile": '
     '["…"]}`: levels not ascending from 1, a capacity alert without the capacity search, a '
     "workload over the site's limits, and the like), a load dataset that is not JSONL a scan "
-    "can use, a location this site does not scan from, or a channel id of no channel of the "
-    "endpoint's team."))
+    "can use, a location this site does not scan from, a channel id of no channel of the "
+    "endpoint's team, or a new interval shorter than the endpoint's last scans took "
+    '(`{"interval_minutes": ["…"]}`).'))
 
 
 @extend_schema_view(

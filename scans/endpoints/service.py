@@ -19,6 +19,7 @@ is the caller's Access. In one transaction, in this order (the first refusal win
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from accounts.tenancy import Access
 from scans.endpoints import limits, profile, profile_fields, scheduling
 from scans.endpoints.url_rules import GuardedURL, url_changes
 from scans.grader import DEFAULT_LEVELS, PlanError
-from scans.models import Endpoint, NotificationChannel
+from scans.models import Endpoint, EndpointMode, NotificationChannel, Scan, ScanStatus
 
 __all__ = ["PROFILE_FIELDS", "REFUSALS", "SECRET_FIELDS", "InvalidURL", "Saved",
            "URLChangeRefused", "UnknownChannels", "check_profile", "clean_base_url", "create",
@@ -63,13 +64,21 @@ class URLChangeRefused(Exception):
         super().__init__("; ".join(refused.values()))
 
 
+class IntervalTooShort(Exception):
+    """An interval shorter than the endpoint's scans take: each would wait behind the last."""
+
+
 class UnknownChannels(Exception):
     def __init__(self) -> None:
         super().__init__("no such channel in the endpoint's team")
 
 
 # Every refusal of create() and update(): each surface says them in its own way.
-REFUSALS = (URLChangeRefused, PlanError, limits.TooManyEndpoints, UnknownChannels)
+REFUSALS = (URLChangeRefused, PlanError, limits.TooManyEndpoints, UnknownChannels,
+            IntervalTooShort)
+
+# How many of an endpoint's last scans say how long its scans take.
+TYPICAL_SCAN_SAMPLE = 5
 
 
 @dataclass
@@ -121,11 +130,40 @@ def update(endpoint: Endpoint, data: Mapping[str, Any], by: Access) -> Saved:
         dropped = _drop_secrets(stored, changes.dropped)
         written = [*fields, *(SECRET_FIELDS[name] for name in secrets),
                    *(guarded.secret_field for guarded in changes.dropped)]
+        if stored.interval_minutes != old_interval:
+            _check_interval(stored)
         scheduling.apply_schedule(stored, old_interval)
         stored.save(update_fields=[*dict.fromkeys([*written, "next_scan_at"])])
         if picked is not None:
             stored.channels.set(picked)
     return Saved(stored, dropped)
+
+
+def typical_scan_s(endpoint: Endpoint) -> tuple[float, int] | None:
+    """(the median seconds its last scans ran, how many), or None before any finished."""
+    runs = [(finished - started).total_seconds() for started, finished in
+            Scan.objects.for_team(endpoint.team_id).filter(
+                endpoint_id=endpoint.pk, status=ScanStatus.SUCCEEDED, started_at__isnull=False,
+                finished_at__isnull=False)
+            .order_by("-finished_at").values_list("started_at", "finished_at")
+            [:TYPICAL_SCAN_SAMPLE]]
+    if not runs:
+        return None
+    return sorted(runs)[len(runs) // 2], len(runs)
+
+
+def _check_interval(endpoint: Endpoint) -> None:
+    """A scheduled endpoint's new interval must leave room for one scan (what its last scans
+    took); before any scan there is nothing to judge by."""
+    typical = typical_scan_s(endpoint) if endpoint.mode == EndpointMode.SCHEDULED else None
+    if typical is None or typical[0] <= endpoint.interval_minutes * 60:
+        return
+    seconds, count = typical
+    need = math.ceil(seconds / 60)
+    raise IntervalTooShort(
+        f"scans of this endpoint take about {need} min (the median of its last {count}), so an "
+        f"interval of {endpoint.interval_minutes} min would queue each scan behind the last: "
+        f"choose {need} min or more, or a lighter scan profile")
 
 
 def clean_base_url(url: str) -> str:

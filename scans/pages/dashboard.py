@@ -28,7 +28,7 @@ SPARKLINE_SCANS = 30
 
 DASHBOARD_PAGE_SIZE = 50
 
-#: The dashboard fetches itself this often and swaps in its rows (static/dashboard-refresh.js).
+#: The dashboard fetches itself this often and swaps in its rows (static/page-refresh.js).
 DASHBOARD_REFRESH_S = 15
 
 

@@ -241,6 +241,7 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         "badge_svg": badge_svg, "badge_json": badge_json,
         "latest": latest, "profiles": profiles,
         "cooldown_minutes": int(dispatch.MANUAL_SCAN_COOLDOWN.total_seconds() // 60),
+        "refresh_s": ENDPOINT_REFRESH_S, "refresh_version": _refresh_version(endpoint),
         "state": state.during_maintenance(
             [endpoint], {endpoint.pk: state.current(endpoint)}, until)[endpoint.pk],
         "headline": state.headline(endpoint),
@@ -249,6 +250,17 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
                          "now": o.covers(timezone.now())}
                         for o in maintenance.upcoming(endpoint.team_id, timezone.now(), endpoint)],
     })
+
+
+#: The endpoint page fetches itself this often and, when a scan changed, swaps itself in.
+ENDPOINT_REFRESH_S = 15
+
+
+def _refresh_version(endpoint: Endpoint) -> str:
+    """What the page's self-refresh compares (static/page-refresh.js): the latest scans and
+    their statuses, so the page is swapped in when a scan is queued, starts or ends."""
+    recent = endpoint.scans.order_by("-queued_at").values_list("public_id", "status")[:5]
+    return " ".join(f"{public_id}:{status}" for public_id, status in recent)
 
 
 def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,

@@ -112,7 +112,8 @@ class EndpointForm(forms.ModelForm):
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
             "model": "As the server names it at /models: Test connection lists them.",
             "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
-                                f"({MAX_INTERVAL_MINUTES}).",
+                                f"({MAX_INTERVAL_MINUTES}), and no shorter than a scan takes: "
+                                "a slot whose previous scan is still running is skipped.",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
             "slo_ttft_p95_ms": "Blank: no TTFT target.",
             "slo_objective": (
@@ -299,6 +300,8 @@ class EndpointForm(forms.ModelForm):
             self.add_error(field, f"This scan profile cannot run: {message}.")
         elif isinstance(exc, limits.TooManyEndpoints):
             self.add_error(None, f"{message[0].upper()}{message[1:]}.")
+        elif isinstance(exc, endpoints.IntervalTooShort):
+            self.add_error("interval_minutes", f"{message[0].upper()}{message[1:]}.")
         elif isinstance(exc, endpoints.UnknownChannels):  # deleted while the page was open
             self.add_error("channels", f"{message[0].upper()}{message[1:]}.")
         else:

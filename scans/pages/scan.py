@@ -20,6 +20,7 @@ from scans.grader import progress_text, render_html
 from scans.history import retention
 from scans.history import state as endpoint_state
 from scans.models import Endpoint, Scan, ScanStatus
+from scans.origins import origin_of
 from scans.pages.common import can_write, previous_scan, scan_or_404
 from scans.running import dispatch
 from scans.running import live_progress as live
@@ -100,13 +101,51 @@ def _progress(scan: Scan, now: datetime | None = None) -> dict:
         figures = live.read(scan.public_id)
     elif scan.status == ScanStatus.QUEUED:
         seconds = int((now - scan.queued_at).total_seconds())
-        text = (f"Waiting for a worker for {_duration(seconds)}; the page updates itself when "
-                f"the scan starts.")
+        ahead = _running_ahead(scan)
+        if ahead is not None:
+            text = (f"Queued for {_duration(seconds)} behind the scan of this server started "
+                    f"{ahead.started_at:%H:%M} UTC{_time_left(ahead, now)} (one scan of a "
+                    f"server at a time); the page updates itself when this one starts.")
+        else:
+            text = (f"Waiting for a worker for {_duration(seconds)}; the page updates itself "
+                    f"when the scan starts.")
     else:
         seconds, text = None, ""
     return {"finished": finished, "seconds": seconds, "text": text, "live": figures,
             "live_text": progress_text(figures),
             "cancellable": not finished and scan.trigger in dispatch.CANCELLABLE_TRIGGERS}
+
+
+def _running_ahead(scan: Scan) -> Scan | None:
+    """The running scan of the same team whose server (origin) this queued scan waits for.
+    Only the team's own: another team's scan of the same server is never named to it."""
+    mine = origin_of(scan.endpoint.base_url)
+    running = (Scan.objects.for_team(scan.endpoint.team_id).filter(status=ScanStatus.RUNNING,
+                                                         started_at__isnull=False)
+               .exclude(pk=scan.pk).select_related("endpoint").order_by("started_at"))
+    return next((other for other in running if origin_of(other.endpoint.base_url) == mine),
+                None)
+
+
+def _time_left(running: Scan, now: datetime) -> str:
+    """", about 3 min left": the running scan's own estimate, else what its endpoint's last
+    scans took; empty when neither is known."""
+    figures = live.read(running.public_id) or {}
+    left = figures.get("scan_eta_s")
+    if left is None:
+        took = [(s.finished_at - s.started_at).total_seconds() for s in
+                Scan.objects.for_team(running.endpoint.team_id).filter(
+                    endpoint_id=running.endpoint_id, status=ScanStatus.SUCCEEDED,
+                    started_at__isnull=False, finished_at__isnull=False)
+                .order_by("-finished_at").only("started_at", "finished_at")[:5]]
+        if not took or running.started_at is None:
+            return ""
+        left = sorted(took)[len(took) // 2] - (now - running.started_at).total_seconds()
+    if left <= 0:
+        return ", due to finish any moment"
+    if left < 60:
+        return ", less than a minute left"
+    return f", about {round(left / 60)} min left"
 
 
 def _duration(seconds: int) -> str:

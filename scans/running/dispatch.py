@@ -106,6 +106,13 @@ def _enqueue_slot(endpoint: Endpoint, now: datetime) -> list[int]:
         return []  # a maintenance window pauses its scans: this slot is skipped
     created = []
     for location in scheduling.locations_of(endpoint):
+        if _still_waiting_or_running(endpoint, location):
+            # Its last scan has not ended: the slot is stretched to the next one rather than
+            # queue a scan behind it (scans of one endpoint would pile up and measure each
+            # other's queue). The form refuses an interval shorter than its scans take.
+            log.info("endpoint %s: slot %s at %s skipped, its previous scan has not ended",
+                     endpoint.pk, slot, location)
+            continue
         try:
             with transaction.atomic():
                 # The scan belongs to the endpoint's team.
@@ -119,6 +126,12 @@ def _enqueue_slot(endpoint: Endpoint, now: datetime) -> list[int]:
             continue  # this slot was scanned already; the schedule still moved on
         created.append(scan.pk)
     return created
+
+
+def _still_waiting_or_running(endpoint: Endpoint, location: str) -> bool:
+    return Scan.objects.for_team(endpoint.team_id).filter(
+        endpoint_id=endpoint.pk, location=location, trigger=ScanTrigger.SCHEDULE,
+        status__in=(ScanStatus.QUEUED, ScanStatus.RUNNING)).exists()
 
 
 def redispatch_due(now: datetime | None = None) -> list[int]:

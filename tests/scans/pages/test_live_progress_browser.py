@@ -18,6 +18,7 @@ from django.utils import timezone
 from scans.grader.demo_server import MODEL_ID, TargetConfig, running_target
 from scans.models import OriginLock, Scan, ScanStatus, ScanTrigger
 from scans.pages import dashboard as dashboard_page
+from scans.pages import endpoint as endpoint_page
 from scans.running import dispatch
 from scans.running import worker as scan_worker
 from tests.conftest import build_world
@@ -215,5 +216,34 @@ def test_the_dashboard_refreshes_its_rows_by_itself(browser, live_server, monkey
         timeout=15_000,
     )
     assert row.locator("[data-grade]").first.get_attribute("data-grade") == "A"
+    assert len(loads) == 1
+    assert refused == []
+
+
+def test_the_endpoint_page_refreshes_itself_when_a_scan_starts_and_ends(
+        browser, live_server, monkeypatch):
+    monkeypatch.setattr(endpoint_page, "ENDPOINT_REFRESH_S", 1)
+    world = build_world()
+    endpoint = make_endpoint(world.team, name="llama watched",
+                             next_scan_at=timezone.now() + timedelta(minutes=30))
+    page, refused = logged_in_page(browser, live_server, world.owner, width=1400)
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+    page.goto(f"{live_server.url}/endpoints/{endpoint.public_id}/")
+    assert page.locator("[data-first-scan]").get_attribute("data-first-scan") == "none"
+
+    # A scan starts, then is stored: the page follows both without being loaded again.
+    scan = Scan.dangerously_unscoped.create(
+        endpoint=endpoint, trigger=ScanTrigger.SCHEDULE, status=ScanStatus.RUNNING,
+        started_at=timezone.now())
+    page.wait_for_function(
+        "document.querySelector('[data-first-scan]')"
+        " && document.querySelector('[data-first-scan]').dataset.firstScan === 'running'",
+        timeout=15_000)
+    scan_worker.store_report(scan, report_for(GRADE_A))
+    page.wait_for_function(
+        "document.querySelector('[data-latest-source] [data-grade]') !== null", timeout=15_000)
+    assert page.locator("[data-latest-source] [data-grade]").first.get_attribute(
+        "data-grade") == "A"
     assert len(loads) == 1
     assert refused == []

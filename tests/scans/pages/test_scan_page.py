@@ -7,9 +7,11 @@ from datetime import timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from scans.models import Scan
 from scans.running import worker as scan_worker
+from tests.helpers.factories import make_endpoint
 from tests.scans.conftest import CAPPED_C, GRADE_A, NOW, report_for, scan_at
 
 pytestmark = pytest.mark.django_db
@@ -71,6 +73,43 @@ def test_a_queued_scan_polls_its_status_instead_of_reloading(owner_client, endpo
     assert 'http-equiv="refresh"' not in body
     assert f'data-live-status="/scans/{scan.public_id}/status.json"' in body
     assert "Waiting for a worker for" in body
+
+
+def _running_since(endpoint, started):
+    scan = scan_at(endpoint, started, status="running")
+    Scan.dangerously_unscoped.filter(pk=scan.pk).update(started_at=started)
+    return scan
+
+
+def test_a_scan_queued_behind_its_servers_running_scan_says_so_and_how_long_is_left(
+        world, owner_client, endpoint):
+    # Two endpoints of one server (one origin): the second waits for the first's scan.
+    sibling = make_endpoint(world.team, name="same box, other model",
+                            base_url=endpoint.base_url.replace("/v1", "/v2"))
+    for minutes in (30, 20, 10):  # the server's last scans took six minutes each
+        took = scan_at(endpoint, NOW - timedelta(minutes=minutes), GRADE_A)
+        Scan.dangerously_unscoped.filter(pk=took.pk).update(
+            started_at=NOW - timedelta(minutes=minutes + 6),
+            finished_at=NOW - timedelta(minutes=minutes))
+    running = _running_since(endpoint, timezone.now() - timedelta(minutes=2))
+    queued = Scan.dangerously_unscoped.create(endpoint=sibling, trigger="manual")
+
+    progress = get(owner_client, "scan-status", queued).json()["progress"]
+
+    assert progress.startswith("Queued for ")
+    assert (f"behind the scan of this server started {running.started_at:%H:%M} UTC, about "
+            "4 min left" in progress)
+
+
+def test_another_teams_scan_of_the_same_server_is_never_named(world, owner_client, endpoint):
+    theirs = make_endpoint(world.other_team, name="their model", base_url=endpoint.base_url)
+    _running_since(theirs, timezone.now() - timedelta(minutes=2))
+    queued = Scan.dangerously_unscoped.create(endpoint=endpoint, trigger="manual")
+
+    progress = get(owner_client, "scan-status", queued).json()["progress"]
+
+    assert progress.startswith("Waiting for a worker for ")
+    assert "behind" not in progress
 
 
 def test_the_status_json_says_where_a_scan_stands(owner_client, endpoint):

@@ -96,3 +96,24 @@ def test_the_due_finder_uses_the_partial_index_on_postgres(world):
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("SET enable_seqscan = on")
     assert "endpoint_due" in plan
+
+
+def test_a_slot_is_stretched_while_the_endpoints_last_scheduled_scan_has_not_ended(world):
+    now = timezone.now().replace(second=0, microsecond=0)
+    endpoint = make_endpoint(world.team, next_scan_at=now - timedelta(minutes=1),
+                             interval_minutes=5)
+    with time_machine.travel(now, tick=False):
+        [first] = dispatch.enqueue_due()
+    Scan.dangerously_unscoped.filter(pk=first).update(status=ScanStatus.RUNNING,
+                                                      started_at=now)
+    # Five minutes on, the scan still runs: no second scan queues behind it...
+    with time_machine.travel(now + timedelta(minutes=5), tick=False):
+        assert dispatch.enqueue_due() == []
+    endpoint.refresh_from_db()
+    assert endpoint.next_scan_at == now + timedelta(minutes=10)  # the schedule moved on
+    assert Scan.dangerously_unscoped.filter(endpoint=endpoint).count() == 1
+    # ...and once it has ended, the next slot is scanned as usual.
+    Scan.dangerously_unscoped.filter(pk=first).update(status=ScanStatus.SUCCEEDED,
+                                                      finished_at=now + timedelta(minutes=7))
+    with time_machine.travel(now + timedelta(minutes=10), tick=False):
+        assert len(dispatch.enqueue_due()) == 1
