@@ -16,6 +16,8 @@ from scans.pages import (
 
 urlpatterns = [
     path("teams/<slug:slug>/", dashboard.team_dashboard, name="team-dashboard"),
+    path("teams/<slug:slug>/demo-endpoint", dashboard.add_demo_endpoint,
+         name="team-demo-endpoint"),
     path("teams/<slug:slug>/compare", compare.endpoints_compare, name="endpoints-compare"),
     path("teams/<slug:slug>/endpoints/new", endpoint.endpoint_create, name="endpoint-create"),
     path("teams/<slug:slug>/endpoints/test-connection", connection.test_connection_new,

@@ -36,6 +36,10 @@ def _load():
         # The console email backend masks invitation links unless this is on (development).
         "EMAIL_SHOW_SECRETS": config.flag("EMAIL_SHOW_SECRETS", default=False),
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
+        # The run command's `tokvera target` (Procfile.dev; the Makefile sets its port): an
+        # empty dashboard offers it in one click. Unset in production: no such offer.
+        "DEMO_TARGET_URL": (f"http://127.0.0.1:{config.integer('DEMO_TARGET_PORT', 0)}/v1"
+                            if config.integer("DEMO_TARGET_PORT", 0) else ""),
         # When set, GET /metrics (process metrics only) asks for `Authorization: Bearer <it>`.
         "SITE_METRICS_TOKEN": config.env.str("SITE_METRICS_TOKEN", default=""),
         # Per-team limits on POST /v1/jobs, the longest a lease call waits for work and how
@@ -89,6 +93,7 @@ ALLOWED_HOSTS: list[str]
 INVITE_MAX_AGE_HOURS: int
 EMAIL_SHOW_SECRETS: bool
 SITE_URL: str
+DEMO_TARGET_URL: str
 SITE_METRICS_TOKEN: str
 AUTH_FAILURE_LIMIT: int
 AUTH_FAILURE_WINDOW_S: int

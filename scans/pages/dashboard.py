@@ -6,15 +6,21 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import OuterRef, Subquery
-from django.http import HttpResponse
-from django.shortcuts import render
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from accounts.identity import SignedInRequest
-from accounts.views import team_for_request
+from accounts.tenancy import Access
+from accounts.views import team_for_request, team_to_create_in
+from scans.endpoints import service as endpoints
+from scans.grader import DEMO_MODEL_ID
 from scans.history import slo_windows, state
 from scans.history.grades import latest_grades
 from scans.history.slo_wording import WindowWords
@@ -106,6 +112,7 @@ def team_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
                     if summary[key]],
         "sort": sort, "sorts": list(DASHBOARD_SORTS.items()),
         "refresh_s": DASHBOARD_REFRESH_S,
+        "demo_target_url": settings.DEMO_TARGET_URL,
         "slo_days": slo_days, "slo_choices": slo_windows.WINDOW_DAYS, "alert_days": SLO_ALERT_WINDOW_DAYS,
         "slo_query": "" if slo_days == SLO_ALERT_WINDOW_DAYS else f"&slo={slo_days}",
     })
@@ -147,3 +154,29 @@ def _dashboard_key(sort: str, states: dict) -> Callable[[DashboardRow], tuple]:
             return (at is None, -(at.timestamp() if at else 0.0), *name)
         return (current.severity, *name)
     return key
+
+
+# What the one-click demo endpoint scans: a light profile, so the demo target stays green
+# (the seeded demo endpoint's, scans/management/commands/seed_demo.py).
+DEMO_ENDPOINT_PROFILE = {"levels": [1, 4, 8], "requests_per_level": 12, "max_tokens": 48,
+                         "timeout_s": 30, "interval_minutes": 5}
+
+
+@login_required
+@require_POST
+def add_demo_endpoint(request: SignedInRequest, slug: str) -> HttpResponse:
+    """An empty team's first endpoint in one click: the run command's demo target. Offered
+    only where the run command started one (DEMO_TARGET_URL) and only while the team has no
+    endpoint, so a second click adds nothing."""
+    team = team_to_create_in(request, slug)
+    if Endpoint.objects.for_team(team.pk).exists():
+        messages.info(request, "The demo target is offered to a team without endpoints only.")
+        return redirect("team-dashboard", slug=team.slug)
+    if not settings.DEMO_TARGET_URL:
+        raise Http404("no demo target here")
+    saved = endpoints.create(team, {
+        "name": "Demo target", "base_url": settings.DEMO_TARGET_URL, "model": DEMO_MODEL_ID,
+        **DEMO_ENDPOINT_PROFILE}, Access.for_request(request))
+    messages.success(request, "The demo target was added; its first scan starts within a "
+                              "minute.")
+    return redirect("endpoint-detail", public_id=saved.endpoint.public_id)

@@ -167,6 +167,9 @@ def _spare_token(w) -> ApiToken:
 
 TEAM: dict[str, list[Case]] = {
     "team-dashboard": [Case("page", "GET", "read")],
+    # With an endpoint already there, a writer is sent back to the dashboard, adding nothing.
+    "team-demo-endpoint": [Case("page", "POST", "write", ok=frozenset({302}),
+                                kwargs=lambda w: {"slug": _endpoint(w).team.slug})],
     "team-switch": [Case("page", "POST", "read", ok=frozenset({302}))],
     "team-members": [Case("page", "GET", "read")],
     "member-invite": [

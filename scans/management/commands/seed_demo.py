@@ -7,7 +7,6 @@ and where its password is kept), once SITE_URL/healthz answers and, with `--afte
 once N Celery workers answer a ping (their start-up output is then on screen), so it comes
 last in the run command's output; the periodic tasks stay quiet after it (common/logging.py)."""
 
-import os
 import secrets
 import time
 import urllib.error
@@ -45,7 +44,7 @@ def _shown_path(path: Path) -> str:
 
 def demo_target_url() -> str:
     """Where the run command starts `tokvera target` (Procfile.dev), on loopback."""
-    return f"http://127.0.0.1:{int(os.environ.get('DEMO_TARGET_PORT', '8090'))}/v1"
+    return settings.DEMO_TARGET_URL or "http://127.0.0.1:8090/v1"
 
 
 class Command(BaseCommand):
