@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kombu import Exchange, Queue
 
+from common.demo_target import demo_target_url
 from tokvera_site import config
 from tokvera_site.config import VAR_DIR
 
@@ -38,8 +39,7 @@ def _load():
         "SITE_URL": config.env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/"),
         # The run command's `tokvera target` (Procfile.dev; the Makefile sets its port): an
         # empty dashboard offers it in one click. Unset in production: no such offer.
-        "DEMO_TARGET_URL": (f"http://127.0.0.1:{config.integer('DEMO_TARGET_PORT', 0)}/v1"
-                            if config.integer("DEMO_TARGET_PORT", 0) else ""),
+        "DEMO_TARGET_URL": demo_target_url(),
         # When set, GET /metrics (process metrics only) asks for `Authorization: Bearer <it>`.
         "SITE_METRICS_TOKEN": config.env.str("SITE_METRICS_TOKEN", default=""),
         # Per-team limits on POST /v1/jobs, the longest a lease call waits for work and how
@@ -209,6 +209,9 @@ ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SITE_URL.startswith("https://") else 
 ACCOUNT_RATE_LIMITS = {"login_failed": f"{AXES_FAILURE_LIMIT}/m/ip,{AXES_FAILURE_LIMIT}/15m/key"}
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_TOTP_ISSUER = "Tokvera"
+# A code typed as its 30-second step turns over still counts (one step either side, as RFC
+# 6238 advises for delay); the failure limit above still bounds guessing.
+MFA_TOTP_TOLERANCE = 1
 # WebAuthn needs a secure origin; plain http on loopback is one only for development.
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = DEBUG  # noqa: F821 - set by _load() above
 

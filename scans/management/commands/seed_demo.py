@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import identity, teams
+from common import demo_target
 from common.paths import VAR_DIR
 from scans.grader import DEMO_MODEL_ID
 from scans.models import Endpoint
@@ -43,8 +44,9 @@ def _shown_path(path: Path) -> str:
 
 
 def demo_target_url() -> str:
-    """Where the run command starts `tokvera target` (Procfile.dev), on loopback."""
-    return settings.DEMO_TARGET_URL or "http://127.0.0.1:8090/v1"
+    """Where the run command starts `tokvera target` (Procfile.dev), on loopback: read when
+    the command runs (each `make run` may give another port), 8090 by default."""
+    return demo_target.demo_target_url() or "http://127.0.0.1:8090/v1"
 
 
 class Command(BaseCommand):
