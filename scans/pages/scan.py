@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.identity import SignedInRequest
 from accounts.tenancy import require_write
 from scans.endpoints import profile as load_profile
+from scans.endpoints import service as endpoints
 from scans.grader import progress_text, render_html
 from scans.history import retention
 from scans.history import state as endpoint_state
@@ -119,28 +120,21 @@ def _progress(scan: Scan, now: datetime | None = None) -> dict:
 def _running_ahead(scan: Scan) -> Scan | None:
     """The running scan of the same team whose server (origin) this queued scan waits for.
     Only the team's own: another team's scan of the same server is never named to it."""
-    mine = origin_of(scan.endpoint.base_url)
-    running = (Scan.objects.for_team(scan.endpoint.team_id).filter(status=ScanStatus.RUNNING,
-                                                         started_at__isnull=False)
-               .exclude(pk=scan.pk).select_related("endpoint").order_by("started_at"))
-    return next((other for other in running if origin_of(other.endpoint.base_url) == mine),
-                None)
+    origin = scan.origin or origin_of(scan.endpoint.base_url)
+    return (Scan.objects.for_team(scan.endpoint.team_id)
+            .filter(status=ScanStatus.RUNNING, started_at__isnull=False, origin=origin)
+            .exclude(pk=scan.pk).select_related("endpoint").order_by("started_at").first())
 
 
 def _time_left(running: Scan, now: datetime) -> str:
     """", about 3 min left": the running scan's own estimate, else what its endpoint's last
     scans took; empty when neither is known."""
-    figures = live.read(running.public_id) or {}
-    left = figures.get("scan_eta_s")
+    left = (live.read(running.public_id) or {}).get("scan_eta_s")
     if left is None:
-        took = [(s.finished_at - s.started_at).total_seconds() for s in
-                Scan.objects.for_team(running.endpoint.team_id).filter(
-                    endpoint_id=running.endpoint_id, status=ScanStatus.SUCCEEDED,
-                    started_at__isnull=False, finished_at__isnull=False)
-                .order_by("-finished_at").only("started_at", "finished_at")[:5]]
-        if not took or running.started_at is None:
+        typical = endpoints.typical_scan_s(running.endpoint)
+        if typical is None or running.started_at is None:
             return ""
-        left = sorted(took)[len(took) // 2] - (now - running.started_at).total_seconds()
+        left = typical[0] - (now - running.started_at).total_seconds()
     if left <= 0:
         return ", due to finish any moment"
     if left < 60:

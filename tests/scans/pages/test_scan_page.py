@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scans.models import Scan
+from scans.origins import origin_of
 from scans.running import worker as scan_worker
 from tests.helpers.factories import make_endpoint
 from tests.scans.conftest import CAPPED_C, GRADE_A, NOW, report_for, scan_at
@@ -76,8 +77,10 @@ def test_a_queued_scan_polls_its_status_instead_of_reloading(owner_client, endpo
 
 
 def _running_since(endpoint, started):
+    """A running scan holding its server, as dispatch leaves it (its origin recorded)."""
     scan = scan_at(endpoint, started, status="running")
-    Scan.dangerously_unscoped.filter(pk=scan.pk).update(started_at=started)
+    Scan.dangerously_unscoped.filter(pk=scan.pk).update(
+        started_at=started, origin=origin_of(endpoint.base_url))
     return scan
 
 
