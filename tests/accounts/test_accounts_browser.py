@@ -50,6 +50,8 @@ def open_page(browser, live_server, width):
 
 def _fits_and_is_styled(page) -> None:
     # Nothing wider than the screen, and the site's stylesheet applies (not browser defaults).
+    # A page reached by a form's redirect may still be loading its stylesheet: wait for it.
+    page.wait_for_load_state("load")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     main = page.locator("main.account.entrance")
     assert main.evaluate("e => getComputedStyle(e).borderTopStyle") == "solid"
@@ -116,6 +118,7 @@ def test_a_forgotten_password_is_reset_from_the_mail_and_only_the_new_one_logs_i
     page, refused = open_page(browser, live_server, PHONE)
     page.goto(f"{live_server.url}/login/")
     page.click("text=Forgot your password?")
+    page.wait_for_url(f"{live_server.url}/password/reset/")
     _fits_and_is_styled(page)
     page.fill("input[name=email]", user.email)
     page.click("main button[type=submit]")
