@@ -7,6 +7,7 @@ class ScansConfig(AppConfig):
     # Collected by common.periodic_tasks (name shown in the admin, task, every N seconds).
     periodic_tasks = (
         ("Enqueue due scans", "scans.tasks.enqueue_due_scans", 60),
+        ("Send due liveness probes", "scans.tasks.dispatch_probes", 10),
         ("Reap dead scans", "scans.tasks.reap_scans", 60),
         ("Deliver due notifications", "scans.tasks.deliver_due_notifications", 60),
         ("Prune full reports past their retention", "scans.tasks.prune_reports", 3600),

@@ -8,6 +8,8 @@ from celery import shared_task
 
 from scans.endpoints import scheduling
 from scans.history import retention, rollups
+from scans.liveness import dispatch as probe_dispatch
+from scans.liveness import worker as probe_worker
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
@@ -16,8 +18,8 @@ from scans.notify.channels.delivery import deliver_due_notifications, deliver_no
 from scans.running import dispatch, pushes, worker
 
 __all__ = ["deliver_due_notifications", "deliver_notification",
-           "enqueue_due_scans", "prove_pushed_report",
-           "prune_reports", "reap_scans", "roll_up_scans", "run_scan", "send_alert",
+           "dispatch_probes", "enqueue_due_scans", "prove_pushed_report",
+           "prune_reports", "reap_scans", "roll_up_scans", "run_probes", "run_scan", "send_alert",
            "send_webhook"]
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,24 @@ def enqueue_due_scans() -> int:
     origin, to its location's queue."""
     dispatch.enqueue_due()  # new scans are due to be sent at once: redispatch_due sends them
     return dispatch.send_due(dispatch.redispatch_due())
+
+
+@shared_task
+def dispatch_probes() -> int:
+    """Every 10 seconds: the liveness probes due (each endpoint on its own interval), one task
+    per batch and location (scans/liveness/dispatch.py)."""
+    return probe_dispatch.dispatch_due()
+
+
+@shared_task(bind=True)  # not acks_late: a lost batch is simply probed at its next slot
+def run_probes(self, endpoint_ids: list[int]) -> int:
+    """Probe a batch of endpoints from the location whose queue delivered it."""
+    delivery = self.request.delivery_info or {}
+    location = scheduling.location_of_queue(delivery.get("routing_key") or delivery.get("queue"))
+    if location is None:
+        log.warning("a probe batch arrived outside a scans.<location> queue; not run")
+        return 0
+    return probe_worker.probe_batch(endpoint_ids, location)
 
 
 @shared_task(acks_late=True)  # idempotent: the conditional reaping UPDATE
@@ -64,8 +84,11 @@ def prove_pushed_report(scan_id: int) -> str:
 @shared_task(acks_late=True)  # idempotent: a pruned scan is not pruned again; row locks only
 def prune_reports() -> str:
     """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
-    (scans/history/retention.py), in batches, for at most a couple of minutes a pass."""
-    return str(retention.prune())
+    (scans/history/retention.py), in batches, for at most a couple of minutes a pass; probe
+    rows past PROBE_RETENTION_DAYS are deleted the same way (their hours stay)."""
+    pruned = retention.prune()
+    probes = retention.prune_probes()
+    return f"{pruned}; deleted {probes} probe rows"
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans

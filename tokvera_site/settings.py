@@ -67,6 +67,8 @@ def _load():
         # Days a scan's full report.json is kept after it finished; then only its summary
         # stays (grade, points, checks, each level's figures: scans/history/retention.py). At least 1.
         "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
+        # Days each liveness probe's own row is kept; its hour (ProbeHour) stays like rollups.
+        "PROBE_RETENTION_DAYS": config.positive_integer("PROBE_RETENTION_DAYS", 14),
         # Teams one account may own: each team has budgets of its own (pushed report bytes,
         # job submissions), so making teams must not multiply them (accounts/teams.py).
         "TEAMS_PER_ACCOUNT": config.positive_integer("TEAMS_PER_ACCOUNT", 10),
@@ -83,6 +85,7 @@ globals().update(config.exit_on_config_error(_load))
 SECRET_KEY: str
 FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
+PROBE_RETENTION_DAYS: int
 OUTBOUND_RESOLVE: list[str]
 PERIODIC_TASK_LOG_LEVEL: int
 DEBUG: bool
@@ -376,6 +379,10 @@ CELERY_WORKER_CONCURRENCY = SCAN_CONCURRENCY_PER_WORKER  # noqa: F821 - set by _
 # An endpoint scanned from no chosen location is scanned from SCAN_DEFAULT_LOCATION.
 SCAN_DEFAULT_LOCATION = config.env.str("SCAN_DEFAULT_LOCATION", default="site")
 SCAN_LOCATIONS = config.string_list("SCAN_LOCATIONS", [SCAN_DEFAULT_LOCATION])  # noqa: F821
+# The address this location's liveness probes leave from, on a machine with several (empty:
+# the system's choice); a worker per location can set its own.
+SCAN_SOURCE_ADDRESS = config.env.str("SCAN_SOURCE_ADDRESS", default="")
+
 if SCAN_DEFAULT_LOCATION not in SCAN_LOCATIONS:
     SCAN_LOCATIONS = [SCAN_DEFAULT_LOCATION, *SCAN_LOCATIONS]
 # A worker started without -Q serves the site's tasks, the network's assignment passes (queue

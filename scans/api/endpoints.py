@@ -28,6 +28,7 @@ from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
 from common.errors import Unprocessable, try_again_later
 from common.pagination import StrictCursorPagination
+from scans.api.probes import LIVENESS_SCHEMA, ProbeCursor, ProbeSerializer, liveness_of
 from scans.api.scans import TIME_PARAMS, ScanCursor, ScanSerializer, time_param
 from scans.api.slo_windows import EndpointSloSerializer, endpoint_slo
 from scans.endpoints import limits, profile, profile_fields, scheduling
@@ -41,6 +42,7 @@ from scans.models import (
     MIN_INTERVAL_MINUTES,
     CapacityOutcome,
     Endpoint,
+    ProbeResult,
     Scan,
     ScanStatus,
     ScanTrigger,
@@ -122,6 +124,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     locations = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
     latest_scan = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField()
+    liveness = serializers.SerializerMethodField()
 
     # Limits the endpoint service enforces (answered as `scan_profile`) and the validate_<field>
     # methods below, stated for the API schema only (tokvera_site/api_schema.py); each profile
@@ -143,8 +146,9 @@ class EndpointSerializer(serializers.ModelSerializer):
             *(row.name for row in profile_fields.FIELDS), "has_load_dataset",
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
             "all_channels", "channels", "alert_after_errors",
+            "probe_interval_s", "confirm_after", "renotify_minutes",
             "locations", "accepts_pushes", "next_scan_at", "created_at", "latest_scan",
-            "state",
+            "state", "liveness",
         ]
         read_only_fields = ["next_scan_at", "created_at"]
         extra_kwargs = {
@@ -169,6 +173,11 @@ class EndpointSerializer(serializers.ModelSerializer):
                    else endpoint_state.states_for([endpoint])[endpoint.pk])
         return {"state": current.state, "label": current.label, "cause": current.cause,
                 "scan": str(current.scan_id) if current.scan_id else None}
+
+    @extend_schema_field(LIVENESS_SCHEMA)
+    def get_liveness(self, endpoint: Endpoint) -> dict:
+        """The liveness probes' verdict and each location's standing (docs/liveness.md)."""
+        return liveness_of(endpoint)
 
     def get_latest_scan(self, endpoint: Endpoint) -> dict | None:
         latest = self.context.get("latest_scans")
@@ -344,7 +353,7 @@ class EndpointViewSet(
     pagination_class = EndpointPages
 
     def narrow_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.select_related("team").prefetch_related("channels")
+        return queryset.select_related("team").prefetch_related("channels", "liveness_states")
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -383,6 +392,25 @@ class EndpointViewSet(
         paginator = ScanCursor()
         page: list[Scan] | None = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(ScanSerializer(page, many=True).data)
+
+    @extend_schema(parameters=[*TIME_PARAMS, OpenApiParameter(
+        "location", str, description="only the probes from this location")],
+        responses=ProbeSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="probes")
+    def probes(self, request: Request, public_id: str | None = None) -> Response:
+        """The endpoint's liveness probes, newest first (cursor-paginated; filter with
+        since/until and location). Each probe's own row is kept PROBE_RETENTION_DAYS."""
+        endpoint = self.get_object()
+        queryset = ProbeResult.objects.for_team(endpoint.team_id).filter(endpoint=endpoint)
+        if (since := time_param(request, "since")) is not None:
+            queryset = queryset.filter(at__gte=since)
+        if (until := time_param(request, "until")) is not None:
+            queryset = queryset.filter(at__lt=until)
+        if location := request.query_params.get("location"):
+            queryset = queryset.filter(location=location)
+        paginator = ProbeCursor()
+        page: list[ProbeResult] | None = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(ProbeSerializer(page, many=True).data)
 
     @extend_schema(request=None, responses={202: ScanSerializer, 409: OpenApiResponse(
         description="The endpoint is pushed: its scans are uploaded, not started here.")})

@@ -65,7 +65,12 @@ def clean_locations(names: object) -> list[str]:  # whatever a form or a body ga
 
 def locations_of(endpoint: Endpoint) -> list[str]:
     """Where the endpoint's scheduled scans run: its choice, else the site's own location."""
-    return list(endpoint.locations or [settings.SCAN_DEFAULT_LOCATION])
+    return list(endpoint.locations or locations_of_default())
+
+
+def locations_of_default() -> list[str]:
+    """Where an endpoint that chose no location is scanned and probed from."""
+    return [settings.SCAN_DEFAULT_LOCATION]
 
 
 def queue_for(location: str) -> str:

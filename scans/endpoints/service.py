@@ -34,7 +34,14 @@ from accounts.tenancy import Access
 from scans.endpoints import limits, profile, profile_fields, scheduling
 from scans.endpoints.url_rules import GuardedURL, url_changes
 from scans.grader import DEFAULT_LEVELS, PlanError
-from scans.models import Endpoint, EndpointMode, NotificationChannel, Scan, ScanStatus
+from scans.models import (
+    Endpoint,
+    EndpointMode,
+    LivenessState,
+    NotificationChannel,
+    Scan,
+    ScanStatus,
+)
 
 __all__ = ["PROFILE_FIELDS", "REFUSALS", "SECRET_FIELDS", "InvalidURL", "Saved",
            "URLChangeRefused", "UnknownChannels", "check_profile", "clean_base_url", "create",
@@ -120,9 +127,16 @@ def update(endpoint: Endpoint, data: Mapping[str, Any], by: Access) -> Saved:
             {SECRET_FIELDS[name] for name in secrets}, by.can_manage(stored.team_id))
         if changes.refused:
             raise URLChangeRefused(changes.refused)
-        old_interval = stored.interval_minutes
+        old_interval, old_url = stored.interval_minutes, stored.base_url
         for name, value in fields.items():
             setattr(stored, name, value)
+        if stored.base_url != old_url:
+            # Another server: what the probes confirmed of the old one says nothing of it.
+            LivenessState.objects.for_team(stored.team_id).filter(endpoint=stored).delete()
+            stored.liveness, stored.liveness_cause, stored.liveness_since = "", "", None
+            stored.next_probe_at = None  # probed at the next pass
+            fields.update(liveness="", liveness_cause="", liveness_since=None,
+                          next_probe_at=None)
         _set_secrets(stored, secrets)
         # Judged with the secrets it has now: one a new origin drops still counted here.
         profile.validate_profile(stored)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from .formatting import number as format_number
     from .formatting import percent as format_percent
     from .guarded_backend import ConnectGuard
+    from .liveness import OUR_SIDE as PROBE_OUR_SIDE
+    from .liveness import LivenessResult, probe_many, probe_plan
     from .load import ProgressCallback
     from .measurement import (
         FAILURE_CLASSES,
@@ -95,6 +97,9 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "ScanProgress": ("progress", "ScanProgress"),
     "progress_text": ("progress", "progress_text"),
     "ScanStopped": ("stopping", "ScanStopped"),
+    # liveness probes between scans: the preflight alone, many endpoints at once
+    **{name: ("liveness", name) for name in ("LivenessResult", "probe_many", "probe_plan")},
+    "PROBE_OUR_SIDE": ("liveness", "OUR_SIDE"),
     "StreamBudget": ("budget", "StreamBudget"),
     "ConnectGuard": ("guarded_backend", "ConnectGuard"),
     **{name: ("transport", name) for name in (
@@ -161,6 +166,7 @@ __all__ = [
     "MAX_SEARCH_LEVELS",
     "MAX_SEARCH_REQUESTS",
     "PILLAR_WEIGHTS",
+    "PROBE_OUR_SIDE",
     "REPORT_SCHEMA_PATH",
     "SCORING_VERSION",
     "SCORING_VERSIONS",
@@ -173,6 +179,7 @@ __all__ = [
     "GpuReading",
     "ImpossibleReport",
     "LevelResult",
+    "LivenessResult",
     "Measurement",
     "MetricsProbe",
     "ModelsListing",
@@ -214,6 +221,8 @@ __all__ = [
     "parse_prompts_text",
     "percentile",
     "progress_text",
+    "probe_many",
+    "probe_plan",
     "prove_report",
     "redact_report",
     "redact_text",

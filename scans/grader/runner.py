@@ -56,7 +56,7 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _client_headers(plan: ScanPlan) -> dict[str, str]:
+def client_headers(plan: ScanPlan) -> dict[str, str]:
     headers = {
         "content-type": "application/json",
         "accept": "text/event-stream",
@@ -99,7 +99,7 @@ async def run_scan_async(
     origin_time = time.perf_counter()
     async with httpx.AsyncClient(transport=own_transport, timeout=timeout,
                                  follow_redirects=False, trust_env=False,
-                                 headers=_client_headers(plan)) as client:
+                                 headers=client_headers(plan)) as client:
         scan = ScanLoad(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport),
                      rate_progress=rate_progress)
@@ -280,7 +280,7 @@ def list_models(plan: ScanPlan, *, connect_guard: ConnectGuard | None = None) ->
         timeout = httpx.Timeout(min(plan.timeout_s, 10.0))
         async with httpx.AsyncClient(transport=ScanTransport(connect_guard=connect_guard),
                                      timeout=timeout, follow_redirects=False, trust_env=False,
-                                     headers=_client_headers(plan)) as client:
+                                     headers=client_headers(plan)) as client:
             return await fetch_models(client, plan.base_url, plan.model,
                                       min(plan.timeout_s, 10.0))
 

@@ -119,7 +119,11 @@ class ScanTransport(httpx.AsyncBaseTransport):
         verify: bool | ssl.SSLContext = True,
         keepalive_expiry: float = 5.0,
         max_idle: int = 1024,
+        local_address: str | None = None,
     ) -> None:
+        # `local_address`: the address connections leave from (a location's own egress on a
+        # machine with several); None lets the system choose.
+        self._local_address = local_address
         # Built on first use: loading the CA bundle costs tens of ms of CPU that a plain-HTTP
         # scan should not spend (it would show up in the grader's own CPU figures).
         self._verify = verify
@@ -143,6 +147,7 @@ class ScanTransport(httpx.AsyncBaseTransport):
             http1=True,
             http2=False,
             network_backend=recorder,
+            local_address=self._local_address,
         )
         self._all[connection] = recorder
         return connection

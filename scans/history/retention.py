@@ -199,3 +199,23 @@ def prune(*, batch: int = DEFAULT_BATCH, budget_s: float = DEFAULT_BUDGET_S,
     if result.scans:
         log.info("retention: %s", result)
     return result
+
+
+def prune_probes(*, batch: int = 50_000, budget_s: float = DEFAULT_BUDGET_S,
+                 now: datetime | None = None) -> int:
+    """Delete liveness probe rows older than PROBE_RETENTION_DAYS, `batch` per transaction,
+    until none is left or `budget_s` has passed; their hours (ProbeHour) stay. Returns how
+    many were deleted."""
+    before = (now or timezone.now()) - timedelta(days=settings.PROBE_RETENTION_DAYS)
+    deleted, started = 0, time.monotonic()
+    # System-wide, by age alone (nothing of the rows leaves the database).
+    sql = """DELETE FROM scans_proberesult WHERE id IN (
+                 SELECT id FROM scans_proberesult WHERE at < %s LIMIT %s)"""
+    while time.monotonic() - started < budget_s:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [before, batch])
+            count = cursor.rowcount
+        deleted += count
+        if count < batch:
+            break
+    return deleted

@@ -18,6 +18,9 @@ first match wins:
   in the report's words, leads it.
 - up: none of the above.
 
+The liveness probes' confirmed verdict is laid over it (with_liveness): down between scans,
+degraded from a minority of locations, up again before the next graded scan.
+
 Problems sort first (SEVERITY). "Since" is the first scan of the unbroken run of the same state
 ending at the latest scan (looked for among the last SINCE_SCANS finished scans).
 
@@ -41,7 +44,7 @@ from scans.grader import CHECK_LABELS, CHECKS, format_check_value, is_below_floo
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "during_maintenance",
-           "headline", "of_scan", "state_history", "states_for"]
+           "headline", "of_scan", "state_history", "states_for", "with_liveness"]
 
 UP, DEGRADED, DOWN, BELOW_FLOOR, NOT_SCANNED, ERRORED = (
     "up", "degraded", "down", "below_floor", "not_scanned", "errored")
@@ -189,9 +192,37 @@ def states_for(endpoints: Iterable[Endpoint]) -> dict[int, EndpointState]:
     result = {}
     for endpoint in endpoints:
         row = by_endpoint.get(endpoint.pk)
-        result[endpoint.pk] = (_state(endpoint, row, checks.get(row["pk"], [])) if row
-                               else EndpointState(NOT_SCANNED, "no scan has finished yet"))
+        measured = (_state(endpoint, row, checks.get(row["pk"], [])) if row
+                    else EndpointState(NOT_SCANNED, "no scan has finished yet"))
+        result[endpoint.pk] = with_liveness(endpoint, measured)
     return result
+
+
+def with_liveness(endpoint: Endpoint, measured: EndpointState) -> EndpointState:
+    """The scans' state with the liveness probes' confirmed verdict laid over it
+    (scans/liveness/): probes run between scans, so what they confirmed is the news.
+
+    - down (a majority of locations): down, with the probes' cause, whatever the last scan
+      said; the grade stays the last scan's.
+    - degraded (a minority): an endpoint the scans call up is degraded, "unreachable from …";
+      a worse state from the scans stays.
+    - up: an endpoint the last scan found down answers again once probes after that scan
+      confirm it (a graded scan follows soon and says how well).
+    """
+    live, since = endpoint.liveness, endpoint.liveness_since
+    if not live or since is None:
+        return measured
+    if live == DOWN:
+        began = min(since, measured.since) if measured.state == DOWN and measured.since else since
+        return EndpointState(DOWN, endpoint.liveness_cause, measured.scan_id, measured.at,
+                             began, measured.grade, measured.points)
+    if live == DEGRADED and measured.state == UP:
+        return EndpointState(DEGRADED, endpoint.liveness_cause, measured.scan_id, measured.at,
+                             since, measured.grade, measured.points)
+    if live == UP and measured.state == DOWN and measured.at is not None and since > measured.at:
+        return EndpointState(UP, "", measured.scan_id, measured.at, since, measured.grade,
+                             measured.points)
+    return measured
 
 
 def of_scan(endpoint: Endpoint, scan: Scan) -> EndpointState:
@@ -215,15 +246,15 @@ def current(endpoint: Endpoint) -> EndpointState:
     """The endpoint's state with `since`: when the current run of this state began."""
     states = state_history(endpoint)
     if not states:
-        return EndpointState(NOT_SCANNED, "no scan has finished yet")
+        return with_liveness(endpoint, EndpointState(NOT_SCANNED, "no scan has finished yet"))
     since = states[0].at
     for earlier in states[1:]:
         if earlier.state != states[0].state:
             break
         since = earlier.at
     first = states[0]
-    return EndpointState(first.state, first.cause, first.scan_id, first.at, since, first.grade,
-                         first.points)
+    return with_liveness(endpoint, EndpointState(first.state, first.cause, first.scan_id,
+                                                 first.at, since, first.grade, first.points))
 
 
 def during_maintenance(endpoints: Iterable[Endpoint], states: dict[int, EndpointState],

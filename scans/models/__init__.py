@@ -20,6 +20,7 @@ from scans.models.endpoints import (
 )
 from scans.models.history import CheckRollup, RollupPeriod, RollupWatermark, ScanRollup
 from scans.models.notify import AlertEvent, ChannelKind, Delivery, DeliveryStatus, NotificationChannel
+from scans.models.probes import LivenessState, ProbeHour, ProbeResult
 from scans.models.running import OriginLock, ProofTurn, PushedReportBody
 from scans.models.scans import (
     CapacityOutcome,
@@ -50,10 +51,13 @@ __all__ = [
     "DeliveryStatus",
     "Endpoint",
     "EndpointMode",
+    "LivenessState",
     "MaintenanceKind",
     "MaintenanceWindow",
     "NotificationChannel",
     "OriginLock",
+    "ProbeHour",
+    "ProbeResult",
     "ProofTurn",
     "PushedReportBody",
     "RollupPeriod",

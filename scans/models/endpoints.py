@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # through the package: the channel's module imports this one
 
 GRADE_CHOICES = [(g, g) for g in GRADES]
 MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 5, 24 * 60
+# Liveness probes between graded scans (scans/liveness/): how often, and how many results in
+# a row confirm a change of state before it alerts.
+DEFAULT_PROBE_INTERVAL_S, MIN_PROBE_INTERVAL_S, MAX_PROBE_INTERVAL_S = 60, 30, 15 * 60
+DEFAULT_CONFIRM_AFTER, MAX_CONFIRM_AFTER = 2, 10
 
 
 def new_badge_key() -> str:
@@ -102,6 +106,25 @@ class Endpoint(TeamOwned):
     slo_burn_alert = models.CharField(max_length=6, blank=True, default="",
                                       choices=[("", "none"), ("ticket", "ticket"),
                                                ("page", "page")])
+    # Liveness between graded scans (scans/liveness/): probed every probe_interval_s from each
+    # location; a state change alerts once confirm_after results in a row agree (both ways).
+    probe_interval_s = models.PositiveIntegerField(
+        default=DEFAULT_PROBE_INTERVAL_S,
+        validators=[MinValueValidator(MIN_PROBE_INTERVAL_S),
+                    MaxValueValidator(MAX_PROBE_INTERVAL_S)])
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    confirm_after = models.PositiveSmallIntegerField(
+        default=DEFAULT_CONFIRM_AFTER,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CONFIRM_AFTER)])
+    # Re-send a down alert every this many minutes while it lasts (None: once per episode).
+    renotify_minutes = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(10), MaxValueValidator(7 * 24 * 60)])
+    # Alert state of the probes' verdict across locations: "" not probed yet, "up", "down",
+    # "degraded" (a minority of locations confirms it down); flipped by a conditional UPDATE.
+    liveness = models.CharField(max_length=8, blank=True, default="")
+    liveness_since = models.DateTimeField(null=True, blank=True)
+    liveness_cause = models.CharField(max_length=400, blank=True, default="")
+    liveness_notified_at = models.DateTimeField(null=True, blank=True)
     # scheduling
     # Where the site scans it from: names in SCAN_LOCATIONS; empty means the site's own
     # (SCAN_DEFAULT_LOCATION). Each location gets its own scan per slot (scans/endpoints/scheduling.py).
@@ -116,12 +139,24 @@ class Endpoint(TeamOwned):
             # the every-minute due-scan finder reads only enabled scheduled rows by due time
             models.Index(fields=["next_scan_at"], name="endpoint_due",
                          condition=Q(enabled=True, mode="scheduled")),
+            # the probe dispatcher's due finder, the same way
+            models.Index(fields=["next_probe_at"], name="endpoint_probe_due",
+                         condition=Q(enabled=True, mode="scheduled")),
         ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(interval_minutes__gte=MIN_INTERVAL_MINUTES,
                             interval_minutes__lte=MAX_INTERVAL_MINUTES),
                 name="endpoint_interval_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(probe_interval_s__gte=MIN_PROBE_INTERVAL_S,
+                            probe_interval_s__lte=MAX_PROBE_INTERVAL_S),
+                name="endpoint_probe_interval_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(confirm_after__gte=1, confirm_after__lte=MAX_CONFIRM_AFTER),
+                name="endpoint_confirm_after_range",
             ),
         ]
 

@@ -203,14 +203,18 @@ def after_scan(scan: Scan) -> None:
         if endpoint.erroring and _flip(endpoint, "erroring", False):
             events.append(("erroring_recovered", "scans are running again"))
         below = is_below_floor(scan.grade, endpoint.slo_grade_floor)
-        if below != endpoint.below_floor and _flip(endpoint, "below_floor", below):
+        # A down scan's F is no grade: where probes tell of down, it leaves the floor alone.
+        floor_news = not (endpoint.liveness and scan.down)
+        if floor_news and below != endpoint.below_floor and _flip(endpoint, "below_floor", below):
             if below:
                 events.append(("below_floor", f"grade {scan.grade} is below the floor "
                                               f"{endpoint.slo_grade_floor}"))
             else:
                 events.append(("floor_recovered", f"grade {scan.grade} meets the floor "
                                                   f"{endpoint.slo_grade_floor} again"))
-        change = _down_change(endpoint, scan)
+        # Once probes have a verdict, "down" and "up again" are theirs (scans/liveness/):
+        # confirmed and sooner; a scan's own down news would say it a second time.
+        change = None if endpoint.liveness else _down_change(endpoint, scan)
         if change is not None:
             # One message for one piece of news: "down" says more than "below floor" (a down
             # endpoint grades F), and "up again" more than "floor recovered".

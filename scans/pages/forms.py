@@ -37,6 +37,12 @@ from scans.grader import (
     parse_prompts_text,
 )
 from scans.models import MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, Endpoint, NotificationChannel
+from scans.models.endpoints import (
+    DEFAULT_CONFIRM_AFTER,
+    DEFAULT_PROBE_INTERVAL_S,
+    MAX_PROBE_INTERVAL_S,
+    MIN_PROBE_INTERVAL_S,
+)
 
 __all__ = ["MAX_PROMPT_SAMPLE_BYTES", "EndpointForm"]
 
@@ -93,7 +99,8 @@ class EndpointForm(forms.ModelForm):
             "name", "base_url", "model", "mode", "interval_minutes", "enabled", "accepts_pushes",
             *(row.name for row in _TABLE_COLUMNS),
             "slo_grade_floor", "slo_ttft_p95_ms", "slo_error_rate", "slo_objective",
-            "all_channels", "alert_after_errors",
+            "all_channels", "alert_after_errors", "probe_interval_s", "confirm_after",
+            "renotify_minutes",
         ]
         labels = {
             **{row.name: row.label for row in _TABLE_COLUMNS},
@@ -106,6 +113,9 @@ class EndpointForm(forms.ModelForm):
             "slo_objective": "SLO objective (share of the covered time)",
             "all_channels": "Alert every channel of the team",
             "alert_after_errors": "Alert after this many errored scans in a row",
+            "probe_interval_s": "Liveness probe every (seconds)",
+            "confirm_after": "Confirm a change after this many results in a row",
+            "renotify_minutes": "While down, remind every (minutes)",
         }
         help_texts = {
             **{row.name: profile_fields.help_text(row) for row in _TABLE_COLUMNS if row.help},
@@ -114,6 +124,16 @@ class EndpointForm(forms.ModelForm):
             "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
                                 f"({MAX_INTERVAL_MINUTES}), and no shorter than a scan takes: "
                                 "a slot whose previous scan is still running is skipped.",
+            "probe_interval_s": (
+                f"Between graded scans the site checks the endpoint answers: /models and one "
+                f"short streamed request, no load. From {MIN_PROBE_INTERVAL_S} s to "
+                f"{MAX_PROBE_INTERVAL_S // 60} min; default {DEFAULT_PROBE_INTERVAL_S} s, so an "
+                "outage is noticed within about two probes."),
+            "confirm_after": (
+                "Down, up again and unreachable from a location alert only when this many probes "
+                f"in a row agree (default {DEFAULT_CONFIRM_AFTER}: one lost request never "
+                "pages anyone). 1 alerts on the first failed probe."),
+            "renotify_minutes": "Blank: one message per outage (and one when it ends).",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
             "slo_ttft_p95_ms": "Blank: no TTFT target.",
             "slo_objective": (

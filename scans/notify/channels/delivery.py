@@ -67,15 +67,18 @@ def channels_for(endpoint: Endpoint) -> list[NotificationChannel]:
     return list(scope.order_by("pk"))
 
 
-def lasted_s(endpoint: Endpoint, scan: Scan, kind: str) -> float | None:
+def lasted_s(endpoint: Endpoint, scan: Scan | None, kind: str) -> float | None:
     """How long the episode a recovery ends lasted: from the scan that opened it (the first
-    opening event since the last such recovery) to this scan; None when no opening is known."""
+    opening event since the last such recovery) to this scan (a probe's news: to now); None
+    when no opening is known."""
     if kind not in messages.OPENED_BY:
         return None
     events = AlertEvent.objects.for_team(endpoint.team_id).filter(endpoint=endpoint)
+    recoveries = events.filter(kind=kind)
+    if scan is not None:
+        recoveries = recoveries.exclude(scan=scan)
     last_recovery = (
-        events.filter(kind=kind)
-        .exclude(scan=scan)
+        recoveries
         .order_by("-created_at")
         .values_list("created_at", flat=True)
         .first()
@@ -87,7 +90,7 @@ def lasted_s(endpoint: Endpoint, scan: Scan, kind: str) -> float | None:
     if opening is None:
         return None
     started = (opening.scan.finished_at if opening.scan else None) or opening.created_at
-    ended = scan.finished_at or timezone.now()
+    ended = (scan.finished_at if scan is not None else None) or timezone.now()
     return max(0.0, (ended - started).total_seconds())
 
 
@@ -103,6 +106,18 @@ def record(endpoint: Endpoint, scan: Scan, kind: str, payload: dict) -> AlertEve
         )
         if not created:
             return None
+        _queue(event, channels_for(endpoint))
+    return event
+
+
+def record_probe_alert(endpoint: Endpoint, kind: str, payload: dict) -> AlertEvent:
+    """Record one piece of news the probes found (no scan) and a delivery per channel. Its
+    caller won a conditional UPDATE of the endpoint's liveness, so it is recorded once."""
+    seconds = lasted_s(endpoint, None, kind)
+    payload = {**payload, "lasted_s": seconds, "lasted": messages.lasted_text(kind, seconds)}
+    with transaction.atomic():
+        event = AlertEvent.objects.for_team(endpoint.team_id).create(
+            team_id=endpoint.team_id, endpoint=endpoint, kind=kind, message=payload)
         _queue(event, channels_for(endpoint))
     return event
 

@@ -14,6 +14,7 @@ OPENED_BY = {
     "erroring_recovered": (("erroring",), "erroring for"),
     "slo_recovered": (("slo_breaching", "slo_at_risk"), "burning its error budget for"),
     "capacity_recovered": (("capacity_low",), "below the capacity alert for"),
+    "unreachable_from_recovered": (("unreachable_from",), "unreachable from a location for"),
 }
 # The kind of trouble each opening and recovery is about: their incident shares one key.
 TROUBLE = {
@@ -21,8 +22,9 @@ TROUBLE = {
     for recovery, (openings, _) in OPENED_BY.items()
     for kind in (recovery, *openings)
 }
-FAILURES = {"down", "erroring", "slo_breaching"}
-WARNINGS = {"below_floor", "slo_at_risk", "capacity_low"}
+TROUBLE["still_down"] = "down"  # a reminder belongs to the down incident it reminds of
+FAILURES = {"down", "still_down", "erroring", "slo_breaching"}
+WARNINGS = {"below_floor", "slo_at_risk", "capacity_low", "unreachable_from"}
 
 
 def level(kind: str) -> str:
@@ -70,7 +72,9 @@ def render(payload: dict) -> Message:
         lines.append(f"Cause: {payload['cause']}")
     if payload.get("lasted"):
         lines.append(payload["lasted"])
-    lines += ["", f"The scan: {payload['url']}"]
+    # A probe's news has no scan: its link is the endpoint's page.
+    link = "The scan" if payload.get("scan") else "The endpoint"
+    lines += ["", f"{link}: {payload['url']}"]
     if "slo" in payload:
         lines.append(f"The SLO: {payload['slo']['url']}")
     if kind == "test":  # a test never opens or resolves an incident on a paging service
