@@ -155,6 +155,8 @@ class EndpointForm(forms.ModelForm):
             "Expected an http(s) URL such as https://host/v1.")
         self.fields["name"].validators.append(validate_one_line)
         self.fields["capacity_search_levels"].required = False  # blank: the default
+        for name in ("probe_interval_s", "confirm_after"):
+            self.fields[name].required = False  # blank: the default
         for row in _TABLE_COLUMNS:
             column = Endpoint._meta.get_field(row.name)
             _bound(self.fields[row.name], row, getattr(column, "validators", []))
@@ -222,6 +224,14 @@ class EndpointForm(forms.ModelForm):
     def clean_capacity_search_levels(self) -> int:
         value = self.cleaned_data.get("capacity_search_levels")
         return DEFAULT_SEARCH_LEVELS if value is None else value
+
+    def clean_probe_interval_s(self) -> int:
+        value = self.cleaned_data.get("probe_interval_s")
+        return DEFAULT_PROBE_INTERVAL_S if value is None else value
+
+    def clean_confirm_after(self) -> int:
+        value = self.cleaned_data.get("confirm_after")
+        return DEFAULT_CONFIRM_AFTER if value is None else value
 
     def clean_slo_objective(self) -> float:
         value = self.cleaned_data["slo_objective"]
