@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import threading
 import time
@@ -43,6 +44,7 @@ LOOP_LAG_THRESHOLD_MS = 50.0
 TOOL_NAME = "tokvera-scan"
 
 
+@functools.cache  # read from the installed package's metadata: a file read each time
 def _tool_version() -> str:
     try:
         from importlib.metadata import version

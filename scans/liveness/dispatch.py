@@ -10,6 +10,7 @@ BATCH, to each of their locations' queue (scans.<location>): every location prob
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
@@ -52,7 +53,10 @@ def _claim(now: datetime) -> list[Endpoint]:
     with connection.cursor() as cursor:
         cursor.execute(sql, {"now": now, "most": MOST_PER_PASS})
         # Unsaved instances holding just what the pass reads (no second query).
-        return [Endpoint(pk=pk, team_id=team, base_url=url, locations=list(locs or []))
+        # Django reads jsonb as text and decodes it itself; a raw cursor gets the text.
+        return [Endpoint(pk=pk, team_id=team, base_url=url,
+                         locations=list((json.loads(locs) if isinstance(locs, str) else locs)
+                                        or []))
                 for pk, team, url, locs in cursor.fetchall()]
 
 

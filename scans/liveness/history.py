@@ -4,7 +4,7 @@ ranges, hours from ProbeHour for long ones), and probe coverage by UTC day."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -78,8 +78,9 @@ def series(endpoint: Endpoint, since: datetime, until: datetime) -> dict[str, li
     return result
 
 
-def daily_cover(endpoints: Iterable[Endpoint], since: datetime,
-                until: datetime) -> dict[tuple[int, datetime], tuple[float, float]]:
+def daily_cover(endpoints: Iterable[Endpoint], since: datetime, until: datetime,
+                held: Mapping[int, Sequence[tuple[datetime, datetime]]] | None = None,
+                ) -> dict[tuple[int, datetime], tuple[float, float]]:
     """(endpoint id, UTC day) → (seconds the probes covered, of which the endpoint was down),
     from the hours of ProbeHour (one query for any number of endpoints).
 
@@ -87,7 +88,8 @@ def daily_cover(endpoints: Iterable[Endpoint], since: datetime,
     much down time. Across locations an hour is covered as much as its best-covered location
     and down as much as a majority of locations saw it down (the quorum's rule, by the hour:
     the down time of the location ranked at the majority, counting locations without a
-    probe as not down); docs/liveness.md."""
+    probe as not down); docs/liveness.md. An hour that overlaps one of the endpoint's `held`
+    intervals (maintenance) is left out whole: its probes are neither up nor down."""
     endpoints = list(endpoints)
     if not endpoints:
         return {}
@@ -99,7 +101,11 @@ def daily_cover(endpoints: Iterable[Endpoint], since: datetime,
     for endpoint_id, hour, covered, down in rows:
         hours.setdefault((endpoint_id, hour), []).append((covered, down))
     result: dict[tuple[int, datetime], tuple[float, float]] = {}
+    held = held or {}
     for (endpoint_id, hour), figures in hours.items():
+        if any(start < hour + timedelta(hours=1) and end > hour
+               for start, end in held.get(endpoint_id, ())):
+            continue
         downs = sorted((down for _, down in figures), reverse=True)
         rank = majority[endpoint_id] - 1
         covered = min(max(c for c, _ in figures), 3600.0)

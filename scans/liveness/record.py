@@ -72,9 +72,13 @@ def record(location: str, batch: Sequence[Probed]) -> list[int]:
         _store_results(location, batch)
         _add_hours(location, batch)
         changed = _move_standings(location, batch)
+    ids = [p.endpoint_id for p in batch]
+    # Those whose news a maintenance window held are judged again after it.
+    held = Endpoint.dangerously_unscoped.filter(pk__in=ids, liveness_held=True)  # this batch's
+    changed += [pk for pk in held.values_list("pk", flat=True) if pk not in changed]
     for endpoint_id in changed:
         evaluate(endpoint_id)
-    _renotify([p.endpoint_id for p in batch if p.endpoint_id not in changed])
+    _renotify([pk for pk in ids if pk not in changed])
     return changed
 
 
@@ -102,7 +106,10 @@ def _add_hours(location: str, batch: Sequence[Probed]) -> None:
                      1, int(counted and not p.result.ok), float(p.interval_s if counted else 0),
                      float(p.interval_s if counted and not p.result.ok else 0),
                      ttft or 0.0, int(ttft is not None), ttft, ttft))
-    placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    # Typed: a column of NULLs alone (no probe answered) would be read as text.
+    one = ("(%s::bigint, %s::varchar, %s::timestamptz, %s::int, %s::int, %s::float8, "
+           "%s::float8, %s::float8, %s::int, %s::float8, %s::float8)")
+    placeholders = ", ".join([one] * len(rows))
     table = "scans_probehour"
     sql = f"""
         INSERT INTO {table} (endpoint_id, location, hour, probes, failed, covered_s, down_s,
@@ -162,11 +169,31 @@ def _move_standings(location: str, batch: Sequence[Probed]) -> list[int]:
                 standing.down, standing.since = True, standing.streak_since
         if (standing.down, standing.since is not None) != before:
             changed.append(p.endpoint_id)
-    fields = ["failures", "successes", "down", "since", "streak_since", "last_at", "last_ok",
-              "last_ttft_ms", "last_cause"]
     states.bulk_create(new)
-    states.bulk_update([s for s in existing.values() if s not in new], fields)
+    _update_standings([s for s in existing.values() if s not in new])
     return list(dict.fromkeys(changed))
+
+
+def _update_standings(rows: list[LivenessState]) -> None:
+    """One UPDATE … FROM (VALUES …) for the batch (Django's bulk_update builds a CASE per field
+    and row, which costs more CPU than the probes themselves)."""
+    if not rows:
+        return
+    one = ("(%s::bigint, %s::int, %s::int, %s::boolean, %s::timestamptz, %s::timestamptz, "
+           "%s::timestamptz, %s::boolean, %s::float8, %s::varchar)")
+    sql = f"""
+        UPDATE scans_livenessstate AS s SET failures = v.failures, successes = v.successes,
+            down = v.down, since = v.since, streak_since = v.streak_since, last_at = v.last_at,
+            last_ok = v.last_ok, last_ttft_ms = v.last_ttft_ms, last_cause = v.last_cause
+        FROM (VALUES {", ".join([one] * len(rows))}) AS v (id, failures, successes, down, since,
+            streak_since, last_at, last_ok, last_ttft_ms, last_cause)
+        WHERE s.id = v.id
+    """  # noqa: S608 - fixed SQL; every value is a parameter
+    values = [value for s in rows for value in (
+        s.pk, s.failures, s.successes, s.down, s.since, s.streak_since, s.last_at, s.last_ok,
+        s.last_ttft_ms, s.last_cause)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
 
 
 def standings(endpoint: Endpoint) -> list[verdict.Standing]:
@@ -185,13 +212,19 @@ def evaluate(endpoint_id: int, now: datetime | None = None) -> str | None:
     found = verdict.quorum(scheduling.locations_of(endpoint), standings(endpoint))
     old = endpoint.liveness
     if found.state == old and found.cause == endpoint.liveness_cause:
+        if endpoint.liveness_held:
+            Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+                liveness_held=False)  # what was held no longer holds
         return None
     if found.state != old and maintenance.in_maintenance(endpoint, now):
-        return None  # held: the first result after the window sends what still holds then
+        # Held: the first result after the window sends what still holds then.
+        Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
+            liveness_held=True)
+        return None
     since = _verdict_since(endpoint, found) or now
     won = Endpoint.objects.for_team(endpoint.team_id).filter(
         pk=endpoint.pk, liveness=old, liveness_cause=endpoint.liveness_cause).update(
-        liveness=found.state, liveness_cause=found.cause[:400],
+        liveness=found.state, liveness_cause=found.cause[:400], liveness_held=False,
         **({"liveness_since": since, "liveness_notified_at": now}
            if found.state != old else {}))
     if not won or found.state == old:

@@ -125,6 +125,8 @@ class Endpoint(TeamOwned):
     liveness_since = models.DateTimeField(null=True, blank=True)
     liveness_cause = models.CharField(max_length=400, blank=True, default="")
     liveness_notified_at = models.DateTimeField(null=True, blank=True)
+    # A change a maintenance window held: told at the first probe after the window.
+    liveness_held = models.BooleanField(default=False)
     # scheduling
     # Where the site scans it from: names in SCAN_LOCATIONS; empty means the site's own
     # (SCAN_DEFAULT_LOCATION). Each location gets its own scan per slot (scans/endpoints/scheduling.py).

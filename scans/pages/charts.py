@@ -142,7 +142,8 @@ def _when(at: datetime) -> str:
 
 
 def _what(point: Point) -> str:
-    return (f"{point.scans} scans from {_when(point.at)} to {_when(point.last_at)}"
+    counted = getattr(point, "counted", "scans")  # a probe series' buckets count probes
+    return (f"{point.scans} {counted} from {_when(point.at)} to {_when(point.last_at)}"
             if point.scans > 1 else _when(point.at))
 
 
@@ -737,6 +738,7 @@ class SeriesPoint:
     last_at: datetime | None = None
     scan_id: uuid.UUID | None = None
     scoring_version: str = ""
+    counted: str = "scans"  # what `scans` counts, in a bucket's words
 
 
 @dataclass(frozen=True)

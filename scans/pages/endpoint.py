@@ -33,7 +33,8 @@ from scans.history.check_results import check_history, unmeasured_reasons
 from scans.history.grades import grade_history
 from scans.history.headlines import headline_history
 from scans.history.slo_wording import WindowWords
-from scans.models import Endpoint, Scan, ScanStatus, ScanTrigger, new_badge_key
+from scans.liveness import history as probe_history
+from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, new_badge_key
 from scans.pages import charts
 from scans.pages.common import endpoint_or_404
 from scans.pages.forms import EndpointForm
@@ -245,11 +246,34 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         "state": state.during_maintenance(
             [endpoint], {endpoint.pk: state.current(endpoint)}, until)[endpoint.pk],
         "headline": state.headline(endpoint),
+        "liveness": _liveness(endpoint, since, until, held),
         "first_scan": _before_first_scan(endpoint),
         "maintenance": [{"occurrence": o, "when": maintenance.describe(o.window),
                          "now": o.covers(timezone.now())}
                         for o in maintenance.upcoming(endpoint.team_id, timezone.now(), endpoint)],
     })
+
+
+# One colour per location on the probe chart, in the order of the endpoint's locations.
+_LOCATION_COLOURS = ("#2e5aac", "#a86400", "#1f7a3d", "#7a3d9a", "#9a3d3d")
+
+
+def _liveness(endpoint: Endpoint, since: datetime, until: datetime,
+              held: Sequence[tuple[datetime, datetime]]) -> dict | None:
+    """The probes between scans: each location's standing and latest probes, and their TTFT
+    over the range (None for a pushed endpoint: the site cannot reach it)."""
+    if endpoint.mode != EndpointMode.SCHEDULED:
+        return None
+    shown = probe_history.locations(endpoint)
+    by_location = probe_history.series(endpoint, since, until)
+    series = [charts.Series(
+        f"probe-{index}", item.location, _LOCATION_COLOURS[index % len(_LOCATION_COLOURS)], "",
+        [charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.probes, value=p.ttft_ms,
+                            counted="probes") for p in by_location.get(item.location, [])])
+        for index, item in enumerate(shown)]
+    return {"locations": shown, "several": len(shown) > 1,
+            "chart": charts.series_chart("probes", "Probe time to first token", "ms", series,
+                                         since, until, maintenance=held)}
 
 
 #: The endpoint page fetches itself this often and, when a scan changed, swaps itself in.
@@ -260,7 +284,9 @@ def _refresh_version(endpoint: Endpoint) -> str:
     """What the page's self-refresh compares (static/page-refresh.js): the latest scans and
     their statuses, so the page is swapped in when a scan is queued, starts or ends."""
     recent = endpoint.scans.order_by("-queued_at").values_list("public_id", "status")[:5]
-    return " ".join(f"{public_id}:{status}" for public_id, status in recent)
+    # and the probes' verdict: down between scans shows without a reload
+    return " ".join([*(f"{public_id}:{status}" for public_id, status in recent),
+                     f"live:{endpoint.liveness}:{endpoint.liveness_cause}"])
 
 
 def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,

@@ -1,4 +1,5 @@
-"""A status page's availability by UTC day: the share of the time scans covered during which
+"""A status page's availability by UTC day: the share of the time scans (or liveness probes,
+whichever covered more of the day: scans/liveness/history.py daily_cover) covered during which
 an endpoint was not down. Uncovered time is no data, never up (DECISIONS.md, "Status page
 availability"); each scan stands for the time scans.history.slo_windows.spans_cte gives it;
 time in the endpoint's maintenance windows is left out, neither up, down nor no data, cut out
@@ -18,6 +19,7 @@ from scans import maintenance
 from scans.grader import format_percent
 from scans.history import slo_windows
 from scans.history.slo_wording import duration_text
+from scans.liveness import history as probe_history
 from scans.models import Endpoint
 from scans.status_pages.incidents import finished_scans
 
@@ -112,12 +114,18 @@ def daily_availability(
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, *free_params, starts[0], starts[-1]])
         sums = {(e, d): (float(c or 0), float(dn or 0)) for e, d, c, dn in cursor.fetchall()}
+    probed = probe_history.daily_cover(endpoints, starts[0], now, held)
     result = {}
     for endpoint in endpoints:
         cells = []
         for start in starts:
             day_s = min((now - start).total_seconds(), 86400.0)
             covered, down = sums.get((endpoint.pk, start), (0.0, 0.0))
+            # The liveness probes count too: whichever covered more of the day tells it
+            # (probes, every minute, cover a day far more finely than hourly scans).
+            by_probes = probed.get((endpoint.pk, start))
+            if by_probes is not None and by_probes[0] > covered:
+                covered, down = by_probes
             day_end = min(start + timedelta(days=1), now)
             held_s = sum(
                 max((min(ends, day_end) - max(begins, start)).total_seconds(), 0.0)
