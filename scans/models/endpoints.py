@@ -141,9 +141,9 @@ class Endpoint(TeamOwned):
             # the every-minute due-scan finder reads only enabled scheduled rows by due time
             models.Index(fields=["next_scan_at"], name="endpoint_due",
                          condition=Q(enabled=True, mode="scheduled")),
-            # the probe dispatcher's due finder, the same way
-            models.Index(fields=["next_probe_at"], name="endpoint_probe_due",
-                         condition=Q(enabled=True, mode="scheduled")),
+            # the probe dispatcher's due finder (not partial: the scan finder's partial index
+            # must stay the planner's only match for its own condition)
+            models.Index(fields=["next_probe_at"], name="endpoint_probe_due"),
         ]
         constraints = [
             models.CheckConstraint(

@@ -1,6 +1,10 @@
 """Alerts: an endpoint going down (or up again), falling below its SLO grade floor, or scans
 erroring N times in a row.
 
+Below the floor (and back) is news once the endpoint's last `confirm_after` graded scans agree;
+until then the next scan is brought forward to confirm it. Down and up again come from the
+liveness probes once they have a verdict (scans/liveness/, confirmed the same way).
+
 Each is a state on the endpoint (below_floor, erroring) flipped by a conditional UPDATE, so a
 message goes out once per change of state, with a recovery message when it flips back. Down
 is read from the scans' states (scans/history/state.py): a message when a scan finds the endpoint down
@@ -21,12 +25,13 @@ import logging
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
 from scans import maintenance
 from scans.grader import is_below_floor
 from scans.history import slo_windows, state
 from scans.history.slo_wording import WindowWords, rate_text, span_text
-from scans.models import CapacityOutcome, Endpoint, Scan, ScanStatus
+from scans.models import CapacityOutcome, Endpoint, EndpointMode, Scan, ScanStatus
 from scans.notify.channels import delivery
 from scans.system_wide import ALL_ENDPOINTS
 
@@ -42,6 +47,26 @@ def _flip(endpoint: Endpoint, field: str, new: bool) -> bool:
         **{field: new}
     )
     return bool(won)
+
+
+def _floor_confirmed(endpoint: Endpoint, below: bool) -> bool:
+    """The endpoint's last `confirm_after` succeeded scans all say the same of the floor (all
+    below it, or all meeting it): one scan with a lost request does not flip the alert."""
+    grades = list(Scan.objects.for_team(endpoint.team_id)
+                  .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED)
+                  .order_by("-queued_at", "-pk")
+                  .values_list("grade", flat=True)[:endpoint.confirm_after])
+    return len(grades) == endpoint.confirm_after and all(
+        is_below_floor(grade, endpoint.slo_grade_floor) == below for grade in grades)
+
+
+def _confirm_soon(endpoint: Endpoint) -> None:
+    """A change waits for its confirmation: a scheduled endpoint's next scan comes now (the
+    beat's next pass), not at the end of its interval."""
+    now = timezone.now()
+    Endpoint.objects.for_team(endpoint.team_id).filter(
+        pk=endpoint.pk, mode=EndpointMode.SCHEDULED, enabled=True,
+        next_scan_at__gt=now).update(next_scan_at=now)
 
 
 def _errored_streak(endpoint: Endpoint, limit: int) -> int:
@@ -204,8 +229,11 @@ def after_scan(scan: Scan) -> None:
             events.append(("erroring_recovered", "scans are running again"))
         below = is_below_floor(scan.grade, endpoint.slo_grade_floor)
         # A down scan's F is no grade: where probes tell of down, it leaves the floor alone.
-        floor_news = not (endpoint.liveness and scan.down)
-        if floor_news and below != endpoint.below_floor and _flip(endpoint, "below_floor", below):
+        floor_news = not (endpoint.liveness and scan.down) and below != endpoint.below_floor
+        if floor_news and not _floor_confirmed(endpoint, below):
+            floor_news = False
+            _confirm_soon(endpoint)
+        if floor_news and _flip(endpoint, "below_floor", below):
             if below:
                 events.append(("below_floor", f"grade {scan.grade} is below the floor "
                                               f"{endpoint.slo_grade_floor}"))
