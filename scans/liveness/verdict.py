@@ -46,8 +46,8 @@ def quorum(locations: Sequence[str], standings: Iterable[Standing]) -> Verdict:
         return Verdict(UNKNOWN, (), "")
     if 2 * len(down) > len(locations):
         first = down[0]
-        where = (f"from {_listed(down_at)}" if len(locations) > 1 else "")
-        cause = f"{first.cause}" + (f" ({where})" if where else "")
+        where = f"; seen from {_listed(down_at)}" if len(locations) > 1 else ""
+        cause = f"{first.cause}{where}"
         return Verdict(DOWN, down_at, cause)
     if down:
         return Verdict(DEGRADED, down_at,

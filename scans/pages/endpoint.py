@@ -271,7 +271,8 @@ def _liveness(endpoint: Endpoint, since: datetime, until: datetime,
         [charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.probes, value=p.ttft_ms,
                             counted="probes") for p in by_location.get(item.location, [])])
         for index, item in enumerate(shown)]
-    return {"locations": shown, "several": len(shown) > 1,
+    answered = any(p.ttft_ms is not None for points in by_location.values() for p in points)
+    return {"locations": shown, "several": len(shown) > 1, "answered": answered,
             "chart": charts.series_chart("probes", "Probe time to first token", "ms", series,
                                          since, until, maintenance=held)}
 

@@ -130,9 +130,10 @@ class EndpointForm(forms.ModelForm):
                 f"{MAX_PROBE_INTERVAL_S // 60} min; default {DEFAULT_PROBE_INTERVAL_S} s, so an "
                 "outage is noticed within about two probes."),
             "confirm_after": (
-                "Down, up again and unreachable from a location alert only when this many probes "
-                f"in a row agree (default {DEFAULT_CONFIRM_AFTER}: one lost request never "
-                "pages anyone). 1 alerts on the first failed probe."),
+                "Down, up again and unreachable from a location (probes), below the floor and "
+                "back (graded scans) alert only when this many results in a row agree "
+                f"(default {DEFAULT_CONFIRM_AFTER}: one lost request never pages anyone; a first "
+                "bad scan brings the next one forward). 1 alerts on the first bad result."),
             "renotify_minutes": "Blank: one message per outage (and one when it ends).",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
             "slo_ttft_p95_ms": "Blank: no TTFT target.",
