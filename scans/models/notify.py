@@ -24,6 +24,7 @@ class ChannelKind(models.TextChoices):
     PAGERDUTY = "pagerduty", "PagerDuty"
     OPSGENIE = "opsgenie", "Opsgenie"
     NTFY = "ntfy", "ntfy"
+    APPRISE = "apprise", "Other (any Apprise URL over HTTP)"
 
 
 class NotificationChannel(TeamOwned):

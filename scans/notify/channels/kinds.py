@@ -8,6 +8,10 @@ and send one message (`send`).
   ntfy: Apprise used as a library, one URL per channel. Only Apprise's plugin for the kind is
   accepted; its connections go through guarded_http (only the hosts the kind's service lives
   on, or the host the URL names for Teams and a private ntfy, each address judged).
+- Any other service Apprise reaches over HTTP(S) (the generic kind, `apprise`): accepted only
+  when its plugin sends with `requests`, so guarded_http judges every connection (the host the
+  URL names, or the API host the plugin's class names); services that open their own sockets
+  (mail, syslog, MQTT, XMPP, desktop notifications) are refused by their scheme.
 - Paging services resolve what they opened: a message that opens an incident (down, below the
   floor, …) carries a key per endpoint and kind of trouble (`Message.incident`), and its
   recovery resolves the incident with that key. PagerDuty through Apprise (Events API v2:
@@ -29,12 +33,14 @@ import hmac
 import json
 import logging
 import re
+import sys
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 import apprise
 import httpx
 import requests
+from apprise.manager_plugins import NotificationManager
 from apprise.plugins.discord import NotifyDiscord
 from apprise.plugins.ntfy import NotifyNtfy, NtfyMode
 from apprise.plugins.opsgenie import OPSGENIE_API_LOOKUP, NotifyOpsgenie
@@ -144,10 +150,22 @@ APPRISE_KINDS: dict[str, AppriseKind] = {
     ),
 }
 
+# The generic kind: any Apprise service that speaks HTTP through `requests` (so guarded_http
+# sees and judges each of its connections). Services that open their own sockets (mail over
+# SMTP, syslog, MQTT, XMPP, IRC, desktop notifications…) would go around the guard: refused.
+GENERIC_EXAMPLE = (
+    "Any Apprise URL of a service that is reached over HTTP(S), e.g. gotifys://host/TOKEN, "
+    "mmosts://host/TOKEN (Mattermost), matrixs://user:pass@host/#room, pover://USER@TOKEN "
+    "(Pushover), jsons://host/path. Not mail, syslog, MQTT, XMPP or desktop notifications.")
+_PLUGINS = NotificationManager()  # Apprise's registry of plugins by scheme (one per process)
+# Class attributes of a plugin that name the service's fixed API (notify_url, api_url, …).
+_SERVICE_URL_NAME = re.compile(r"^(notify|api|base|service_api)[a-z_]*url[a-z_]*$")
+
 EXAMPLES = {
     ChannelKind.EMAIL: "Mail to the team's owners and admins; nothing to fill in.",
     ChannelKind.WEBHOOK: "An http(s) URL that takes a POST of the alert's JSON.",
     **{kind: spec.example for kind, spec in APPRISE_KINDS.items()},
+    ChannelKind.APPRISE: GENERIC_EXAMPLE,
 }
 
 _LEVELS = {
@@ -189,8 +207,38 @@ def _refused_is_invalid(check) -> None:
         raise ChannelUnreachable("Not reachable from this site.") from None
 
 
+def _speaks_http(plugin_class: type) -> bool:
+    """The plugin sends with `requests` (its class or a base's module uses it)."""
+    return any("requests" in vars(sys.modules.get(cls.__module__) or object)
+               for cls in plugin_class.__mro__ if cls.__module__.startswith("apprise."))
+
+
+def _generic_plugin(url: str):
+    scheme = urlsplit(url).scheme.lower()
+    # Judged by the scheme's plugin class first: a plugin whose own library is not installed
+    # here is still refused for what it is.
+    plugin_class = _PLUGINS[scheme] if scheme and scheme in _PLUGINS else None
+    if plugin_class is not None and not _speaks_http(plugin_class):
+        raise ChannelInvalid(
+            f"{plugin_class.service_name} ({scheme}://) is not sent over HTTP, so this site "
+            "cannot check where it connects; use a service reached over HTTP(S), or the Email "
+            "kind for mail.")
+    plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    if plugin is None:
+        raise ChannelInvalid(f"Apprise cannot read this URL ({scheme or 'no'} scheme). "
+                             f"{GENERIC_EXAMPLE}")
+    if not _speaks_http(type(plugin)):
+        raise ChannelInvalid(f"{plugin.service_name} is not sent over HTTP. {GENERIC_EXAMPLE}")
+    host, port = _own_host(ChannelKind.APPRISE, plugin)
+    if host:
+        _refused_is_invalid(lambda: check_host(host, port))
+    return plugin
+
+
 def _apprise_plugin(kind: str, url: str):
     """Apprise's plugin for `url`, if it is the kind's own, its host checked by the guard."""
+    if kind == ChannelKind.APPRISE:
+        return _generic_plugin(url)
     spec = APPRISE_KINDS[kind]
     plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
     if plugin is None:
@@ -212,6 +260,13 @@ def _invalid_now(exc: ChannelInvalid) -> str:
 
 def _own_host(kind: str, plugin) -> tuple[str, int]:
     """The host the URL itself names, where the kind has no fixed service host; ("", 0)."""
+    if kind == ChannelKind.APPRISE:
+        host = getattr(plugin, "host", None)
+        # A self-hosted service's URL names its server; a hosted one's "host" is often a token.
+        if isinstance(host, str) and ("." in host or ":" in host or host == "localhost"):
+            secure = bool(getattr(plugin, "secure", True))
+            return host.lower(), int(getattr(plugin, "port", None) or (443 if secure else 80))
+        return "", 0
     if kind == ChannelKind.TEAMS or (kind == ChannelKind.NTFY and plugin.mode == NtfyMode.PRIVATE):
         secure = kind == ChannelKind.TEAMS or plugin.secure
         return str(plugin.host).lower(), int(plugin.port or (443 if secure else 80))
@@ -224,7 +279,22 @@ def _hosts(kind: str, plugin) -> set[str]:
         return {host}
     if kind == ChannelKind.NTFY:
         return {urlsplit(NotifyNtfy.cloud_notify_url).hostname or "ntfy.sh"}
+    if kind == ChannelKind.APPRISE:
+        return _service_hosts(plugin)
     return set(APPRISE_KINDS[kind].hosts)
+
+
+def _service_hosts(plugin) -> set[str]:
+    """The hosts a hosted service's plugin posts to, from the API URLs its classes name."""
+    hosts = set()
+    for cls in type(plugin).__mro__:
+        for name, value in vars(cls).items():
+            if (_SERVICE_URL_NAME.match(name) and isinstance(value, str)
+                    and value.startswith(("http://", "https://"))):
+                host = urlsplit(value).hostname
+                if host:
+                    hosts.add(host.lower())
+    return hosts
 
 
 def destination(kind: str, url: str) -> str:
@@ -332,15 +402,16 @@ def _send_apprise(kind: str, url: str, message: Message) -> None:
         said = "; ".join([*guarded.errors, *(str(e.message) for e in entries)])  # WARNING and above
         detail = redact(said, _url_secrets(url))
         answered = guarded.outcomes[-1] if guarded.outcomes else ""
+        service = plugin.service_name if kind == ChannelKind.APPRISE else ChannelKind(kind).label
         if answered.startswith("HTTP "):
             status = int(answered.removeprefix("HTTP "))
             raise DeliveryFailed(
-                f"{ChannelKind(kind).label} answered {answered}",
+                f"{service} answered {answered}",
                 retry=status >= 500 or status in (408, 429),
                 detail=detail,
             )
         # A network failure's class; with no request sent, Apprise refused the message itself.
-        raise DeliveryFailed(answered or f"{ChannelKind(kind).label} did not take the message", detail=detail)
+        raise DeliveryFailed(answered or f"{service} did not take the message", detail=detail)
 
 
 OPSGENIE_MESSAGE_CHARS = 130  # the Alert API's limits
