@@ -150,7 +150,8 @@ def _move_standings(location: str, batch: Sequence[Probed]) -> list[int]:
             new.append(standing)
         standing.last_at, standing.last_ok = p.at, p.result.ok
         standing.last_ttft_ms = p.result.ttft_ms
-        standing.last_cause = p.result.cause[:300]
+        if not p.result.ok:  # the latest failure's cause, kept while good probes confirm
+            standing.last_cause = p.result.cause[:300]
         if not _counted(p.result):
             continue
         before = (standing.down, standing.since is not None)
@@ -205,8 +206,16 @@ def standings(endpoint: Endpoint) -> list[verdict.Standing]:
 def evaluate(endpoint_id: int, now: datetime | None = None) -> str | None:
     """The quorum for one endpoint, its change recorded and alerted once; the news sent."""
     now = now or timezone.now()
+    # Under the endpoint's row lock: two locations' batches that commit at once must judge one
+    # after the other, or the later, truer verdict could lose to the earlier one for good.
+    with transaction.atomic():
+        return _evaluate_locked(endpoint_id, now)
+
+
+def _evaluate_locked(endpoint_id: int, now: datetime) -> str | None:
     # Task step: the id came from our own batch; the endpoint names its team.
-    endpoint = Endpoint.dangerously_unscoped.select_related("team").filter(pk=endpoint_id).first()
+    endpoint = (Endpoint.dangerously_unscoped.select_for_update(of=("self",))
+                .select_related("team").filter(pk=endpoint_id).first())
     if endpoint is None:
         return None  # deleted meanwhile
     found = verdict.quorum(scheduling.locations_of(endpoint), standings(endpoint))

@@ -87,6 +87,7 @@ class LivenessState(TeamOwned):
     last_at = models.DateTimeField(null=True)
     last_ok = models.BooleanField(null=True)
     last_ttft_ms = models.FloatField(null=True)
+    # the latest failed probe's cause (kept after it: a location confirmed down names why)
     last_cause = models.CharField(max_length=300, blank=True, default="")
 
     team_lookup = "endpoint__team"

@@ -155,9 +155,11 @@ def test_falling_below_the_floor_alerts_once_per_change(
     endpoint = make_endpoint(world.team, slo_grade_floor="B")
     bad = make_report_with_error_rate(0.3)
     with django_capture_on_commit_callbacks(execute=True):
+        make_scan(endpoint, bad)  # one bad scan: not news until the next agrees
         make_scan(endpoint, bad)
-        make_scan(endpoint, bad)
-        make_scan(endpoint)  # a good scan: recovery
+        make_scan(endpoint, bad)  # still below: nothing new
+        make_scan(endpoint)
+        make_scan(endpoint)  # two good scans in a row: recovery
     subjects = [m.subject for m in mail.outbox]
     assert subjects == [f"[Tokvera] {endpoint.name}: below floor",
                         f"[Tokvera] {endpoint.name}: floor recovered"]
