@@ -295,6 +295,7 @@ TEAM: dict[str, list[Case]] = {
         Case("api", "GET", "read", kwargs=_endpoint_with_scan_id, query="?check=error_rate"),
     ],
     "api-endpoint-capacity": [Case("api", "GET", "read", kwargs=_endpoint_with_capacity_id)],
+    "api-endpoint-probes": [Case("api", "GET", "read", kwargs=_endpoint_id)],
     "api-endpoint-slo": [Case("api", "GET", "read", kwargs=_endpoint_with_scan_id)],
     "api-endpoint-reports": [
         Case(
