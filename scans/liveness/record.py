@@ -171,7 +171,8 @@ def _move_standings(location: str, batch: Sequence[Probed]) -> list[int]:
         if (standing.down, standing.since is not None) != before:
             changed.append(p.endpoint_id)
     states.bulk_create(new)
-    _update_standings([s for s in existing.values() if s not in new])
+    created = {id(s) for s in new}  # a set: a list lookup per row would compare every row
+    _update_standings([s for s in existing.values() if id(s) not in created])
     return list(dict.fromkeys(changed))
 
 
@@ -197,10 +198,6 @@ def _update_standings(rows: list[LivenessState]) -> None:
         cursor.execute(sql, values)
 
 
-def standings(endpoint: Endpoint) -> list[verdict.Standing]:
-    rows = LivenessState.objects.for_team(endpoint.team_id).filter(endpoint=endpoint)
-    return [verdict.Standing(s.location, s.since is not None, s.down, s.last_cause)
-            for s in rows]
 
 
 def evaluate(endpoint_id: int, now: datetime | None = None) -> str | None:
@@ -218,7 +215,9 @@ def _evaluate_locked(endpoint_id: int, now: datetime) -> str | None:
                 .select_related("team").filter(pk=endpoint_id).first())
     if endpoint is None:
         return None  # deleted meanwhile
-    found = verdict.quorum(scheduling.locations_of(endpoint), standings(endpoint))
+    rows = list(LivenessState.objects.for_team(endpoint.team_id).filter(endpoint=endpoint))
+    found = verdict.quorum(scheduling.locations_of(endpoint), [
+        verdict.Standing(s.location, s.since is not None, s.down, s.last_cause) for s in rows])
     old = endpoint.liveness
     if found.state == old and found.cause == endpoint.liveness_cause:
         if endpoint.liveness_held:
@@ -230,7 +229,7 @@ def _evaluate_locked(endpoint_id: int, now: datetime) -> str | None:
         Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
             liveness_held=True)
         return None
-    since = _verdict_since(endpoint, found) or now
+    since = _verdict_since(rows, found) or now
     won = Endpoint.objects.for_team(endpoint.team_id).filter(
         pk=endpoint.pk, liveness=old, liveness_cause=endpoint.liveness_cause).update(
         liveness=found.state, liveness_cause=found.cause[:400], liveness_held=False,
@@ -246,20 +245,16 @@ def _evaluate_locked(endpoint_id: int, now: datetime) -> str | None:
     if news is not None:
         endpoint.liveness, endpoint.liveness_cause, endpoint.liveness_since = (
             found.state, found.cause, since)
-        _send(endpoint, news, found, old, now)
+        _send(endpoint, news, found, now)
     return news
 
 
-def _verdict_since(endpoint: Endpoint, found: verdict.Verdict) -> datetime | None:
+def _verdict_since(rows: list[LivenessState], found: verdict.Verdict) -> datetime | None:
     """When the new verdict began: the first probe of the last run that completed it (the
     location that made the majority, or the last to recover)."""
-    rows = LivenessState.objects.for_team(endpoint.team_id).filter(endpoint=endpoint)
     if found.state in (verdict.DOWN, verdict.DEGRADED):
-        rows = rows.filter(location__in=found.down_at)
-    times = [s.since for s in rows if s.since is not None]
-    if not times:
-        return None
-    return max(times)
+        rows = [s for s in rows if s.location in found.down_at]
+    return max((s.since for s in rows if s.since is not None), default=None)
 
 
 def _renotify(endpoint_ids: list[int], now: datetime | None = None) -> None:
@@ -279,11 +274,10 @@ def _renotify(endpoint_ids: list[int], now: datetime | None = None) -> None:
             pk=endpoint.pk, liveness_notified_at=last).update(liveness_notified_at=now)
         if won:
             found = verdict.Verdict(verdict.DOWN, (), endpoint.liveness_cause)
-            _send(endpoint, STILL_DOWN, found, verdict.DOWN, now)
+            _send(endpoint, STILL_DOWN, found, now)
 
 
-def _send(endpoint: Endpoint, news: str, found: verdict.Verdict, old: str,
-          now: datetime) -> None:
+def _send(endpoint: Endpoint, news: str, found: verdict.Verdict, now: datetime) -> None:
     delivery.record_probe_alert(endpoint, news, payload(endpoint, news, found, now))
 
 
