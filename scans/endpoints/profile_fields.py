@@ -85,10 +85,15 @@ FIELDS = (
     ProfileField(
         "timeout_s", "the timeout", "Timeout per request (s)", flag="--timeout",
         minimum=0, above_minimum=True, maximum=300.0,
+        help="Default 60 s: a request that has not finished by then counts as failed. Raise it "
+             "for long replies on a slow server, up to {maximum:g} s.",
         too_big="{words} can be at most {maximum:g} s here"),
     ProfileField(
         "max_tokens", "max tokens", "Max tokens", flag="--max-tokens", minimum=1,
-        maximum=4096, too_big="{words} can be at most {maximum} here"),
+        maximum=4096,
+        help="A ceiling on each reply (default 128: a chat answer's length, enough to measure "
+             "the generation rate); replies end where the model stops.",
+        too_big="{words} can be at most {maximum} here"),
     ProfileField(
         "input_tokens", "input tokens", "Prompt length (tokens)", flag="--input-tokens",
         group="workload", minimum=1, maximum=32_768, too_big=AT_MOST,
@@ -135,9 +140,11 @@ FIELDS = (
         too_big="{words} threshold is from {minimum} to {maximum} streams",
         help="One alert when a scan finds fewer, one when it recovers. Blank: no capacity alert."),
     ProfileField("price_input_per_mtok", "prices", "Price per million input tokens (USD)",
-                 group="price", minimum=0),
+                 group="price", minimum=0,
+                 help="Blank: no cost figures (with both prices, the report gives the cost of "
+                      "1,000 requests)."),
     ProfileField("price_output_per_mtok", "prices", "Price per million output tokens (USD)",
-                 group="price", minimum=0),
+                 group="price", minimum=0, help="Blank: no cost figures."),
 )
 
 BY_NAME = {field.name: field for field in FIELDS}

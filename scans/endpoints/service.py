@@ -33,19 +33,20 @@ from accounts.models import Team
 from accounts.tenancy import Access
 from scans.endpoints import limits, profile, profile_fields, scheduling
 from scans.endpoints.url_rules import GuardedURL, url_changes
-from scans.grader import DEFAULT_LEVELS, PlanError
+from scans.grader import DEFAULT_LEVELS, DEMO_MODEL_ID, PlanError
 from scans.models import (
     Endpoint,
     EndpointMode,
     LivenessState,
     NotificationChannel,
+    ProbeResult,
     Scan,
     ScanStatus,
 )
 
-__all__ = ["PROFILE_FIELDS", "REFUSALS", "SECRET_FIELDS", "InvalidURL", "Saved",
-           "URLChangeRefused", "UnknownChannels", "check_profile", "clean_base_url", "create",
-           "update"]
+__all__ = ["DEMO_ENDPOINT_NAME", "PROFILE_FIELDS", "REFUSALS", "SECRET_FIELDS", "InvalidURL",
+           "Saved", "URLChangeRefused", "UnknownChannels", "check_profile", "clean_base_url",
+           "create", "demo_endpoint_fields", "expected_scan_s", "update"]
 
 # What a scan profile is made of (validated together by check_profile): the target, the
 # levels, each row of the table that is a column (the dataset is a secret: its ciphertext),
@@ -153,6 +154,17 @@ def update(endpoint: Endpoint, data: Mapping[str, Any], by: Access) -> Saved:
     return Saved(stored, dropped)
 
 
+DEMO_ENDPOINT_NAME = "Demo target"
+
+
+def demo_endpoint_fields(base_url: str) -> dict[str, Any]:
+    """The run command's demo target as an endpoint: every field at the form's default but the
+    interval (5 minutes, so grades come while someone watches), so it grades as a new endpoint
+    of the same server does."""
+    return {"name": DEMO_ENDPOINT_NAME, "base_url": base_url, "model": DEMO_MODEL_ID,
+            "levels": list(DEFAULT_LEVELS), "interval_minutes": 5}
+
+
 def typical_scan_s(endpoint: Endpoint) -> tuple[float, int] | None:
     """(the median seconds its last scans ran, how many), or None before any finished."""
     runs = [(finished - started).total_seconds() for started, finished in
@@ -164,6 +176,57 @@ def typical_scan_s(endpoint: Endpoint) -> tuple[float, int] | None:
     if not runs:
         return None
     return sorted(runs)[len(runs) // 2], len(runs)
+
+
+#: The pace a stream is assumed to keep before the endpoint's own scans tell: a modest server
+#: under load. Replies are taken at their ceiling, so the figure is an "up to".
+ASSUMED_STREAM_TOKENS_PER_S = 30.0
+#: The preflight, the workload's set-up and the bookkeeping around the levels.
+SCAN_OVERHEAD_S = 10.0
+#: The latest probes whose median first token the estimate takes.
+PROBES_FOR_ESTIMATE = 10
+
+
+@dataclass(frozen=True)
+class ScanEstimate:
+    """How long a scan of the endpoint takes: `seconds`, and `basis`, what the figure rests on
+    in words ("the median of its last 5 scans", "its profile: ...")."""
+
+    seconds: float
+    basis: str
+    measured: bool
+
+
+def expected_scan_s(endpoint: Endpoint) -> ScanEstimate:
+    """The endpoint's own last scans when there are some; before them, its profile: each
+    level's rounds of requests (warm-up included) at one request's time, a reply of max
+    tokens at ASSUMED_STREAM_TOKENS_PER_S after the first token its probes measured (1 s
+    before any probe). The capacity search's levels are not known ahead, so not counted."""
+    typical = typical_scan_s(endpoint)
+    if typical is not None:
+        seconds, count = typical
+        return ScanEstimate(seconds, f"the median of its last {count} scans"
+                            if count > 1 else "its last scan", measured=True)
+    plan = profile.plan_for(endpoint)
+    warmup = plan.workload.warmup or 0
+    rounds = sum(math.ceil(requests / level) + (math.ceil(warmup / level) if warmup else 0)
+                 for level, requests in zip(plan.levels, plan.requests_per_level, strict=True))
+    first_token_s = _probed_first_token_s(endpoint)
+    request_s = first_token_s + plan.max_tokens / ASSUMED_STREAM_TOKENS_PER_S
+    search = ", plus the capacity search" if endpoint.capacity_search else ""
+    return ScanEstimate(
+        SCAN_OVERHEAD_S + rounds * request_s,
+        f"its profile: {rounds} rounds of requests with replies of up to {plan.max_tokens:,} "
+        f"tokens at {ASSUMED_STREAM_TOKENS_PER_S:g} tokens/s{search}", measured=False)
+
+
+def _probed_first_token_s(endpoint: Endpoint) -> float:
+    """The median time to first token of the endpoint's latest probes, in seconds; 1 s before
+    any probe answered."""
+    ttfts = sorted(ProbeResult.objects.for_team(endpoint.team_id)
+                   .filter(endpoint_id=endpoint.pk, ok=True, ttft_ms__isnull=False)
+                   .order_by("-at").values_list("ttft_ms", flat=True)[:PROBES_FOR_ESTIMATE])
+    return ttfts[len(ttfts) // 2] / 1000 if ttfts else 1.0
 
 
 def _check_interval(endpoint: Endpoint) -> None:

@@ -76,6 +76,13 @@ class TargetConfig:
     strict_params: bool = False
 
 
+#: The run command's demo target (`tokvera target --demo`): a small server with eight decode
+#: slots, so the default profile's top level queues as it would on a real one. A new endpoint
+#: with every default grades A on it; tests that stand in for the demo start this shape.
+DEMO_TARGET = TargetConfig(ttft_ms=180.0, itl_ms=15.0, jitter_ms=40.0, tokens=48,
+                           max_concurrency=8)
+
+
 #: The chat-completions parameters OpenAI's API accepts (strict_params refuses any other).
 OPENAI_PARAMS = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options",

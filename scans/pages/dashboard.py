@@ -20,7 +20,6 @@ from accounts.identity import SignedInRequest
 from accounts.tenancy import Access
 from accounts.views import team_for_request, team_to_create_in
 from scans.endpoints import service as endpoints
-from scans.grader import DEMO_MODEL_ID
 from scans.history import slo_windows, state
 from scans.history.grades import latest_grades
 from scans.history.slo_wording import WindowWords
@@ -158,10 +157,6 @@ def _dashboard_key(sort: str, states: dict) -> Callable[[DashboardRow], tuple]:
 
 # What the one-click demo endpoint scans: a light profile, so the demo target stays green
 # (the seeded demo endpoint's, scans/management/commands/seed_demo.py).
-DEMO_ENDPOINT_PROFILE = {"levels": [1, 4, 8], "requests_per_level": 12, "max_tokens": 48,
-                         "timeout_s": 30, "interval_minutes": 5}
-
-
 @login_required
 @require_POST
 def add_demo_endpoint(request: SignedInRequest, slug: str) -> HttpResponse:
@@ -174,9 +169,8 @@ def add_demo_endpoint(request: SignedInRequest, slug: str) -> HttpResponse:
         return redirect("team-dashboard", slug=team.slug)
     if not settings.DEMO_TARGET_URL:
         raise Http404("no demo target here")
-    saved = endpoints.create(team, {
-        "name": "Demo target", "base_url": settings.DEMO_TARGET_URL, "model": DEMO_MODEL_ID,
-        **DEMO_ENDPOINT_PROFILE}, Access.for_request(request))
+    saved = endpoints.create(team, endpoints.demo_endpoint_fields(settings.DEMO_TARGET_URL),
+                             Access.for_request(request))
     messages.success(request, "The demo target was added; its first scan starts within a "
                               "minute.")
     return redirect("endpoint-detail", public_id=saved.endpoint.public_id)

@@ -32,9 +32,9 @@ from scans.history.capacity_history import capacity_history, latest_capacity
 from scans.history.check_results import check_history, unmeasured_reasons
 from scans.history.grades import grade_history
 from scans.history.headlines import headline_history
-from scans.history.slo_wording import WindowWords
+from scans.history.slo_wording import WindowWords, duration_text
 from scans.liveness import history as probe_history
-from scans.models import Endpoint, EndpointMode, Scan, ScanStatus, ScanTrigger, new_badge_key
+from scans.models import Endpoint, EndpointMode, ScanStatus, ScanTrigger, new_badge_key
 from scans.pages import charts
 from scans.pages.common import endpoint_or_404
 from scans.pages.forms import EndpointForm
@@ -350,23 +350,21 @@ def _capacity(endpoint: Endpoint, since: datetime, until: datetime, location: st
 
 
 # The scans whose durations say how long a first scan takes, about (the team's latest).
-TYPICAL_SCANS = 20
-
-
 def _before_first_scan(endpoint: Endpoint) -> dict | None:
     """For an endpoint no scan has finished for yet, what the page says in one place instead of
-    an empty chart per section: the latest scan, if any, and how long the team's own
-    recent scans took. None once a scan succeeded."""
+    an empty chart per section: the latest scan, if any, and how long its first scan should
+    take by its own profile. None once a scan succeeded."""
     scans = endpoint.scans.order_by("-queued_at")
     if scans.filter(status=ScanStatus.SUCCEEDED).exists():
         return None
     latest = scans.only("public_id", "status", "queued_at", "started_at", "error_reason").first()
-    finished = (Scan.objects.for_team(endpoint.team_id)
-                .filter(status=ScanStatus.SUCCEEDED, pushed=False, started_at__isnull=False,
-                        finished_at__isnull=False)
-                .order_by("-finished_at").values_list("started_at", "finished_at")[:TYPICAL_SCANS])
-    seconds = sorted((end - start).total_seconds() for start, end in finished)
-    typical_s = seconds[len(seconds) // 2] if seconds else None  # the median
     running_s = ((timezone.now() - latest.started_at).total_seconds()
                  if latest is not None and latest.started_at else None)
-    return {"scan": latest, "typical_s": typical_s, "running_s": running_s}
+    estimate = endpoints.expected_scan_s(endpoint)
+    return {"scan": latest, "running_s": running_s, "estimate": estimate,
+            "estimate_text": scan_time_text(estimate.seconds)}
+
+
+def scan_time_text(seconds: float) -> str:
+    """45 s, 3 min, 1 h 10 min: how long a scan takes, as a person reads it."""
+    return f"{round(seconds)} s" if seconds < 90 else duration_text(seconds)

@@ -70,7 +70,9 @@ class ChannelChoiceField(forms.ModelMultipleChoiceField):
 class EndpointForm(forms.ModelForm):
     levels_text = forms.CharField(
         label="Concurrency levels", max_length=200,
-        help_text="Comma-separated, starting at 1 and ascending, e.g. 1, 4, 16.")
+        help_text="Comma-separated, starting at 1 and ascending. Default 1, 4, 16: one "
+                  "request alone, then a small and a busy batch, to see how latency holds "
+                  "under load.")
     locations_text = forms.CharField(
         label="Scan from", max_length=400, required=False,
         help_text="Locations the site scans it from, comma-separated; blank: the site's own.")
@@ -121,9 +123,20 @@ class EndpointForm(forms.ModelForm):
             **{row.name: profile_fields.help_text(row) for row in _TABLE_COLUMNS if row.help},
             "base_url": "The OpenAI-compatible API root, e.g. https://llm.example.com/v1.",
             "model": "As the server names it at /models: Test connection lists them.",
-            "interval_minutes": f"From {MIN_INTERVAL_MINUTES} minutes to 24 hours "
+            "interval_minutes": f"Default 60: a graded scan puts real load on the server, so once "
+                                "an hour; the liveness probe below watches in between. From "
+                                f"{MIN_INTERVAL_MINUTES} minutes to 24 hours "
                                 f"({MAX_INTERVAL_MINUTES}), and no shorter than a scan takes: "
                                 "a slot whose previous scan is still running is skipped.",
+            "mode": "Scheduled (the default): the site scans it. Pushed: you scan it from inside "
+                    "your network with tokvera scan --publish and the site keeps the reports.",
+            "enabled": "On by default; off pauses scans and probes and keeps the history.",
+            "slo_grade_floor": (
+                "Default B: a healthy server on the default profile grades A, so one letter of "
+                "room; below it (confirmed, see below) alerts and counts as bad SLO time."),
+            "alert_after_errors": (
+                "Default 3: scans that failed on our side (not the endpoint's fault) alert only "
+                "when they keep failing."),
             "probe_interval_s": (
                 f"Between graded scans the site checks the endpoint answers: /models and one "
                 f"short streamed request, no load. From {MIN_PROBE_INTERVAL_S} s to "
@@ -136,10 +149,12 @@ class EndpointForm(forms.ModelForm):
                 "bad scan brings the next one forward). 1 alerts on the first bad result."),
             "renotify_minutes": "Blank: one message per outage (and one when it ends).",
             "slo_error_rate": "0.01 is 1%. Blank: no error-rate target.",
-            "slo_ttft_p95_ms": "Blank: no TTFT target.",
+            "slo_ttft_p95_ms": "Blank (the default): no TTFT target; the grade's own bounds "
+                               "still judge TTFT.",
             "slo_objective": (
-                "0.9 means 90% of the time scans cover in a window must meet every target "
-                "(30 days at 0.9 allow 3 days of bad time)."
+                "Default 0.9: 90% of the time scans cover in a window must meet every target "
+                "(30 days at 0.9 allow 3 days of bad time), so a few bad scans spend budget "
+                "without paging anyone."
             ),
         }
 

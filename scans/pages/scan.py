@@ -128,13 +128,13 @@ def _running_ahead(scan: Scan) -> Scan | None:
 
 def _time_left(running: Scan, now: datetime) -> str:
     """", about 3 min left": the running scan's own estimate, else what its endpoint's last
-    scans took; empty when neither is known."""
+    scans took (before any, its profile's figure); empty before it started."""
     left = (live.read(running.public_id) or {}).get("scan_eta_s")
     if left is None:
-        typical = endpoints.typical_scan_s(running.endpoint)
-        if typical is None or running.started_at is None:
+        if running.started_at is None:
             return ""
-        left = typical[0] - (now - running.started_at).total_seconds()
+        expected = endpoints.expected_scan_s(running.endpoint)
+        left = expected.seconds - (now - running.started_at).total_seconds()
     if left <= 0:
         return ", due to finish any moment"
     if left < 60:

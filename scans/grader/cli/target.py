@@ -7,12 +7,15 @@ import asyncio
 import sys
 
 from scans.grader.cli import UsageError
-from scans.grader.demo_server import REASONING_FIELDS, TargetConfig, TargetServer
+from scans.grader.demo_server import DEMO_TARGET, REASONING_FIELDS, TargetConfig, TargetServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, required=True, help="TCP port (0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--demo", action="store_true",
+                        help="the run command's demo target: --ttft-ms 180 --itl-ms 15 "
+                             "--jitter-ms 40 --tokens 48 --slots 8 (not combined with them)")
     parser.add_argument("--ttft-ms", type=float, default=200.0,
                         help="time to first token, ms (default 200)")
     parser.add_argument("--itl-ms", type=float, default=20.0,
@@ -57,6 +60,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(ignore_eos, min_tokens...) with 400, as OpenAI does")
 
 
+#: The options --demo sets (parser destination → the demo's TargetConfig field).
+_DEMO_OPTIONS = {"ttft_ms": "ttft_ms", "itl_ms": "itl_ms", "jitter_ms": "jitter_ms",
+                 "tokens": "tokens", "max_concurrency": "max_concurrency"}
+
+
+def _apply_demo(args: argparse.Namespace) -> None:
+    """--demo: the demo target's shape, refused beside an option that would change it."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = vars(parser.parse_args(["--port", "0"]))
+    given = [name for name in _DEMO_OPTIONS if getattr(args, name) != defaults[name]]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UsageError(f"--demo sets the demo target's shape; drop {flags} or --demo")
+    for dest, field in _DEMO_OPTIONS.items():
+        setattr(args, dest, getattr(DEMO_TARGET, field))
+
+
 def _config(args: argparse.Namespace) -> TargetConfig:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: expected 0..65535")
@@ -95,6 +116,8 @@ async def _serve(config: TargetConfig, host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.demo:
+        _apply_demo(args)
     config = _config(args)
     try:
         import uvloop

@@ -23,13 +23,13 @@ from django.utils import timezone
 from accounts import identity, teams
 from common import demo_target
 from common.paths import VAR_DIR
+from scans.endpoints.service import DEMO_ENDPOINT_NAME, demo_endpoint_fields
 from scans.grader import DEMO_MODEL_ID
 from scans.models import Endpoint
 
 DEMO_USERNAME = "demo"
 DEMO_EMAIL = "demo@tokvera.local"
 DEMO_TEAM = "demo"
-DEMO_ENDPOINT = "Demo target"
 WAIT_FOR_SITE_S = 120
 #: After the workers answer: their last start-up lines (and beat's) reach the screen first.
 SETTLE_S = 2.0
@@ -136,16 +136,12 @@ class Command(BaseCommand):
             team = teams.create_team(DEMO_TEAM, "Demo team", owner=user)
         target_url = demo_target_url()
         demo = Endpoint.objects.for_team(team)
-        if demo.filter(name=DEMO_ENDPOINT).exclude(base_url=target_url).exists():
+        if demo.filter(name=DEMO_ENDPOINT_NAME).exclude(base_url=target_url).exists():
             # PORT changed since the demo was made: the demo endpoint follows its target.
-            demo.filter(name=DEMO_ENDPOINT).update(base_url=target_url)
+            demo.filter(name=DEMO_ENDPOINT_NAME).update(base_url=target_url)
         # The model the demo target lists at /models: under any other name it is degraded.
-        demo.filter(name=DEMO_ENDPOINT).exclude(model=DEMO_MODEL_ID).update(model=DEMO_MODEL_ID)
+        demo.filter(name=DEMO_ENDPOINT_NAME).exclude(model=DEMO_MODEL_ID).update(model=DEMO_MODEL_ID)
         if not demo.exists():
-            demo.create(
-                team=team, name=DEMO_ENDPOINT, base_url=target_url, model=DEMO_MODEL_ID,
-                levels=[1, 4, 8], requests_per_level=12, max_tokens=48, timeout_s=30,
-                interval_minutes=5, slo_grade_floor="B", slo_ttft_p95_ms=400,
-                next_scan_at=timezone.now(),
-            )
+            demo.create(team=team, **demo_endpoint_fields(target_url),
+                        next_scan_at=timezone.now())
         self.stdout.write(self._login_line(password))

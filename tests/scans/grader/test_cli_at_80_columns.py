@@ -278,3 +278,13 @@ def test_the_progress_rows_fit_80_columns_without_cutting_a_figure(tmp_path):
     assert [row.split()[0] for row in rows] == ["c=1", "c=4"]
     assert all(len(row) <= 80 and "…" not in row for row in rows), rows
     assert all("40/40" in row and "TTFT" in row for row in rows)
+
+
+def test_the_demo_targets_shape_is_one_flag_and_is_not_mixed_with_another(tmp_path):
+    refused = tokvera("target", "--port", "0", "--demo", "--tokens", "3", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "tokvera target: --demo sets the demo target's shape; drop --tokens or --demo")
+    with target_process("--demo") as (_, url):
+        models = httpx.get(f"{url}/models", timeout=5).json()
+    assert [m["id"] for m in models["data"]] == ["tokvera-target"]

@@ -29,7 +29,7 @@ def test_an_empty_dashboard_adds_the_demo_target_in_one_click(world, owner_clien
     assert answer.status_code == 302
     assert answer["Location"] == reverse("endpoint-detail", args=[demo.public_id])
     assert (demo.name, demo.base_url, demo.model) == ("Demo target", DEMO, DEMO_MODEL_ID)
-    assert (demo.levels, demo.interval_minutes) == ([1, 4, 8], 5)
+    assert (demo.levels, demo.interval_minutes) == ([1, 4, 16], 5)  # the form's defaults
     assert demo.next_scan_at is not None  # due at the next beat
     # A second click adds nothing, and the offer is gone.
     owner_client.post(reverse("team-demo-endpoint", args=[world.team.slug]))
