@@ -299,7 +299,7 @@ def _latest_capacity(endpoint: Endpoint) -> dict | None:
     scan = latest_capacity(endpoint)
     if scan is None:
         return None
-    found = (scan.report or {}).get("capacity") or {}
+    found = scan.capacity_found or {}
     tried = found.get("levels_tried")
     return {"scan": scan.public_id, "at": scan.queued_at, "outcome": scan.capacity_outcome,
             "concurrency": scan.capacity_concurrency,

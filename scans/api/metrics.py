@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from django.db.models import F
-from django.db.models.fields.json import KT
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -95,8 +94,7 @@ def render(endpoints: list[Endpoint]) -> bytes:
         .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED,
                 down=False)
         .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
-        .values("pk", "endpoint_id", "grade", "points",
-                rate=KT("report__levels__0__generation_rate__median")))}
+        .values("pk", "endpoint_id", "grade", "points", rate=F("tokens_per_s")))}
     checks: dict[tuple[int, str], float | None] = {
         (r["scan_id"], r["check_id"]): r["value"] for r in (
             scoped_to_teams(CheckResult, team_ids)

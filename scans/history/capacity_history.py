@@ -88,8 +88,7 @@ def latest_capacity(endpoint: Endpoint) -> Scan | None:
     """The endpoint's latest scan that searched for its capacity (the page's "serves up to N
     concurrent streams"), or None. Its report is not loaded: `capacity_found` holds the
     report's capacity section (reason, levels tried, SLO)."""
-    return (_searched_scans(endpoint).order_by("-queued_at", "-pk").defer("report")
-            .annotate(capacity_found=KeyTransform("capacity", "report")).first())
+    return _searched_scans(endpoint).order_by("-queued_at", "-pk").defer("report").first()
 
 
 def capacity_history(endpoint: Endpoint, since: datetime | None = None,
@@ -103,7 +102,7 @@ def capacity_history(endpoint: Endpoint, since: datetime | None = None,
     since, until = range_bounds(since, until, lambda: scans.aggregate(t=Min("queued_at"))["t"])
     streams = Coalesce("capacity_concurrency", Value(0))
     rows = scans.filter(queued_at__gte=since, queued_at__lte=until).annotate(
-        slo=KeyTransform("slo", KeyTransform("capacity", "report")))
+        slo=KeyTransform("slo", "capacity_found"))
     if rows.count() <= max_points:
         return [
             CapacityPoint(

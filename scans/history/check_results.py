@@ -176,18 +176,15 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
 
 def unmeasured_reasons(endpoint: Endpoint, check_id: str,
                        scan_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """Why a check was not measured in each of these scans (report.json's `reason`), for the
-    charts' hover text. Only the reports' checks lists are read, and only for these scans."""
+    """Why a check was not measured in each of these scans (report.json's `reason`, kept on
+    its check row), for the charts' hover text."""
     scan_ids = list(scan_ids)
     if not scan_ids:
         return {}
-    reasons = {}
-    for row in graded_scans(endpoint).filter(public_id__in=scan_ids).values(
-            "public_id", checks=F("report__checks")):
-        for check in row["checks"] or []:
-            if isinstance(check, dict) and check.get("id") == check_id and check.get("reason"):
-                reasons[row["public_id"]] = str(check["reason"])
-    return reasons
+    graded = graded_scans(endpoint).filter(public_id__in=scan_ids).values("pk")
+    return dict(CheckResult.objects.for_team(endpoint.team_id)
+                .filter(scan__in=graded, check_id=check_id).exclude(reason="")
+                .values_list("scan__public_id", "reason"))
 
 
 def _rolled_checks(rolled, since: datetime, width: int) -> list[dict]:

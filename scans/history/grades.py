@@ -14,7 +14,6 @@ from datetime import datetime
 from django.db.models import (
     Case,
     Count,
-    F,
     IntegerField,
     Max,
     Min,
@@ -126,7 +125,7 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 points_max=as_float(r["points"]), grade=r["grade"],
                 uncapped_grade=r["uncapped_grade"],
                 capped=int(_is_capped(r["grade"], r["uncapped_grade"])),
-                caps=tuple(c.get("id", "") for c in (r["caps"] or []) if isinstance(c, dict)),
+                caps=tuple(r["caps_applied"] or ()),
                 no_letter=int(r["grade"] not in LETTERS),
                 scoring_version=r["scoring_version"], provisional=r["provisional"],
                 scan_id=r["public_id"], down=int(r["down"]), url=r["target_url"] or "",
@@ -134,8 +133,8 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
             )
             for r in rows.order_by("queued_at").values(
                 "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
-                "provisional", "public_id", "down", "target_url", *PROFILE_NAMES,
-                caps=F("report__score__caps_applied"))
+                "provisional", "public_id", "down", "target_url", "caps_applied",
+                *PROFILE_NAMES)
         ]
     names = [*PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
     # An hour or wider: whole hours (days), read from the rollups as far as they are complete.

@@ -7,9 +7,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, FloatField, Max, Min, Sum
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import Count, Max, Min, Sum
 
 from scans.history import rollups
 from scans.history.downsampling import (
@@ -24,12 +22,13 @@ from scans.models import Endpoint
 
 __all__ = ["HEADLINE_FIGURES", "HeadlinePoint", "headline_history"]
 
-# The headline figures the endpoint page draws over time, read from each report's first level
-# (one request at a time): where in report.json each one lives.
+# The headline figures the endpoint page draws over time, of each scan's first level (one
+# request at a time): the Scan column each one is stored in (scans/running/worker.py,
+# report_columns). The rollups keep a <key>_sum and <key>_n of each.
 HEADLINE_FIGURES = {
-    "ttft_p50": "report__levels__0__ttft_ms__p50",
-    "ttft_p95": "report__levels__0__ttft_ms__p95",
-    "tokens_per_s": "report__levels__0__generation_rate__median",
+    "ttft_p50": "ttft_p50_ms",
+    "ttft_p95": "ttft_p95_ms",
+    "tokens_per_s": "tokens_per_s",
 }
 
 
@@ -48,17 +47,18 @@ class HeadlinePoint:
 def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
                      max_points: int = DEFAULT_MAX_POINTS,
                      location: str | None = None) -> list[HeadlinePoint]:
-    """The endpoint's headline figures between `since` and `until`, oldest first; each figure
-    is extracted from report.json in SQL (the reports themselves are never loaded)."""
+    """The endpoint's headline figures between `since` and `until`, oldest first, from the
+    scans' columns (no report is read)."""
     check_max_points(max_points)
     rows = graded_scans(endpoint, location).filter(queued_at__gte=since, queued_at__lte=until)
-    figures = {key: Cast(KT(path), FloatField()) for key, path in HEADLINE_FIGURES.items()}
+    figures = HEADLINE_FIGURES
     if rows.count() <= max_points:
         return [
             HeadlinePoint(at=r["queued_at"], last_at=r["queued_at"], scans=1,
-                          figures={key: as_float(r[key]) for key in figures},
+                          figures={key: as_float(r[column]) for key, column in figures.items()},
                           scan_id=r["public_id"])
-            for r in rows.order_by("queued_at").values("queued_at", "public_id", **figures)
+            for r in rows.order_by("queued_at").values("queued_at", "public_id",
+                                                       *figures.values())
         ]
     width = bucket_width_s(since, until, max_points)
     span = rollups.long_range(since, until, width)
@@ -69,11 +69,11 @@ def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
             queued_at__gte=max(since, span.rolled_until), queued_at__lte=until)
         rolled = _rolled_headlines(span.scan_rollups(endpoint, location), since, width)
     bucketed = (
-        rows.annotate(bucket=TimeBucket("queued_at", since.timestamp(), width), **figures)
+        rows.annotate(bucket=TimeBucket("queued_at", since.timestamp(), width))
         .values("bucket")
         .annotate(at=Min("queued_at"), last_at=Max("queued_at"), scans=Count("pk"),
-                  **{f"sum_{key}": Sum(key) for key in figures},
-                  **{f"n_{key}": Count(key) for key in figures})
+                  **{f"sum_{key}": Sum(column) for key, column in figures.items()},
+                  **{f"n_{key}": Count(column) for key, column in figures.items()})
         .order_by("bucket")
     )
     sums = ["scans", *(f"{part}_{key}" for key in figures for part in ("sum", "n"))]

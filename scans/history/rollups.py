@@ -57,9 +57,9 @@ _LOCK_KEY = 0x746F6B726F6C  # pg advisory lock: one rollup pass at a time
 DEFAULT_BUDGET_S = 120.0
 
 PLAN_NAMES = [f"pf_{name}" for name in load_profile.PLAN_PATHS]
-#: The headline figures of the first level, where report.json holds them: the same as
-#: scans.history.headlines.HEADLINE_FIGURES (a test holds them equal; history imports this module, so
-#: not the other way round). ScanRollup has a <key>_sum and <key>_n column for each.
+#: The headline figures of the first level, where report.json holds them (read for a scan an
+#: older worker stored without their columns). ScanRollup has a <key>_sum and <key>_n column for
+#: each.
 FIGURE_PATHS = {
     "ttft_p50": ("levels", "0", "ttft_ms", "p50"),
     "ttft_p95": ("levels", "0", "ttft_ms", "p95"),
@@ -82,6 +82,12 @@ def _plan_sql(report: str) -> str:
 
 def _url_sql(report: str) -> str:
     return f"COALESCE({report} #>> '{{target,base_url}}', '')"
+
+
+# A scan's load and URL: its columns (every stored report has a load_plan since they exist),
+# else its report.
+_LOAD = f"(CASE WHEN s.load_plan IS NOT NULL THEN s.load_plan ELSE {_plan_sql('s.report')} END)"
+_URL = f"(CASE WHEN s.load_plan IS NOT NULL THEN s.target_url ELSE {_url_sql('s.report')} END)"
 
 
 def _trunc(unit: str, column: str) -> str:
@@ -113,22 +119,28 @@ def _upsert(table: str, key: tuple[str, ...], columns: tuple[str, ...]) -> tuple
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}")
 
 
-#: The parts of a scan's report the rollups read (its plan, target and first level), taken
-#: with ONE reference to s.report: each reference detoasts and decompresses the whole report
-#: (about 35 kB stored, 130 kB of JSON while it is full), so reading the dozen paths straight off
-#: s.report costs a dozen decompressions a scan.
-_REPORT_PART = (
-    "CROSS JOIN LATERAL (SELECT COALESCE(jsonb_object_agg(k, CASE WHEN k = 'levels' AND "
-    "jsonb_typeof(v) = 'array' THEN jsonb_build_array(v -> 0) ELSE v END), '{}'::jsonb) AS rep "
-    "FROM jsonb_each(s.report) AS e(k, v) WHERE k IN ('plan', 'target', 'levels')) AS p")
+#: A scan's load, URL and headline figures are columns written as it was stored
+#: (scans/running/worker.py, report_columns); a scan an older worker stored without them
+#: (report_columns_version below) is read from its report instead, so its hour rolls up the same.
+#: A CASE reads the report only for those rows: each reference to s.report detoasts the whole
+#: report.
+#: The same as scans.history.headlines.HEADLINE_FIGURES (a test holds them equal; history
+#: imports this module, so not the other way round).
+FIGURE_COLUMNS = {"ttft_p50": "ttft_p50_ms", "ttft_p95": "ttft_p95_ms",
+                  "tokens_per_s": "tokens_per_s"}
+
+
+def _column_or_report(column: str, from_report: str, version: int) -> str:
+    return (f"(CASE WHEN s.report_columns_version >= {version} THEN s.{column} "
+            f"ELSE {from_report} END)")
 
 
 def _scan_hours_sql() -> str:
-    figures = _figure_paths()
-    values = {f"{key}_sum": f"SUM((p.rep #>> '{path}')::double precision)"
-              for key, path in figures.items()}
-    values |= {f"{key}_n": f"COUNT((p.rep #>> '{path}')::double precision)"
-               for key, path in figures.items()}
+    figures = {key: _column_or_report(FIGURE_COLUMNS[key],
+                                      f"(s.report #>> '{path}')::double precision", 2)
+               for key, path in _figure_paths().items()}
+    values = {f"{key}_sum": f"SUM({figure})" for key, figure in figures.items()}
+    values |= {f"{key}_n": f"COUNT({figure})" for key, figure in figures.items()}
     values |= {
         "first_at": "MIN(s.queued_at)", "last_at": "MAX(s.queued_at)", "scans": "COUNT(*)",
         "points_sum": "SUM(s.points)", "points_n": "COUNT(s.points)",
@@ -150,7 +162,7 @@ def _scan_hours_sql() -> str:
         )
         {head}
         SELECT s.endpoint_id, 'hour', t.h, s.location, s.scoring_version,
-               {_plan_sql('p.rep')}, {_url_sql('p.rep')},
+               {_LOAD}, {_URL},
                {', '.join(values[c] for c in _SCAN_COLUMNS)}
         FROM touched t
         CROSS JOIN LATERAL (
@@ -158,7 +170,6 @@ def _scan_hours_sql() -> str:
             WHERE s0.endpoint_id = t.endpoint_id AND s0.location = t.location
                   AND s0.queued_at >= t.h AND s0.queued_at < t.h + interval '1 hour'
                   AND s0.status = 'succeeded' OFFSET 0) AS s
-        {_REPORT_PART}
         GROUP BY 1, 2, 3, 4, 5, 6, 7
         {tail}
     """  # noqa: S608 - only this module's constant SQL is formatted in; values are parameters
@@ -193,9 +204,9 @@ def _check_hours_sql() -> str:
                       AND c0.measured_at >= t.h
                       AND c0.measured_at < t.h + interval '1 hour' OFFSET 0) AS c
         ),
-        loads AS MATERIALIZED (  -- each scan's load and URL, its report read once
-            SELECT s.id, s.location, {_plan_sql('p.rep')} AS plan, {_url_sql('p.rep')} AS url
-            FROM scans_scan s {_REPORT_PART}
+        loads AS MATERIALIZED (  -- each scan's load and URL
+            SELECT s.id, s.location, {_LOAD} AS plan, {_URL} AS url
+            FROM scans_scan s
             WHERE s.id IN (SELECT scan_id FROM results)
         )
         {head}

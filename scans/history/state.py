@@ -300,31 +300,25 @@ class Headline:
         return self.first_answer_p50_ms is not None or self.thinking_p50_ms is not None
 
 
-def _figure(level: dict, key: str, stat: str) -> float | None:
-    value = (level.get(key) or {}).get(stat) if isinstance(level.get(key), dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def headline(endpoint: Endpoint) -> Headline | None:
     """TTFT p50/p95, tokens/s and error rate (one request at a time) of the latest succeeded
-    scan; for reasoning models also the first-answer TTFT and thinking time."""
+    scan; for reasoning models also the first-answer TTFT and thinking time (its columns, no
+    report read)."""
     row = (Scan.objects.for_team(endpoint.team_id)
            .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED)
            .order_by("-queued_at", "-pk")
-           .values("public_id", "queued_at", level=F("report__levels__0")).first())
+           .values("public_id", "queued_at", "ttft_p50_ms", "ttft_p95_ms", "tokens_per_s",
+                   "tokens_basis", "first_answer_p50_ms", "thinking_p50_ms").first())
     if row is None:
         return None
-    level = row["level"] if isinstance(row["level"], dict) else {}
     error_rate = (CheckResult.objects.for_team(endpoint.team_id)
                   .filter(scan__public_id=row["public_id"], check_id=ERROR_RATE)
                   .values_list("value", flat=True).first())
-    rate = level.get("generation_rate") or {}
     return Headline(
         scan_id=row["public_id"], at=row["queued_at"],
-        ttft_p50_ms=_figure(level, "ttft_ms", "p50"), ttft_p95_ms=_figure(level, "ttft_ms", "p95"),
-        tokens_per_s=_figure(level, "generation_rate", "median"),
-        tokens_basis=str(rate.get("basis") or "tokens"),
+        ttft_p50_ms=row["ttft_p50_ms"], ttft_p95_ms=row["ttft_p95_ms"],
+        tokens_per_s=row["tokens_per_s"], tokens_basis=row["tokens_basis"] or "tokens",
         error_rate=error_rate,
-        first_answer_p50_ms=_figure(level, "time_to_first_answer_ms", "p50"),
-        thinking_p50_ms=_figure(level, "thinking_ms", "p50"),
+        first_answer_p50_ms=row["first_answer_p50_ms"],
+        thinking_p50_ms=row["thinking_p50_ms"],
     )

@@ -121,6 +121,20 @@ class Scan(TeamOwned):
     preflight_cause = models.TextField(blank=True, default="")
     failure_summary = models.TextField(blank=True, default="")
     preflight_warnings = models.JSONField(null=True, blank=True)
+    # the headline figures of its first level (one request at a time; None where not measured)
+    ttft_p50_ms = models.FloatField(null=True, blank=True)
+    ttft_p95_ms = models.FloatField(null=True, blank=True)
+    tokens_per_s = models.FloatField(null=True, blank=True)  # the generation rate's median
+    tokens_basis = models.CharField(max_length=12, blank=True, default="")  # tokens or chunks
+    first_answer_p50_ms = models.FloatField(null=True, blank=True)  # reasoning models
+    thinking_p50_ms = models.FloatField(null=True, blank=True)
+    # the ids of the caps its score applied (report.score.caps_applied); re-grading rewrites it
+    caps_applied = models.JSONField(null=True, blank=True)
+    # report.capacity whole (the search's reason, levels tried and SLO), None without a search
+    capacity_found = models.JSONField(null=True, blank=True)
+    # Which set of these columns the row holds (REPORT_COLUMNS_VERSION in worker.py); 0: none,
+    # a scan stored by a release before them, which `manage.py fill_scan_columns` fills.
+    report_columns_version = models.PositiveSmallIntegerField(default=0)
 
     team_lookup = "endpoint__team"
 
@@ -178,6 +192,8 @@ class CheckResult(TeamOwned):
     counted = models.BooleanField()
     measured_at = models.DateTimeField()
     scoring_version = models.CharField(max_length=20)
+    # why it was not measured or not counted (the report's reason), for the charts' hover text
+    reason = models.TextField(blank=True, default="")
 
     team_lookup = "endpoint__team"
 

@@ -45,7 +45,7 @@ from django.db.models.expressions import RawSQL
 from scans.grader import SCORING_VERSIONS, regrade
 from scans.history.retention import LEVEL_SAMPLES
 from scans.models import Endpoint, Scan, ScanStatus
-from scans.running.worker import ScoreFields, score_fields
+from scans.running.worker import ScoreFields, check_reason, score_fields
 from scans.system_wide import ALL_SCANS
 
 __all__ = ["DEFAULT_BATCH", "SKIP_NO_CHECKS", "SKIP_NO_REPORT", "SKIP_PRUNED", "SKIP_UNREADABLE",
@@ -83,15 +83,16 @@ _REPORT_SQL = (
 # finished): statuses and the version updated, a check new to the version inserted.
 _CHECK_ROWS_SQL = """
 INSERT INTO scans_checkresult
-    (scan_id, endpoint_id, check_id, value, status, counted, measured_at, scoring_version)
+    (scan_id, endpoint_id, check_id, value, status, counted, measured_at, scoring_version,
+     reason)
 SELECT x.scan_id, x.endpoint_id, x.check_id, x.value, x.status, x.counted, x.measured_at,
-       x.scoring_version
+       x.scoring_version, x.reason
 FROM jsonb_to_recordset(%s::jsonb) AS x(scan_id bigint, endpoint_id bigint, check_id text,
     value double precision, status text, counted boolean, measured_at timestamptz,
-    scoring_version text)
+    scoring_version text, reason text)
 ON CONFLICT (scan_id, check_id) DO UPDATE SET
     status = EXCLUDED.status, counted = EXCLUDED.counted,
-    scoring_version = EXCLUDED.scoring_version
+    scoring_version = EXCLUDED.scoring_version, reason = EXCLUDED.reason
 """
 
 
@@ -238,7 +239,7 @@ def _write(row: dict, new: dict, fields: ScoreFields) -> None:
                       output_field=JSONField()),
         grade=fields.grade, points=fields.points, uncapped_grade=fields.uncapped_grade,
         scoring_version=fields.scoring_version, provisional=fields.provisional,
-        down=fields.down)
+        down=fields.down, caps_applied=fields.caps_applied)
 
 
 def _check_rows(row: dict, new: dict, version: str) -> Iterator[dict[str, Any]]:
@@ -248,5 +249,5 @@ def _check_rows(row: dict, new: dict, version: str) -> Iterator[dict[str, Any]]:
                "value": float(value) if isinstance(value, int | float) else None,
                "status": check["status"], "counted": bool(check["counted"]),
                "measured_at": row["finished_at"].isoformat() if row["finished_at"] else None,
-               "scoring_version": version}
+               "scoring_version": version, "reason": check_reason(check)}
 

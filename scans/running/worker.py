@@ -220,6 +220,7 @@ class ScoreFields:
     scoring_version: str
     provisional: bool
     down: bool = False
+    caps_applied: list[str] | None = None  # the ids of the caps the score applied
 
 
 def score_fields(report: dict) -> ScoreFields:
@@ -234,6 +235,8 @@ def score_fields(report: dict) -> ScoreFields:
         scoring_version=score["scoring_version"],
         provisional=bool(score["provisional"]),
         down=down,
+        caps_applied=[str(cap.get("id", "")) for cap in score.get("caps_applied") or []
+                      if isinstance(cap, dict)],
     )
 
 
@@ -260,15 +263,33 @@ def _figure(value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+#: The set of report columns a worker of this release writes (Scan.report_columns_version);
+#: `manage.py fill_scan_columns` brings older rows up to it.
+REPORT_COLUMNS_VERSION = 2
+
+
 def report_columns(report: dict) -> dict:
     """What lists, charts and states read of a report, as the Scan row's columns (written once,
-    as it is stored, so that none of them reads a report): the URL it reached, the load it ran
-    and why it was down. The load's values are the text PostgreSQL's ->> gives, as the
-    rollups and the migration that filled older scans read them (charts merge the two)."""
+    as it is stored, so that none of them reads a report): the URL it reached, the load it ran,
+    why it was down, the headline figures of its first level and its capacity section. The
+    load's values are the text PostgreSQL's ->> gives, as the rollups and the migration that
+    filled older scans read them (charts merge the two)."""
     preflight = report.get("preflight")
     preflight = preflight if isinstance(preflight, dict) else {}
     warnings = preflight.get("warnings")
+    levels = report.get("levels")
+    first = levels[0] if isinstance(levels, list) and levels and isinstance(levels[0], dict) else {}
+    basis = _at(first, ("generation_rate", "basis"))
+    capacity = report.get("capacity")
     return {
+        "ttft_p50_ms": _figure(_at(first, ("ttft_ms", "p50"))),
+        "ttft_p95_ms": _figure(_at(first, ("ttft_ms", "p95"))),
+        "tokens_per_s": _figure(_at(first, ("generation_rate", "median"))),
+        "tokens_basis": basis[:12] if isinstance(basis, str) else "",
+        "first_answer_p50_ms": _figure(_at(first, ("time_to_first_answer_ms", "p50"))),
+        "thinking_p50_ms": _figure(_at(first, ("thinking_ms", "p50"))),
+        "capacity_found": capacity if isinstance(capacity, dict) else None,
+        "report_columns_version": REPORT_COLUMNS_VERSION,
         "load_plan": {f"pf_{name}": _json_text(_at(report.get("plan"), path))
                       for name, path in PLAN_PATHS.items()},
         "target_url": (_json_text(_at(report.get("target"), ("base_url",))) or "")[:500],
@@ -312,6 +333,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             scoring_version=fields.scoring_version,
             provisional=fields.provisional,
             down=fields.down,
+            caps_applied=fields.caps_applied,
             pushed=pushed,
             **({"location": "pushed"} if pushed else {}),  # measured inside the team's network
             tool_version=str(report.get("tool_version", ""))[:40],
@@ -331,12 +353,19 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
                 counted=bool(check["counted"]),
                 measured_at=finished,
                 scoring_version=fields.scoring_version,
+                reason=check_reason(check),
             )
             for check in report["checks"]
         )
     scan.refresh_from_db()
     alerts.after_scan(scan)
     return scan
+
+
+def check_reason(check: dict) -> str:
+    """Why a check was not measured or not counted, as the report says it ("" when it was)."""
+    reason = check.get("reason")
+    return reason if isinstance(reason, str) else ""
 
 
 def _numeric(value) -> float | None:

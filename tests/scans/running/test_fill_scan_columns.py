@@ -11,19 +11,26 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from scans.models import Scan, ScanStatus
+from scans.models import CheckResult, Scan, ScanStatus
 from tests.helpers.factories import make_endpoint, make_scan, measured_report
 
 pytestmark = pytest.mark.django_db
 
-COLUMNS = ("target_url", "load_plan", "preflight_stopped", "preflight_cause", "failure_summary",
-           "preflight_warnings")
 EMPTY = {"target_url": "", "load_plan": None, "preflight_stopped": False, "preflight_cause": "",
-         "failure_summary": "", "preflight_warnings": None}
+         "failure_summary": "", "preflight_warnings": None, "ttft_p50_ms": None,
+         "ttft_p95_ms": None, "tokens_per_s": None, "tokens_basis": "",
+         "first_answer_p50_ms": None, "thinking_p50_ms": None, "caps_applied": None,
+         "capacity_found": None, "report_columns_version": 0}
+COLUMNS = tuple(EMPTY)
 
 
 def _columns(scan_id: int) -> dict:
     return Scan.dangerously_unscoped.filter(pk=scan_id).values(*COLUMNS).get()
+
+
+def _reasons(scan_id: int) -> dict:
+    return dict(CheckResult.dangerously_unscoped.filter(scan_id=scan_id).exclude(reason="")
+                .values_list("check_id", "reason"))
 
 
 def _row_version(scan_id: int) -> str:
@@ -45,12 +52,18 @@ def test_fill_scan_columns_fills_what_an_old_worker_left_empty_and_a_second_run_
     stored = make_scan(endpoint, report=report)  # stored by this release's worker
     written = _columns(stored.pk)
     assert written["target_url"] == report["target"]["base_url"] and written["load_plan"]
+    assert written["ttft_p50_ms"] == report["levels"][0]["ttft_ms"]["p50"]
+    assert written["tokens_per_s"] == report["levels"][0]["generation_rate"]["median"]
+    reasons = _reasons(stored.pk)
+    assert reasons  # the unmeasured checks say why
     old = make_scan(endpoint, report=report)
     Scan.dangerously_unscoped.filter(pk=old.pk).update(**EMPTY)  # as the old worker stored it
+    CheckResult.dangerously_unscoped.filter(scan=old).update(reason="")
     unmeasured = make_scan(endpoint, status=ScanStatus.ERRORED)  # no report: nothing to fill
 
     assert _fill() == "Filled the report columns of 1 scan stored without them.\n"
     assert _columns(old.pk) == written
+    assert _reasons(old.pk) == reasons
     assert _columns(unmeasured.pk) == EMPTY
 
     versions = {scan.pk: _row_version(scan.pk) for scan in (stored, old, unmeasured)}
