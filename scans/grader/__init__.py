@@ -63,7 +63,16 @@ if TYPE_CHECKING:
     from .redaction import redact_report, redact_text
     from .report import REPORT_SCHEMA_PATH, regrade, report_from_measurement
     from .report_html import render_html
-    from .report_text import cap_text, comparability, describe_capacity, describe_slo, goodput_text, is_down
+    from .report_text import (
+        cap_text,
+        comparability,
+        describe_capacity,
+        describe_slo,
+        goodput_text,
+        is_down,
+        server_changes,
+        server_text,
+    )
     from .runner import GC_GEN0_THRESHOLD, LOOP_LAG_THRESHOLD_MS, list_models, run_scan, run_scan_async
     from .scoring import (
         BANDS,
@@ -132,7 +141,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "render_html": ("report_html", "render_html"),
     **{name: ("report_text", name) for name in (
         "cap_text", "comparability", "describe_capacity", "describe_slo", "goodput_text",
-        "is_down")},
+        "is_down", "server_changes", "server_text")},
     "redact_report": ("redaction", "redact_report"),
     "redact_text": ("redaction", "redact_text"),
     "ImpossibleReport": ("proof", "ImpossibleReport"),
@@ -234,6 +243,8 @@ __all__ = [
     "run_scan_async",
     "search_requests",
     "search_worst_waves",
+    "server_changes",
+    "server_text",
     "tick_decimals",
     "values_from_checks",
 ]

@@ -2,7 +2,8 @@
 reference target of demos, calibration and tests, never the endpoint a scan grades.
 
 Real sockets, real HTTP/1.1, real SSE (chunked transfer encoding), real Prometheus text at
-``/metrics``. It is built on raw asyncio streams to stay cheap enough that a grader on the
+``/metrics``; it states its identity like a real engine (``/version`` as vLLM answers it,
+``/props`` in llama.cpp's shape). It is built on raw asyncio streams to stay cheap enough that a grader on the
 same machine measures itself, not the target.
 
 Timing model: a request is parsed at ``t0``; the first content chunk is due at
@@ -29,10 +30,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from .demo_model import PrefixCache, render_chat, tokenize
 
-__all__ = ["MODEL_ID", "OPENAI_PARAMS", "REASONING_FIELDS", "StreamTiming", "TargetConfig",
-           "TargetServer", "running_target", "serving_target"]
+__all__ = ["ENGINE_VERSION", "MODEL_ID", "OPENAI_PARAMS", "REASONING_FIELDS", "StreamTiming",
+           "TargetConfig", "TargetServer", "running_target", "serving_target"]
 
 MODEL_ID = "tokvera-target"  # the one model its /models lists
+#: What it states of itself like a real engine: /version as vLLM's, /props as llama.cpp's,
+#: ``owned_by`` in /models as both do (report.json's ``server`` reads them).
+ENGINE_VERSION = "1.0"
 
 
 _WORDS = (
@@ -207,8 +211,13 @@ class TargetServer:
             _write_simple(writer, 200, generate_latest(self.registry),
                           content_type=b"text/plain; version=0.0.4; charset=utf-8",
                           close=not keep_alive)
+        elif method == "GET" and path == "/version":
+            _write_simple(writer, 200, json.dumps({"version": ENGINE_VERSION}).encode(),
+                          close=not keep_alive)
+        elif method == "GET" and path == "/props":
+            _write_simple(writer, 200, json.dumps(self._props()).encode(), close=not keep_alive)
         elif method == "GET" and path.endswith("/models"):
-            entry: dict = {"id": MODEL_ID, "object": "model"}
+            entry: dict = {"id": MODEL_ID, "object": "model", "owned_by": "tokvera"}
             if self.config.max_model_len:
                 entry["max_model_len"] = self.config.max_model_len
             data = {"object": "list", "data": [entry]}
@@ -219,6 +228,18 @@ class TargetServer:
             await self._chat(body, writer, keep_alive)
         else:
             _write_simple(writer, 404, b'{"error":{"message":"not found"}}', close=not keep_alive)
+
+    def _props(self) -> dict:
+        """llama.cpp's /props shape, with what this server can say of itself: its build, its
+        model, its slots and (when it has one) its context length."""
+        settings: dict = {"params": {"n_predict": self.config.tokens}}
+        if self.config.max_model_len:
+            settings["n_ctx"] = self.config.max_model_len
+        props: dict = {"build_info": f"tokvera-target {ENGINE_VERSION}", "model_alias": MODEL_ID,
+                       "model_path": MODEL_ID, "default_generation_settings": settings}
+        if self.config.max_concurrency:
+            props["total_slots"] = self.config.max_concurrency
+        return props
 
     def _tokenize(self, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool) -> None:
         try:

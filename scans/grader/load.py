@@ -86,6 +86,8 @@ class ScanLoad:
         self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
                                  dataset=plan.workload.dataset, prompts=plan.prompts,
                                  builtin=builtin_prompt)
+        # The warm-up just sent, handed to the level it warmed (LevelResult.warmup).
+        self._warmup: list[RequestRecord] = []
 
     def _body(self) -> bytes:
         index = self._next_prompt
@@ -102,18 +104,25 @@ class ScanLoad:
         """`count` requests at up to `concurrency` at once, before a level; not counted."""
         if count <= 0:
             return
-        pending = iter(range(count))
+        records = [RequestRecord(level=concurrency, index=-1 - i) for i in range(count)]
+        self._warmup.extend(records)
+        pending = iter(records)
 
         async def worker() -> None:
-            for i in pending:
-                await self.request(RequestRecord(level=concurrency, index=-1 - i))
+            for record in pending:
+                await self.request(record)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+
+    def _take_warmup(self) -> list[RequestRecord]:
+        records, self._warmup = self._warmup, []
+        return records
 
     # -- a level -------------------------------------------------------------------------------
     async def run_level(self, concurrency: int, total: int) -> LevelResult:
         records = [RequestRecord(level=concurrency, index=i) for i in range(total)]
-        level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms)
+        level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms,
+                            warmup=self._take_warmup())
         pending = iter(records)
         completed = 0
         if self.progress:
@@ -151,7 +160,7 @@ class ScanLoad:
         records = [RequestRecord(level=0, index=i) for i in range(total)]
         level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             rate_per_s=rate, arrival=spec.arrival.text,
-                            max_connections=spec.max_connections)
+                            max_connections=spec.max_connections, warmup=self._take_warmup())
         gate = asyncio.Semaphore(spec.max_connections) if spec.max_connections else None
         in_flight = peak = completed = 0
         if self.rate_progress:

@@ -156,6 +156,9 @@ class LevelResult:
     rate_per_s: float | None = None
     arrival: str | None = None
     max_connections: int | None = None
+    #: The --warmup requests sent just before this level: never counted in any figure, kept
+    #: only so that requests.jsonl lists every request the scan sent.
+    warmup: list[RequestRecord] = field(default_factory=list)
 
     @property
     def succeeded(self) -> list[RequestRecord]:
@@ -284,6 +287,9 @@ class ModelsListing:
     ids_total: int = 0
     model_listed: bool | None = None               # None: no usable list
     detail: str = ""
+    #: The requested model's entry, compact (``server_identity.entry_facts``): what the server
+    #: states of it (owned_by, root, max_model_len...). Read for report.json's ``server``.
+    entry: dict | None = None
 
     def as_dict(self) -> dict:
         return {"url": self.url, "answered": self.answered, "status_code": self.status_code,
@@ -364,6 +370,9 @@ class Measurement:
     search_exhausted: bool = False
     #: Open-loop rate levels (--rate), after everything else: measured, never graded.
     rate_levels: list[LevelResult] = field(default_factory=list)
+    #: What the server says of itself (``server_identity.server_identity``; report.json's
+    #: ``server``); None in measurements built without it.
+    server: dict | None = None
 
     @property
     def all_requests(self) -> list[RequestRecord]:

@@ -27,6 +27,7 @@ from scans.grader.redaction import redact_text
 # The preflight's outcome is part of what a scan measured: its types live with the others.
 from .measurement import ModelsListing, Preflight, RequestRecord
 from .plan import ScanPlan
+from .server_identity import entry_facts
 
 __all__ = [
     "MODELS_BODY_LIMIT",
@@ -180,6 +181,8 @@ async def fetch_models(client: httpx.AsyncClient, base_url: str, model: str,
         listing.detail = f"HTTP {listing.status_code}, JSON without a list of models"
         return listing
     ids = [str(e["id"]) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    listing.entry = next((entry_facts(e) for e in entries
+                          if isinstance(e, dict) and e.get("id") == model), None)
     listing.answered = True
     listing.ids = [i[:200] for i in ids[:MODELS_IDS_KEPT]]
     listing.ids_total = len(ids)

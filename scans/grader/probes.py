@@ -7,7 +7,7 @@ import contextlib
 import ipaddress
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 
 import httpx
@@ -55,10 +55,13 @@ async def _get_text(client: httpx.AsyncClient, url: str, timeout: float) -> tupl
             return response.status_code, body.decode("utf-8", errors="replace")
 
 
-async def probe_metrics(client: httpx.AsyncClient, origin: str, timeout: float = 10.0
-                        ) -> MetricsProbe:
+async def probe_metrics(client: httpx.AsyncClient, origin: str, timeout: float = 10.0, *,
+                        read_samples: Callable[[list[tuple[str, dict, float]]], None] | None
+                        = None) -> MetricsProbe:
     """``GET {origin}/metrics``; present only for a 200 whose body parses as Prometheus
-    exposition text with at least one sample. Anything else is absent, with the detail."""
+    exposition text with at least one sample. Anything else is absent, with the detail.
+    `read_samples` is handed the parsed samples (what the server says of itself is read
+    from them: scans.grader.server_identity), so nothing fetches /metrics twice."""
     url = f"{origin}/metrics"
     try:
         status, text = await _get_text(client, url, timeout)
@@ -74,6 +77,8 @@ async def probe_metrics(client: httpx.AsyncClient, origin: str, timeout: float =
         return MetricsProbe(url, False, str(exc)[:300])
     if not samples:
         return MetricsProbe(url, False, "Prometheus text without a sample")
+    if read_samples is not None:
+        read_samples(samples)
     return MetricsProbe(url, True, f"{len(samples)} samples", samples=len(samples))
 
 

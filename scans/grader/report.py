@@ -199,6 +199,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     return redact_report({
         "tool_version": f"tokvera {measurement.scanner.get('version', 'unknown')}",
         "target": {"base_url": measurement.base_url, "model": measurement.model},
+        "server": measurement.server,  # what the server says of itself: never graded
         "started_at": measurement.started_at,
         "finished_at": measurement.finished_at,
         "plan": {**plan.public_dict(), "workload": measurement.workload or None},

@@ -27,6 +27,7 @@ from scans.grader.report_text import (
     ms_texts,
     rate_flag,
     rate_rows,
+    server_text,
     surface_text,
     ttft_basis_text,
     workload_lines,
@@ -199,6 +200,8 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
         "measurements": measurements,
         "ttft_basis_text": ttft_basis_text(measurements),
         "target": report.get("target", {}),
+        # what the server says of itself, beside the grade; reports from before have none
+        "server_text": server_text(report["server"]) if "server" in report else None,
         "plan": report.get("plan", {}),
         "workload_lines": workload_lines(report),
         "workload": (report.get("plan") or {}).get("workload") or {},

@@ -27,6 +27,8 @@ __all__ = [
     "ms_texts",
     "rate_flag",
     "rate_rows",
+    "server_changes",
+    "server_text",
     "surface_text",
     "ttft_basis_text",
     "workload_key",
@@ -87,9 +89,11 @@ def ttft_basis_text(measurements: Mapping[str, Any]) -> str:
 
 
 def cli_notes(report: Mapping[str, Any]) -> list[str]:
-    """The lines `tokvera scan` prints about which TTFT was graded and about thinking."""
+    """The lines `tokvera scan` prints about the server, which TTFT was graded and
+    thinking."""
     measurements = report.get("measurements") or {}
-    lines = [f"TTFT is graded at {ttft_basis_text(measurements)} (thinking included)"]
+    lines = [f"server: {server_text(report['server'])}"] if "server" in report else []
+    lines.append(f"TTFT is graded at {ttft_basis_text(measurements)} (thinking included)")
     reasoning = measurements.get("reasoning")
     if isinstance(reasoning, Mapping):
         for lv in report.get("levels", []):
@@ -198,6 +202,105 @@ def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
                      "have been served from a prefix cache)" + (f"; {shown}" if shown else ""))
         reasons.append(f"workloads differ: {shown}")
     return reasons
+
+
+# -- the server's identity ----------------------------------------------------------------------
+
+def _parameters_text(count: Any) -> str | None:
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return None
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if count >= size:
+            return f"{count / size:.3g}{suffix} parameters"
+    return f"{count:,} parameters"
+
+
+def _gpus_text(names: Any) -> str | None:
+    """["NVIDIA H100", "NVIDIA H100"] → "2 × NVIDIA H100"."""
+    if not isinstance(names, list) or not names:
+        return None
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[str(name)] = counts.get(str(name), 0) + 1
+    return ", ".join(f"{n} × {name}" if n > 1 else name for name, n in counts.items())
+
+
+def server_text(server: Mapping[str, Any] | None) -> str:
+    """What the server says of itself in one line: "vLLM 0.11.0 · Qwen3-8B · ctx 32,768 ·
+    NVIDIA H100"; "not stated" when it says nothing (the CLI's ``server:`` line, report.html
+    beside the grade, the site)."""
+    if not isinstance(server, Mapping):
+        return "not stated"
+    model: Mapping[str, Any] = server["model"] if isinstance(server.get("model"), Mapping) else {}
+    hardware: Mapping[str, Any] = (server["hardware"] if isinstance(server.get("hardware"), Mapping)
+                                   else {})
+    engine = " ".join(str(part) for part in (server.get("engine"), server.get("engine_version"))
+                      if part)
+    context = model.get("max_model_len")
+    tensor_parallel = hardware.get("tensor_parallel_size")
+    parts = [
+        engine,
+        model.get("id"),
+        f"ctx {context:,}" if isinstance(context, int) and not isinstance(context, bool) else None,
+        model.get("quantization") or model.get("dtype"),
+        _parameters_text(model.get("parameters")),
+        _gpus_text(hardware.get("gpu_names")) or hardware.get("device"),
+        f"tensor parallel {tensor_parallel}" if isinstance(tensor_parallel, int) else None,
+    ]
+    shown = [str(part) for part in parts if part]
+    return " · ".join(shown) if shown else "not stated"
+
+
+#: What a change of identity is called, per fact (engine first: it explains the others).
+_IDENTITY_FACTS = (
+    ("engine", ("engine",)),
+    ("engine version", ("engine_version",)),
+    ("model", ("model", "root")),
+    ("context length", ("model", "max_model_len")),
+    ("dtype", ("model", "dtype")),
+    ("quantization", ("model", "quantization")),
+    ("parameters", ("model", "parameters")),
+)
+_HARDWARE_FACTS = (("GPUs", "gpu_names"), ("device", "device"),
+                   ("tensor parallel size", "tensor_parallel_size"), ("KV cache", "kv_cache"))
+
+
+def _fact(server: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
+    value: Any = server
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _fact_text(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return _gpus_text(value) or "none"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
+def server_changes(before: Mapping[str, Any] | None,
+                   after: Mapping[str, Any] | None) -> list[str]:
+    """What changed between two scans' ``server`` (earlier, later), one phrase per fact:
+    "engine version 0.10.2 → 0.11.0", "hardware changed (GPUs NVIDIA A100 → NVIDIA H100)".
+    Only a fact both scans state counts: one the server did not state (an older report, a
+    request that timed out) is unknown, not a change. Empty when nothing changed."""
+    changes = []
+    for label, path in _IDENTITY_FACTS:
+        old, new = _fact(before, path), _fact(after, path)
+        if old is not None and new is not None and old != new:
+            changes.append(f"{label} {_fact_text(old)} → {_fact_text(new)}")
+    hardware = []
+    for label, key in _HARDWARE_FACTS:
+        old, new = _fact(before, ("hardware", key)), _fact(after, ("hardware", key))
+        if old is not None and new is not None and old != new:
+            hardware.append(f"{label} {_fact_text(old)} → {_fact_text(new)}")
+    if hardware:
+        changes.append(f"hardware changed ({'; '.join(hardware)})")
+    return changes
 
 
 def cap_text(cap_id: Any) -> str:

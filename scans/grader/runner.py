@@ -27,6 +27,7 @@ from .objective import evaluate_level
 from .plan import MAX_LEVEL, ScanPlan
 from .preflight import fetch_models, run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
+from .server_identity import MetricsStatements, read_statements, server_identity
 from .stopping import until_stopped
 from .stream import JSON_IMPL
 from .transport import ScanTransport
@@ -87,9 +88,10 @@ async def run_scan_async(
     preflight stopped the scan or `preflight_only`; return what was measured.
 
     `transport`: an httpx transport to send everything through (the load, the /metrics probe,
-    the DCGM exporter). By default a ``ScanTransport``; `connect_guard(host, port, ip)` is
-    called for every address of every connection it opens and refuses it by raising. Pass one
-    or the other, not both (build your transport with the guard in it).
+    the server's identity, the DCGM exporter). By default a ``ScanTransport``;
+    `connect_guard(host, port, ip)` is called for every address of every connection it opens
+    and refuses it by raising. Pass one or the other, not both (build your transport with the
+    guard in it).
     """
     plan.validate()
     if transport is not None and connect_guard is not None:
@@ -105,7 +107,10 @@ async def run_scan_async(
         scan = ScanLoad(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport),
                      rate_progress=rate_progress)
-        preflight = await run_preflight(plan, client, scan.request)
+        # What the server says of itself, asked beside the preflight (never during the load).
+        preflight, statements = await asyncio.gather(
+            run_preflight(plan, client, scan.request),
+            read_statements(client, plan.origin, min(plan.timeout_s, 10.0)))
         levels: list[LevelResult] = []
         searched: list[LevelResult] = []
         rate_levels: list[LevelResult] = []
@@ -142,9 +147,11 @@ async def run_scan_async(
                     await scan.warm_up(1, plan.workload.warmup)
                     rate_levels.append(await scan.run_rate_level(
                         rate, plan.open_loop.requests_at(rate), index))
+        metrics_statements = MetricsStatements()
         if preflight.server_answered and not preflight_only:
             metrics = await probe_metrics(client, plan.origin,
-                                          timeout=min(plan.timeout_s, 10.0))
+                                          timeout=min(plan.timeout_s, 10.0),
+                                          read_samples=metrics_statements.read)
         else:
             metrics = preflight.metrics_not_probed(plan.origin)
     finished_at = _now_iso()
@@ -168,6 +175,7 @@ async def run_scan_async(
         searched_levels=searched,
         search_exhausted=exhausted,
         rate_levels=rate_levels,
+        server=server_identity(statements, preflight.models, metrics_statements, metrics),
         scanner={
             "tool": TOOL_NAME,
             "version": _tool_version(),

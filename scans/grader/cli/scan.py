@@ -2,15 +2,18 @@
 
 First a preflight (GET /models and one probe request; see scans.grader.preflight), then the
 levels. Prints the grade, the cause of any failure and a table of the headline numbers; writes
-report.json and report.html. Exit status: 0 done, 2 bad usage, 3 --preflight-only and the
-probe failed, 4 below --fail-under (decided after publishing was attempted), 5 no request
-succeeded (the endpoint is down; without --fail-under too), 1 publishing failed (when neither
-4 nor 5 applies) or an internal error.
+report.json, report.html and requests.jsonl (scans.grader.request_log). Exit status: 0 done,
+2 bad usage, 3 --preflight-only and the probe failed, 4 below --fail-under (decided after
+publishing was attempted), 5 no request succeeded (the endpoint is down; without --fail-under
+too), 1 publishing failed (when neither 4 nor 5 applies) or an internal error. With --repeat N
+the scan runs N times (scans.grader.repeat) and the verdict and exit status are the median
+run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -29,8 +32,21 @@ from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, pa
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
 from scans.grader.progress import LevelFigures as _Running  # the site's scan page shows the same
 from scans.grader.progress import ScanProgress, time_left
+from scans.grader.prompts import PromptSample
+from scans.grader.repeat import (
+    MAX_REPEAT,
+    REPEAT_FILE,
+    RepeatError,
+    essentials,
+    grade_label,
+    parse_repeat,
+    run_dir,
+    summarise,
+    summary_texts,
+)
 from scans.grader.report import report_from_measurement, write_report
 from scans.grader.report_text import is_down
+from scans.grader.request_log import REQUESTS_FILE, write_requests
 from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
@@ -47,7 +63,8 @@ DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 EPILOG = (f"exit status: 0 done; {EXIT_PUBLISH_FAILED} publishing failed or an internal error; "
           f"2 bad usage; {EXIT_PREFLIGHT_FAILED} --preflight-only and the probe failed; "
           f"{EXIT_BELOW_FLOOR} below --fail-under; {EXIT_DOWN} no request succeeded (the "
-          "endpoint is down), with or without --fail-under")
+          "endpoint is down), with or without --fail-under; with --repeat, 4 and 5 are the "
+          "median run's")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,9 +157,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--price-output", metavar="USD", default=None,
                         help="output price, USD per million tokens")
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("./tokvera-report"),
-                        help="where report.json and report.html go (default ./tokvera-report)")
+                        help=f"where report.json, report.html and {REQUESTS_FILE} (one line "
+                             "per request sent: times, tokens, status) go (default "
+                             "./tokvera-report)")
+    parser.add_argument("--repeat", metavar="N", default=None,
+                        help=f"run the same scan N times back to back (2 to {MAX_REPEAT}; "
+                             "default 1): each run's report in DIR/run-1, DIR/run-2, ...; "
+                             f"medians, 95 %% confidence intervals and the spread of grades in "
+                             f"DIR/{REPEAT_FILE}; the verdict and exit status are the median "
+                             "run's")
     parser.add_argument("--fail-under", metavar="GRADE", choices=scoring.GRADES, default=None,
-                        help="exit 4 when the grade is worse than GRADE, or there is no grade")
+                        help="exit 4 when the grade is worse than GRADE, or there is no grade "
+                             "(with --repeat: the median run's grade)")
     parser.add_argument("--preflight-only", action="store_true",
                         help="only the preflight: GET /models and one probe request; print "
                              "what they found and exit (3 when the probe failed); no load, "
@@ -404,7 +430,25 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         raise UsageError(str(exc)) from None
 
 
+def _repeat(args: argparse.Namespace) -> int:
+    text = getattr(args, "repeat", None)
+    if text is None:
+        return 1
+    try:
+        runs = parse_repeat(str(text))
+    except RepeatError as exc:
+        raise UsageError(str(exc)) from None
+    if runs > 1 and args.preflight_only:
+        raise UsageError("--repeat with --preflight-only: the preflight runs once, no scan "
+                         "to repeat")
+    if runs > 1 and getattr(args, "publish", None):
+        raise UsageError("--repeat with --publish: the site takes one scan's report; publish "
+                         "a single run instead")
+    return runs
+
+
 def run(args: argparse.Namespace) -> int:
+    runs = _repeat(args)
     plan = build_plan(args)
     if args.preflight_only:
         return _run_preflight_only(plan)
@@ -418,24 +462,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
+    if runs > 1:
+        return _run_repeated(args, plan, sample, runs)
 
-    try:
-        if args.quiet or not sys.stderr:
-            measurement = run_scan(plan)
-        else:
-            with ScanBars(plan) as progress:
-                measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
-    except WorkloadError as exc:  # found out before any load: one line, nothing measured
-        raise UsageError(f"stopped before any load: {exc}") from None
-
-    report = report_from_measurement(plan, measurement, sample)
-    try:
-        json_path, html_path = write_report(report, out)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write the report: "
-                         f"{exc.strerror or exc}") from None
-
-    score = report["score"]
+    report, html_path = _scan_into(plan, sample, out, quiet=args.quiet)
     status = 0
     published: list[str] = []
     if publish_to is not None:
@@ -451,14 +481,94 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(report, html_path, quiet=args.quiet, extra=published)
     # The floor is decided after publishing was attempted: a CI gate fails for the grade,
     # not for the network.
-    if args.fail_under and scoring.is_below_floor(score["grade"], args.fail_under):
-        what = (f"the endpoint is down (report.json: {score['grade']})" if is_down(report)
-                else f"grade {score['grade']}")
-        sys.stderr.write(f"tokvera scan: {what} is below --fail-under {args.fail_under}\n")
+    return _exit_status(report, args.fail_under, status)
+
+
+def _exit_status(report: dict, fail_under: str | None, status: int, run: str = "") -> int:
+    """Below --fail-under exits 4, a down endpoint 5 (floor or not), else `status`. `run`
+    names the run whose verdict it is ("the median run (run 2)")."""
+    grade = report["score"]["grade"]
+    if fail_under and scoring.is_below_floor(grade, fail_under):
+        what = (f"the endpoint is down (report.json: {grade})" if is_down(report)
+                else f"grade {grade}")
+        sys.stderr.write(f"tokvera scan: {run + ': ' if run else ''}{what} is below "
+                         f"--fail-under {fail_under}\n")
         return EXIT_BELOW_FLOOR
     if is_down(report):  # no request succeeded: a failure for any caller, floor or not
         return EXIT_DOWN
     return status
+
+
+def _scan_into(plan: ScanPlan, sample: PromptSample | None, out: Path, *,
+               quiet: bool) -> tuple[dict, Path]:
+    """Run one scan and write report.json, report.html and requests.jsonl into `out`."""
+    try:
+        if quiet or not sys.stderr:
+            measurement = run_scan(plan)
+        else:
+            with ScanBars(plan) as progress:
+                measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
+    except WorkloadError as exc:  # found out before any load: one line, nothing measured
+        raise UsageError(f"stopped before any load: {exc}") from None
+
+    report = report_from_measurement(plan, measurement, sample)
+    try:
+        _, html_path = write_report(report, out)
+        write_requests(measurement, out)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write the report: "
+                         f"{exc.strerror or exc}") from None
+    return report, html_path
+
+
+def _run_text(report: dict) -> str:
+    """One run in a few words: "grade A (100.0 points); 0 of 8 requests failed"."""
+    levels = report.get("levels") or []
+    failed = sum(sum((level.get("failed") or {}).values()) for level in levels)
+    total = sum(int(level.get("requests") or 0) for level in levels)
+    label = grade_label(report)
+    points = report["score"].get("points")
+    grade = (f"grade {label} ({fmt.number(points, 'rate')} points)" if label in scoring.GRADES
+             else label)
+    return f"{grade}; {failed} of {total} requests failed"
+
+
+def _run_repeated(args: argparse.Namespace, plan: ScanPlan, sample: PromptSample | None,
+                  runs: int) -> int:
+    """--repeat: `runs` scans back to back, each into its run-K directory, then repeat.json
+    and the summary; the verdict printed last, and the exit status, are the median run's."""
+    width = summary.terminal_width()
+
+    def say(text: str) -> None:
+        for line in summary.wrap(text, width):
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    reports = []
+    for run in range(1, runs + 1):
+        report, _ = _scan_into(plan, sample, args.out / run_dir(run), quiet=args.quiet)
+        reports.append(essentials(report))
+        del report  # each run's report is on disk; only its summary figures stay in memory
+        if not args.quiet:
+            say(f"run {run} of {runs}: {_run_text(reports[-1])}")
+    result = summarise(reports)
+    path = args.out / REPEAT_FILE
+    try:
+        path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write {REPEAT_FILE}: "
+                         f"{exc.strerror or exc}") from None
+    middle = result["median_run"]["run"]
+    if not args.quiet:
+        for text in summary_texts(result):
+            say(text)
+        say(f"reports: {args.out / run_dir(1)} to {args.out / run_dir(runs)}; summary: {path}")
+    say(f"grades over {runs} runs: {result['grade_spread']}; median run: run {middle}")
+    median_report = json.loads((args.out / run_dir(middle) / "report.json").read_text("utf-8"))
+    for line in summary.closing_lines(median_report, width):
+        sys.stdout.write(line + "\n")
+    return _exit_status(median_report, args.fail_under, 0, run=f"the median run (run {middle})")
 
 
 def _run_preflight_only(plan: ScanPlan) -> int:
