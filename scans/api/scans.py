@@ -59,6 +59,11 @@ class ScanSerializer(serializers.ModelSerializer):
         "the endpoint never answered (the preflight stopped the scan, or no request "
         "succeeded): down is a state, not a grade, so `grade` and `points` are null; the "
         "scan's report.json keeps the F the scoring spec gives"))
+    server = serializers.JSONField(source="server_identity", read_only=True, help_text=(
+        "what the server said of itself (report.json's server: engine, engine_version, "
+        "model, hardware; null for each fact it did not state); null when the report has none"))
+    server_label = serializers.CharField(read_only=True, help_text=(
+        "the same in one line, e.g. \"vLLM 0.11.0 · Qwen3-8B · ctx 32,768\"; \"\" when none"))
 
     class Meta:
         model = Scan
@@ -66,7 +71,7 @@ class ScanSerializer(serializers.ModelSerializer):
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
             "finished_at", "grade", "points", "down", "uncapped_grade", "scoring_version",
             "provisional", "pushed", "tool_version", "location", *CAPACITY_COLUMNS,
-            "report_pruned_at",
+            "report_pruned_at", "server", "server_label",
         ]
         read_only_fields = fields
 

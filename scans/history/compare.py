@@ -29,6 +29,8 @@ from scans.grader import (
     comparability,
     is_down,
     regrade,
+    server_changes,
+    server_text,
 )
 
 __all__ = ["FLAG_RELATIVE_CHANGE", "CheckChange", "Comparison", "FigureChange", "PillarChange",
@@ -186,6 +188,11 @@ class Comparison:
     before_profile: str = ""
     after_profile: str = ""
     load_differences: tuple[str, ...] = field(default=())
+    # What each server said of itself (report.server) and what changed between the two, facts
+    # stated on both sides only: another engine, version or hardware is another server.
+    before_server: str = ""
+    after_server: str = ""
+    server_changes: tuple[str, ...] = field(default=())
     # Down is a state, not a grade (scans.grader.is_down): a down side has its cause
     # instead of a letter and points, and nothing is said of its grade.
     before_down: bool = False
@@ -320,6 +327,10 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any], *, between: str
                                "before_profile": load_profile.profile_of(before.get("plan")).label,
                                "after_profile": load_profile.profile_of(after.get("plan")).label,
                                "load_differences": _load_differences(before, after),
+                               "before_server": server_text(before.get("server")),
+                               "after_server": server_text(after.get("server")),
+                               "server_changes": tuple(server_changes(before.get("server"),
+                                                                      after.get("server"))),
                                "regraded_previous": regraded})
     return Comparison(**{**comparison.__dict__, "reasons": _reasons(comparison, a_score,
                                                                       b_score),

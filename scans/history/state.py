@@ -294,6 +294,8 @@ class Headline:
     # reasoning models: first answer token and time spent thinking (None when it never thought)
     first_answer_p50_ms: float | None
     thinking_p50_ms: float | None
+    # what the server said of itself in that scan, one line ("" when it said nothing)
+    server: str = ""
 
     @property
     def reasoning(self) -> bool:
@@ -308,7 +310,8 @@ def headline(endpoint: Endpoint) -> Headline | None:
            .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED)
            .order_by("-queued_at", "-pk")
            .values("public_id", "queued_at", "ttft_p50_ms", "ttft_p95_ms", "tokens_per_s",
-                   "tokens_basis", "first_answer_p50_ms", "thinking_p50_ms").first())
+                   "tokens_basis", "first_answer_p50_ms", "thinking_p50_ms",
+                   "server_label").first())
     if row is None:
         return None
     error_rate = (CheckResult.objects.for_team(endpoint.team_id)
@@ -321,4 +324,5 @@ def headline(endpoint: Endpoint) -> Headline | None:
         error_rate=error_rate,
         first_answer_p50_ms=row["first_answer_p50_ms"],
         thinking_p50_ms=row["thinking_p50_ms"],
+        server=row["server_label"],
     )

@@ -132,6 +132,10 @@ class Scan(TeamOwned):
     caps_applied = models.JSONField(null=True, blank=True)
     # report.capacity whole (the search's reason, levels tried and SLO), None without a search
     capacity_found = models.JSONField(null=True, blank=True)
+    # What the server said of itself (report.server without where each fact came from), and
+    # in one line ("vLLM 0.11.0 · Qwen3-8B · ctx 32,768"); None and "" when the report has none
+    server_identity = models.JSONField(null=True, blank=True)
+    server_label = models.CharField(max_length=300, blank=True, default="")
     # Which set of these columns the row holds (REPORT_COLUMNS_VERSION in worker.py); 0: none,
     # a scan stored by a release before them, which `manage.py fill_scan_columns` fills.
     report_columns_version = models.PositiveSmallIntegerField(default=0)

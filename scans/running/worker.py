@@ -39,6 +39,7 @@ from scans.grader import (
     redact_text,
     report_from_measurement,
     run_scan,
+    server_text,
 )
 from scans.models import (
     CapacityOutcome,
@@ -289,6 +290,7 @@ def report_columns(report: dict) -> dict:
         "first_answer_p50_ms": _figure(_at(first, ("time_to_first_answer_ms", "p50"))),
         "thinking_p50_ms": _figure(_at(first, ("thinking_ms", "p50"))),
         "capacity_found": capacity if isinstance(capacity, dict) else None,
+        **server_columns(report.get("server")),
         "report_columns_version": REPORT_COLUMNS_VERSION,
         "load_plan": {f"pf_{name}": _json_text(_at(report.get("plan"), path))
                       for name, path in PLAN_PATHS.items()},
@@ -298,6 +300,19 @@ def report_columns(report: dict) -> dict:
         "failure_summary": _json_text(_at(report.get("failure_summary"), ("sentence",))) or "",
         "preflight_warnings": warnings,
     }
+
+
+#: The facts of report.server a scan row keeps (not which URL said each, nor what was asked).
+SERVER_FACTS = ("engine", "engine_version", "model", "hardware")
+
+
+def server_columns(server: Any) -> dict:
+    """report.server as the Scan row's columns; a report without one (older grader) says
+    nothing of its server."""
+    if not isinstance(server, dict):
+        return {"server_identity": None, "server_label": ""}
+    return {"server_identity": {fact: server.get(fact) for fact in SERVER_FACTS},
+            "server_label": server_text(server)[:300]}
 
 
 def _at(value: Any, path: tuple[str, ...]) -> Any:
