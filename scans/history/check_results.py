@@ -80,6 +80,8 @@ class CheckPoint:
     profile_key: str = ""
     #: The URL the scan reached, as GradePoint.url: a change breaks the check's line too.
     url: str = ""
+    #: What the server said of itself, as GradePoint.server.
+    server: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -120,11 +122,12 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
                 failed=int(r["status"] == "fail"),
                 unmeasured=int(r["status"] not in ("pass", "warn", "fail")),
                 scoring_version=r["scoring_version"], scan_id=r["scan__public_id"],
-                url=r["target_url"] or "", **profile_fields(r),
+                url=r["target_url"] or "", server=r["scan__server_label"],
+                **profile_fields(r),
             )
             for r in rows.order_by("measured_at", "pk").values(
                 "measured_at", "value", "status", "scoring_version", "scan__public_id",
-                "target_url", *PROFILE_NAMES)
+                "target_url", "scan__server_label", *PROFILE_NAMES)
         ]
     names = [*PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
     span = rollups.long_range(since, until, bucket_width_s(since, until, max_points))

@@ -93,6 +93,9 @@ class GradePoint:
     #: The URL the scan reached (report.target.base_url): a change is another server, so
     #: charts break there too and mark it "new URL".
     url: str = ""
+    #: What the server said of itself (Scan.server_label; "" when it said nothing, and for a
+    #: bucket of scans): a change of engine, version or hardware breaks the line too.
+    server: str = ""
 
     @property
     def has_letter(self) -> bool:
@@ -129,12 +132,12 @@ def grade_history(endpoint: Endpoint, since: datetime | None = None, until: date
                 no_letter=int(r["grade"] not in LETTERS),
                 scoring_version=r["scoring_version"], provisional=r["provisional"],
                 scan_id=r["public_id"], down=int(r["down"]), url=r["target_url"] or "",
-                **profile_fields(r),
+                server=r["server_label"], **profile_fields(r),
             )
             for r in rows.order_by("queued_at").values(
                 "queued_at", "points", "grade", "uncapped_grade", "scoring_version",
                 "provisional", "public_id", "down", "target_url", "caps_applied",
-                *PROFILE_NAMES)
+                "server_label", *PROFILE_NAMES)
         ]
     names = [*PROFILE_NAMES, "target_url"]  # a bucket never mixes versions, loads or URLs
     # An hour or wider: whole hours (days), read from the rollups as far as they are complete.
@@ -197,7 +200,8 @@ def _is_capped(grade: str, uncapped: str) -> bool:
 
 
 _LATEST_FIELDS = ("endpoint_id", "queued_at", "points", "grade", "uncapped_grade",
-                  "scoring_version", "provisional", "public_id", "down", "target_url")
+                  "scoring_version", "provisional", "public_id", "down", "target_url",
+                  "server_label")
 
 
 def _latest_rows_postgresql(endpoints, team_ids, n: int):
@@ -244,7 +248,8 @@ def latest_grades(endpoints: Iterable[Endpoint], n: int = 30) -> dict[int, list[
             capped=int(_is_capped(r["grade"], r["uncapped_grade"])), caps=(),
             no_letter=int(r["grade"] not in LETTERS), scoring_version=r["scoring_version"],
             provisional=r["provisional"], scan_id=r["public_id"], down=int(r["down"]),
-            url=r.get("target_url") or "", **profile_fields(r),
+            url=r.get("target_url") or "", server=r.get("server_label") or "",
+            **profile_fields(r),
         ))
     for series in result.values():
         series.sort(key=lambda p: p.at)

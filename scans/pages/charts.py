@@ -107,17 +107,29 @@ def _series_key(point: Point) -> tuple:
     return (point.scoring_version, getattr(point, "profile_key", ""), getattr(point, "url", ""))
 
 
-def _segments(points: Sequence, key: Callable[[Any], tuple] = _series_key) -> list[list]:
-    """Consecutive runs of points of one scoring version, one load profile and one URL (a
-    change of any breaks the line: grades of another version, another load or another server
-    are not comparable)."""
+def _segments(points: Sequence) -> list[list]:
+    """Consecutive runs of points of one scoring version, one load profile, one URL and one
+    server as it states itself (a change of any breaks the line: grades of another version,
+    another load or another server are not comparable). A point whose server is unknown (it
+    said nothing, or an hour read from the rollups) stays in the run it follows: unknown is
+    not a change."""
     runs: list[list] = []
+    server = ""  # the current run's server, once a point of it said
     for point in points:
-        if runs and key(runs[-1][-1]) == key(point):
+        said = getattr(point, "server", "")
+        if (runs and _series_key(runs[-1][-1]) == _series_key(point)
+                and (not said or not server or said == server)):
             runs[-1].append(point)
+            server = server or said
         else:
             runs.append([point])
+            server = said
     return runs
+
+
+def _server_of(run: Sequence) -> str:
+    """The server a run's points said they were ("" when none said)."""
+    return next((point.server for point in run if getattr(point, "server", "")), "")
 
 
 def _measured_lines(run: Sequence, value: Callable) -> list[list]:
@@ -331,10 +343,12 @@ def every_other(values: Sequence[float], keep: int = 4) -> list[float]:
     return list(values[::math.ceil((len(values) - 1) / (keep - 1))])
 
 
-def _break(before: Point, after: Point, versions: bool = True) -> dict:
+def _break(before: Point, after: Point, versions: bool = True,
+           servers: tuple[str, str] = ("", "")) -> dict:
     """What changed between two runs, as every chart marks it: the scoring version (unless
-    `versions` is False), else the load profile, else the URL (`label` is drawn beside the
-    dashed line, `title` is its hover text)."""
+    `versions` is False), else the load profile, else the URL, else the server as it states
+    itself (`servers`: each run's; `label` is drawn beside the dashed line, `title` is its
+    hover text)."""
     old, new = before.scoring_version, after.scoring_version
     if versions and old != new:
         return {"kind": "version", "old": old, "new": new, "label": f"scoring {new}",
@@ -342,7 +356,14 @@ def _break(before: Point, after: Point, versions: bool = True) -> dict:
                          "are not comparable"}
     was, now = getattr(before, "profile", ""), getattr(after, "profile", "")
     same_load = getattr(before, "profile_key", "") == getattr(after, "profile_key", "")
-    if not same_load or getattr(before, "url", "") == getattr(after, "url", ""):
+    same_url = getattr(before, "url", "") == getattr(after, "url", "")
+    if same_load and same_url and all(servers) and servers[0] != servers[1]:
+        was, now = servers
+        return {"kind": "server", "old": was, "new": now, "label": "new server",
+                "title": f"the server changed from {was} to {now} (as it states itself: "
+                         "engine, version, model or hardware), so the values on either side "
+                         "are not comparable"}
+    if not same_load or same_url:
         return {"kind": "load", "old": was, "new": now, "label": "new load",
                 "title": f"load changed from {was} to {now}: values on either side are not "
                          "comparable"}
@@ -360,10 +381,12 @@ def _changes(runs: Sequence[Sequence], versions: bool = True) -> list[dict]:
     marks = []
     for before, after in zip(runs, runs[1:], strict=False):
         last, first = before[-1], after[0]
-        if not versions and _series_key(last)[1:] == _series_key(first)[1:]:
+        servers = (_server_of(before), _server_of(after))
+        same_server = not all(servers) or servers[0] == servers[1]
+        if not versions and _series_key(last)[1:] == _series_key(first)[1:] and same_server:
             continue
-        marks.append({**_break(last, first, versions), "last": last, "before": last.last_at,
-                      "after": first.at})
+        marks.append({**_break(last, first, versions, servers), "last": last,
+                      "before": last.last_at, "after": first.at})
     return marks
 
 

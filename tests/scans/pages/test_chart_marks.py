@@ -292,3 +292,40 @@ def test_the_endpoint_page_shades_a_weekly_window_on_every_chart_at_its_local_ti
     assert len(starts) >= 5 and all(b.astimezone(UTC).hour == 17 for b in starts)
     assert "data-maintenance-note" in body
     assert "Time in a maintenance window (shaded on the charts) is left out" in body
+
+
+# --- a change of server, as it states itself ------------------------------------------------
+
+VLLM_10, VLLM_11 = "vLLM 0.10.2 · m · NVIDIA A100", "vLLM 0.11.0 · m · NVIDIA A100"
+
+
+def test_a_new_engine_version_breaks_the_line_and_a_scan_that_said_nothing_does_not():
+    said = [VLLM_10, "", VLLM_10, VLLM_11, "", VLLM_11]  # "": the identity timed out
+    grades = [dataclasses.replace(grade_point(h, 95.0, "A"), server=server)
+              for h, server in enumerate(said)]
+    checks = [dataclasses.replace(check_point(h, 300.0, "pass"), server=server)
+              for h, server in enumerate(said)]
+
+    grade = parse(charts.grade_chart(grades, T0, T0 + 6 * HOUR))
+    check = parse(charts.check_chart(checks, "error_rate", T0, T0 + 6 * HOUR))
+
+    for root in (grade, check):
+        (mark,) = breaks_of(root)
+        assert (mark.get("data-kind"), mark.get("data-from"), mark.get("data-to")) == (
+            "server", VLLM_10, VLLM_11)
+        assert {t.text for t in mark.iter(f"{SVG}text")} == {"new server"}
+        assert root.get("data-segments") == "2"
+    # The headline charts take the grade chart's marks without versions: the server still is one.
+    (headline_mark,) = charts.changes(grades, versions=False)
+    assert headline_mark["kind"] == "server"
+
+
+def test_the_grade_history_carries_each_scans_server_from_its_column(world):
+    endpoint = make_endpoint(world.team)
+    for hours, server in ((3, VLLM_10), (2, VLLM_11)):
+        scan = scan_at(endpoint, timezone.now() - hours * HOUR, GRADE_A)
+        Scan.dangerously_unscoped.filter(pk=scan.pk).update(server_label=server)
+
+    (points,) = latest_grades([endpoint], n=30).values()
+    assert [p.server for p in points] == [VLLM_10, VLLM_11]
+    assert [c["kind"] for c in charts.changes(points)] == ["server"]
