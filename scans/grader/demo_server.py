@@ -11,6 +11,14 @@ Timing model: a request is parsed at ``t0``; the first content chunk is due at
 accumulates), each delay plus a uniform jitter in ``[0, jitter]``. With ``max_concurrency`` set, at
 most that many streams generate at once and the others wait for a slot before ``t0`` (queueing shows
 up as time to first token under load, as it does on a real server with a fixed batch size).
+
+Agent-shaped requests: with ``tools`` (and ``tool_choice`` other than "none") the reply is one
+streamed tool call (the declared tools in turn, arguments a value the tool's schema accepts,
+streamed a token at a time); with ``response_format`` ``json_schema`` it is a JSON value the
+schema accepts. ``bad_tool_share`` / ``bad_json_share`` make exactly that share of them bad
+(every 1/share-th), alternately unparsable and wrong (an unknown tool; a value of the wrong
+type). Every reply is added to the prefix cache after the prompt, as vLLM caches generated
+blocks, so a conversation that resends it finds its history cached.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import math
 import random
 import threading
 import time
@@ -78,6 +87,9 @@ class TargetConfig:
     max_model_len: int | None = None
     #: Refuse request parameters OpenAI's API does not know (ignore_eos, min_tokens...) with 400.
     strict_params: bool = False
+    #: The share of tool-call replies and of JSON-schema replies made bad (see the docstring).
+    bad_tool_share: float = 0.0
+    bad_json_share: float = 0.0
 
 
 #: The run command's demo target (`tokvera target --demo`): a small server with eight decode
@@ -125,6 +137,9 @@ class TargetServer:
             asyncio.Semaphore(self.config.max_concurrency) if self.config.max_concurrency else None
         )
         self._counter = 0
+        # Agent-shaped replies so far, and of them the bad ones (their kinds alternate).
+        self._shaped = {"tool": 0, "json": 0}
+        self._bad = {"tool": 0, "json": 0}
         self.prefix_cache = (PrefixCache(self.config.cache_block_tokens,
                                          self.config.cache_max_blocks)
                              if self.config.prefix_cache else None)
@@ -304,6 +319,9 @@ class TargetServer:
             n_tokens = wanted
         n_thinking = min(cfg.reasoning_tokens, n_tokens)
         finish = "length" if n_tokens < wanted else "stop"
+        shaped = self._shaped_reply(req)
+        if shaped is not None:  # its own length: the tool call's or the JSON value's tokens
+            n_tokens, n_thinking, finish = _shaped_length(shaped, req.get("max_tokens"))
         model = str(req.get("model") or MODEL_ID)
         prompt = tokenize(render_chat(req.get("messages")))
         prompt_tokens = len(prompt)
@@ -335,10 +353,7 @@ class TargetServer:
             if not stream:
                 await self._sleep_until(time.perf_counter() + prefill_s + (
                     cfg.ttft_ms + cfg.itl_ms * max(0, n_tokens - 1)) / 1000.0)
-                words = [_WORDS[i % len(_WORDS)] for i in range(n_tokens)]
-                message = {"role": "assistant", "content": "".join(words[n_thinking:])}
-                if n_thinking:
-                    message[cfg.reasoning_field] = "".join(words[:n_thinking])
+                message = self._message(n_tokens, n_thinking, shaped)
                 data = {
                     "id": ident, "object": "chat.completion", "created": int(time.time()),
                     "model": model,
@@ -350,7 +365,8 @@ class TargetServer:
             else:
                 await self._stream(writer, ident, model, (n_tokens, n_thinking), finish,
                                    (prompt_tokens, cached, prefill_s), include_usage, keep_alive,
-                                   received_at)
+                                   received_at, shaped)
+            self._cache_reply(prompt, shaped, n_thinking, n_tokens)
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
         finally:
@@ -361,10 +377,13 @@ class TargetServer:
     async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str,
                       tokens: tuple[int, int], finish: str,
                       prompt: tuple[int, int | None, float],
-                      include_usage: bool, keep_alive: bool, received_at: float) -> None:
+                      include_usage: bool, keep_alive: bool, received_at: float,
+                      shaped: tuple[list[str], str, str] | None = None) -> None:
         """Stream `tokens` = (all, thinking first) on the absolute schedule; `prompt` is
-        (prompt tokens, of them cached or None, prefill seconds)."""
+        (prompt tokens, of them cached or None, prefill seconds); `deltas`: each token's delta
+        object, already JSON (an agent-shaped reply), instead of words."""
         cfg = self.config
+        deltas = shaped[0] if shaped is not None else None
         prompt_tokens, cached, prefill_s = prompt
         n_tokens, n_thinking = tokens
         writer.write(
@@ -393,7 +412,8 @@ class TargetServer:
             await self._sleep_until(due)
             name = cfg.reasoning_field if i < n_thinking else "content"
             role = '"role":"assistant",' if i == 0 and not cfg.role_chunk else ""
-            delta = '{%s"%s":"%s"}' % (role, name, _WORDS[i % len(_WORDS)])
+            delta = (deltas[i] if deltas is not None
+                     else '{%s"%s":"%s"}' % (role, name, _WORDS[i % len(_WORDS)]))
             written_at = time.perf_counter()
             _write_event(writer, prefix + delta + ',"finish_reason":null}]}')
             if first_output_at is None:
@@ -415,11 +435,150 @@ class TargetServer:
         _write_event(writer, "[DONE]")
         writer.write(b"0\r\n\r\n")
 
+    def _message(self, n_tokens: int, n_thinking: int,
+                 shaped: tuple[list[str], str, str] | None) -> dict:
+        """A non-streamed reply's message."""
+        if shaped is not None:
+            return _joined_message(shaped[0][:n_tokens])
+        words = [_WORDS[i % len(_WORDS)] for i in range(n_tokens)]
+        message = {"role": "assistant", "content": "".join(words[n_thinking:])}
+        if n_thinking:
+            message[self.config.reasoning_field] = "".join(words[:n_thinking])
+        return message
+
+    def _cache_reply(self, prompt: list[str], shaped: tuple[list[str], str, str] | None,
+                     n_thinking: int, n_tokens: int) -> None:
+        """The reply's content after its prompt into the prefix cache, as the chat template
+        renders it when the next turn resends it."""
+        if self.prefix_cache is None:
+            return
+        if shaped is not None:
+            reply = "".join(tokenize(shaped[2])[:n_tokens])
+        else:
+            reply = "".join(_WORDS[i % len(_WORDS)] for i in range(n_thinking, n_tokens))
+        self.prefix_cache.lookup_and_insert(prompt + tokenize(reply + "<|im_end|>\n"))
+
+    def _shaped_reply(self, req: dict) -> tuple[list[str], str, str] | None:
+        """A tool call or a JSON value for an agent-shaped request: (each token's delta as
+        JSON, the finish reason, the content text); None for a plain request."""
+        tools, choice = req.get("tools"), req.get("tool_choice")
+        if isinstance(tools, list) and tools and choice != "none":
+            return self._tool_call(tools, choice)
+        response_format = req.get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+            spec = response_format.get("json_schema")
+            return self._json_value(spec.get("schema") if isinstance(spec, dict) else None)
+        return None
+
+    def _is_bad(self, kind: str, share: float) -> int:
+        """0 for a good reply; else 1 or 2, the kind of bad, alternating. Every 1/share-th
+        reply is bad, so any run of replies holds the share to within one."""
+        n = self._shaped[kind]
+        self._shaped[kind] = n + 1
+        if math.floor((n + 1) * share + 1e-9) <= math.floor(n * share + 1e-9):
+            return 0
+        self._bad[kind] += 1
+        return 1 if self._bad[kind] % 2 else 2
+
+    def _tool_call(self, tools: list, choice: object) -> tuple[list[str], str, str]:
+        named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+        candidates: list[dict] = [t["function"] for t in tools if isinstance(t, dict)
+                                  and isinstance(t.get("function"), dict)] or [{"name": "unnamed"}]
+        chosen = next((f for f in candidates if f.get("name") == named),
+                      candidates[self._shaped["tool"] % len(candidates)])
+        bad = self._is_bad("tool", self.config.bad_tool_share)
+        name = str(chosen.get("name")) if bad != 2 else "tokvera_unknown_tool"
+        arguments = json.dumps(_instance(chosen.get("parameters")))
+        if bad == 1:
+            arguments = arguments[:-1] or "{"  # the arguments never close
+        deltas = ['{"role":"assistant","tool_calls":[{"index":0,"id":"call_tv%d",'
+                  '"type":"function","function":{"name":%s,"arguments":""}}]}'
+                  % (self._shaped["tool"], json.dumps(name))]
+        deltas += ['{"tool_calls":[{"index":0,"function":{"arguments":%s}}]}' % json.dumps(p)
+                   for p in tokenize(arguments)]
+        return deltas, "tool_calls", ""
+
+    def _json_value(self, schema: object) -> tuple[list[str], str, str]:
+        bad = self._is_bad("json", self.config.bad_json_share)
+        text = json.dumps(_instance(schema))
+        if bad == 1:
+            text = text[:-1] or "{"  # cut short: not JSON
+        elif bad == 2:  # JSON of the wrong type for the schema
+            wants_array = isinstance(schema, dict) and schema.get("type") == "array"
+            text = "{}" if wants_array else "[]"
+        pieces = tokenize(text)
+        deltas = ['{%s"content":%s}' % ('"role":"assistant",' if i == 0 else "", json.dumps(p))
+                  for i, p in enumerate(pieces)]
+        return deltas, "stop", text
+
     @staticmethod
     async def _sleep_until(deadline: float) -> None:
         delay = deadline - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+def _instance(schema: object) -> object:
+    """A value `schema` accepts, for the schemas tools and replies use (objects, arrays,
+    strings, numbers, booleans, enums, const, anyOf/oneOf); not every keyword is honoured."""
+    if not isinstance(schema, dict):
+        return {}
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return _instance(schema[key][0])
+    kind = schema.get("type", "object" if "properties" in schema else None)
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties")
+        return ({k: _instance(v) for k, v in properties.items()}
+                if isinstance(properties, dict) else {})
+    if kind == "array":
+        return [_instance(schema.get("items"))] * max(1, int(schema.get("minItems") or 1))
+    if kind == "string":
+        text = "tokvera".ljust(int(schema.get("minLength") or 0), "x")
+        return text[:int(schema["maxLength"])] if "maxLength" in schema else text
+    if kind in ("integer", "number"):
+        low, high = schema.get("minimum", 1), schema.get("maximum")
+        value = low if high is None else min(low, high)
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return {}
+
+
+def _shaped_length(shaped: tuple[list[str], str, str],
+                   max_tokens: object) -> tuple[int, int, str]:
+    """(tokens, thinking tokens, finish reason) of an agent-shaped reply under max_tokens."""
+    deltas, natural_finish, _ = shaped
+    try:
+        n_tokens = min(len(deltas), int(max_tokens or len(deltas)))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        n_tokens = len(deltas)
+    return n_tokens, 0, natural_finish if n_tokens == len(deltas) else "length"
+
+
+def _joined_message(deltas: list[str]) -> dict:
+    """The non-streamed message of an agent-shaped reply: its deltas joined."""
+    content, name, arguments = "", None, ""
+    for text in deltas:
+        delta = json.loads(text)
+        content += delta.get("content") or ""
+        for call in delta.get("tool_calls") or []:
+            function: dict = call["function"]
+            name = function.get("name") or name
+            arguments += function.get("arguments") or ""
+    if name is None:
+        return {"role": "assistant", "content": content}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_tv", "type": "function",
+         "function": {"name": name, "arguments": arguments}}]}
 
 
 def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0,

@@ -7,7 +7,13 @@ What is measured, per request (see ``RequestRecord``):
   content, reasoning, refusal or tool calls), timed from the moment the request body was fully
   written (httpcore's trace event ``http11.send_request_body.complete``): time to the first
   output token (graded as TTFT), to the first answer token, chunk gaps and rates;
-* usage (``usage.completion_tokens``), finish reason, failure class.
+* usage (``usage.completion_tokens``), finish reason, failure class;
+* with ``--tools`` / ``--json-schema``, whether the reply's tool calls or JSON were valid
+  (``agent_load``), judged once the stream has ended.
+
+A conversation level (``--turns N``) runs sessions: each sends N requests one after another,
+each resending the history so far (the user messages and the reply text actually received),
+``--think-time-ms`` apart; its concurrency counts sessions in flight.
 
 Connections: a request sent on a reused keep-alive connection that the server had already
 closed, failing before any response byte, is retried once on a fresh connection (llama.cpp's
@@ -26,12 +32,13 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import httpx
 
 from .load_bodies import LoadBodies
-from .measurement import LevelResult, RequestRecord
+from .measurement import AgentRecord, LevelResult, RequestRecord
 from .openai_chat import read_sse
 from .openloop import arrival_offsets
 from .plan import ScanPlan, builtin_prompt
@@ -85,7 +92,12 @@ class ScanLoad:
         # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
         self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
                                  dataset=plan.workload.dataset, prompts=plan.prompts,
-                                 builtin=builtin_prompt)
+                                 builtin=builtin_prompt, extra=plan.workload.agent_body())
+        self.tools = plan.workload.tools
+        self.structured_output = plan.workload.structured_output
+        # Reply text is kept only when something reads it: a conversation or a schema.
+        self.keep_text = plan.workload.turns > 1 or self.structured_output is not None
+        self.agent_shaped = plan.workload.agent_dict() is not None
         # The warm-up just sent, handed to the level it warmed (LevelResult.warmup).
         self._warmup: list[RequestRecord] = []
 
@@ -120,7 +132,10 @@ class ScanLoad:
 
     # -- a level -------------------------------------------------------------------------------
     async def run_level(self, concurrency: int, total: int) -> LevelResult:
-        records = [RequestRecord(level=concurrency, index=i) for i in range(total)]
+        if self.plan.workload.turns > 1:
+            return await self._run_conversations(concurrency, total)
+        make = AgentRecord if self.agent_shaped else RequestRecord
+        records: list[RequestRecord] = [make(level=concurrency, index=i) for i in range(total)]
         level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             warmup=self._take_warmup())
         pending = iter(records)
@@ -149,6 +164,54 @@ class ScanLoad:
                 await monitor
         return level
 
+    async def _run_conversations(self, concurrency: int, total: int) -> LevelResult:
+        """`total` requests rounded up to whole sessions of ``turns``; `concurrency` sessions
+        in flight."""
+        turns = self.plan.workload.turns
+        think_s = self.plan.workload.think_time_ms / 1000.0
+        sessions = -(-total // turns)
+        records = [AgentRecord(level=concurrency, index=i, session=i // turns,
+                               turn=i % turns + 1) for i in range(sessions * turns)]
+        level = LevelResult(concurrency, list[RequestRecord](records),
+                            loop_lag_threshold_ms=self.lag_threshold_ms,
+                            warmup=self._take_warmup())
+        pending = iter(range(sessions))
+        completed = 0
+        if self.progress:
+            self.progress(concurrency, 0, len(records), None)
+
+        async def worker() -> None:
+            nonlocal completed
+            for session in pending:
+                history: list[Mapping[str, Any]] = []
+                for turn in range(turns):
+                    if turn and think_s:
+                        await asyncio.sleep(think_s)
+                    record = records[session * turns + turn]
+                    index = self._next_prompt
+                    self._next_prompt += 1
+                    messages = self.bodies.messages(index)
+                    reply = await self._exchange(record, self.bodies.turn_body(history, messages))
+                    # What a client would resend: its own messages and the text it received.
+                    history.extend(messages)
+                    history.append({"role": "assistant", "content": reply})
+                    completed += 1
+                    if self.progress:
+                        self.progress(concurrency, completed, len(records), record)
+
+        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
+        cpu_start = time.process_time()
+        level.started_at = time.perf_counter()
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, sessions))))
+        finally:
+            level.finished_at = time.perf_counter()
+            level.cpu_s = time.process_time() - cpu_start
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        return level
+
     # -- an open-loop rate level -------------------------------------------------------------
     async def run_rate_level(self, rate: float, total: int, index: int) -> LevelResult:
         """`total` requests due at absolute deadlines (``openloop.arrival_offsets``), each sent
@@ -157,7 +220,8 @@ class ScanLoad:
         assert spec is not None
         perf = time.perf_counter
         offsets = arrival_offsets(spec.arrival, rate, total, index)
-        records = [RequestRecord(level=0, index=i) for i in range(total)]
+        make = AgentRecord if self.agent_shaped else RequestRecord
+        records: list[RequestRecord] = [make(level=0, index=i) for i in range(total)]
         level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             rate_per_s=rate, arrival=spec.arrival.text,
                             max_connections=spec.max_connections, warmup=self._take_warmup())
@@ -216,12 +280,23 @@ class ScanLoad:
     async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:
         """Send one request and fill `record`; `scheduled`: its ``scheduled_at`` is already
         set (a rate level's deadline), else it is now."""
-        body = self._body()
+        await self._exchange(record, self._body(), scheduled=scheduled)
+
+    async def _exchange(self, record: RequestRecord, body: bytes, *,
+                        scheduled: bool = False) -> str:
+        """Send `body`, fill `record`; the reply's content text when kept (else "")."""
         if not scheduled:
             record.scheduled_at = time.perf_counter()
+        if isinstance(record, AgentRecord):
+            if self.tools is not None:
+                record.tool_calls = 0
+            if self.structured_output is not None:
+                record.structured = "unanswered"
+        parser = StreamParser(record, keep_text=self.keep_text,
+                              keep_tool_calls=self.tools is not None)
         try:
             async with asyncio.timeout(self.timeout) as deadline:
-                await self._attempt(record, body, deadline, retry_allowed=True)
+                await self._attempt(record, body, deadline, retry_allowed=True, parser=parser)
         except TimeoutError:
             if record.done_at is not None and record.failure is None:
                 # [DONE] came, then the body did not end within the grace period
@@ -236,9 +311,25 @@ class ScanLoad:
                 record.failure = "transport_error"
                 record.error = _short(exc)
         record.ended_at = time.perf_counter()
+        text = "".join(parser.answer_text) if parser.answer_text is not None else ""
+        if record.failure is None and isinstance(record, AgentRecord):
+            self._judge(record, parser, text)
+        return text
+
+    def _judge(self, record: AgentRecord, parser: StreamParser, text: str) -> None:
+        """Were the reply's tool calls and JSON what the request declared?"""
+        if self.tools is not None:
+            calls = parser.joined_tool_calls()
+            record.tool_calls = len(calls)
+            (record.tool_calls_parsed, record.tool_calls_named,
+             record.tool_calls_valid) = self.tools.judge(calls)
+        if self.structured_output is not None and not parser.tool_calls:
+            parsed, valid = self.structured_output.judge(text)
+            record.structured = "valid" if valid else "invalid" if parsed else "unparsed"
 
     async def _attempt(self, record: RequestRecord, body: bytes, deadline: asyncio.Timeout,
-                       retry_allowed: bool, fresh: bool = False) -> None:
+                       retry_allowed: bool, parser: StreamParser,
+                       fresh: bool = False) -> None:
         connected = False
         perf = time.perf_counter
 
@@ -262,7 +353,8 @@ class ScanLoad:
                 # A reused keep-alive connection the server had already closed.
                 record.retried = True
                 record.body_written_at = None
-                await self._attempt(record, body, deadline, retry_allowed=False, fresh=True)
+                await self._attempt(record, body, deadline, retry_allowed=False,
+                                    parser=parser, fresh=True)
                 return
             record.failure = "transport_error"
             record.error = _short(exc)
@@ -284,7 +376,7 @@ class ScanLoad:
                 record.failure = f"http_status_{response.status_code}"
                 record.error = await _error_detail(response)
             else:
-                await self._read_stream(record, response, deadline)
+                await self._read_stream(record, response, deadline, parser)
         finally:
             await response.aclose()
 
@@ -294,7 +386,7 @@ class ScanLoad:
         return not self.precise and not connected and _failed_before_response(exc)
 
     async def _read_stream(self, record: RequestRecord, response: httpx.Response,
-                           deadline: asyncio.Timeout) -> None:
+                           deadline: asyncio.Timeout, parser: StreamParser) -> None:
         """Read one 2xx body: socket I/O here, SSE decoding in ``SSEDecoder`` and chunk meaning
         in ``StreamParser`` (which fills `record`), fed by ``openai_chat.read_sse`` (after
         ``[DONE]`` the end of the body is awaited ``DONE_GRACE_S`` at most), failure classes in
@@ -307,7 +399,7 @@ class ScanLoad:
         decoder = SSEDecoder()
         broke: httpx.TransportError | None = None
         try:
-            await read_sse(pieces, decoder, StreamParser(record),
+            await read_sse(pieces, decoder, parser,
                            on_done=lambda: _shorten(deadline, DONE_GRACE_S))
         except httpx.TransportError as exc:  # the body broke off (reset, truncated chunking)
             broke = exc

@@ -60,11 +60,15 @@ class LoadBodies:
                  text: str | None = None, dataset: Dataset | None = None,
                  prompts: tuple[str, ...] | None = None, builtin: Callable[[int], str],
                  spread: tuple[InputSpread, tuple[tuple[int, int], ...],
-                               tuple[float, float, float] | None] | None = None) -> None:
+                               tuple[float, float, float] | None] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.scan_nonce = scan_nonce
         self.params = dict(params or {})
+        # tools / tool_choice / response_format: part of every body, sizing's probes included
+        # (a server renders tools into the prompt it counts).
+        self.extra = dict(extra or {})
         self.prefix = prefix
         self.text = text          # a sized prompt's text after the nonce (same for all)
         self.dataset = dataset
@@ -79,7 +83,8 @@ class LoadBodies:
         fields: dict[str, Any] = {"params": self.params, "prefix": self.prefix,
                                   "text": self.text, "dataset": self.dataset,
                                   "prompts": self.prompts, "builtin": self.builtin,
-                                  "max_tokens": self.max_tokens, "spread": self.spread}
+                                  "max_tokens": self.max_tokens, "spread": self.spread,
+                                  "extra": self.extra}
         fields.update(changes)
         max_tokens = fields.pop("max_tokens")
         return LoadBodies(self.model, max_tokens, self.scan_nonce, **fields)
@@ -111,7 +116,14 @@ class LoadBodies:
     def _body(self, messages: list[Mapping[str, Any]]) -> bytes:
         body = chat_request_body(self.model, messages, self.max_tokens)
         body.update(self.params)
+        body.update(self.extra)
         return encode_body(body)
+
+    def turn_body(self, history: list[Mapping[str, Any]],
+                  messages: list[Mapping[str, Any]]) -> bytes:
+        """A conversation's next request: the `history` so far, then `messages` (the turn's
+        own prompt, ``messages(request)``). Encoded whole: the history differs per session."""
+        return self._body([*history, *messages])
 
     def _template(self, key: int, messages: list[Mapping[str, Any]]) -> tuple[bytes, bytes] | None:
         if key not in self._templates:

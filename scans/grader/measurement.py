@@ -25,6 +25,7 @@ __all__ = [
     "MetricsProbe",
     "ModelsListing",
     "Preflight",
+    "AgentRecord",
     "RequestRecord",
     "end_to_end_ms",
 ]
@@ -127,6 +128,26 @@ class RequestRecord(StreamTally):
             "retried": self.retried,
             "error": self.error,
         }
+
+
+@dataclass(slots=True)
+class AgentRecord(RequestRecord):
+    """A request of an agent-shaped load (conversations, tools, a schema): a ``RequestRecord``
+    and what its shape adds. Kept apart so that the per-request timelines a site proves stay
+    those of ``RequestRecord``."""
+
+    #: A conversation's request: its session (from 0, within the level) and turn (from 1).
+    session: int | None = None
+    turn: int | None = None
+    #: Sent with tools: the tool calls the reply made (0 before a reply is read), and of them
+    #: how many had JSON arguments, named a declared tool, and were valid for its schema.
+    tool_calls: int | None = None
+    tool_calls_parsed: int = 0
+    tool_calls_named: int = 0
+    tool_calls_valid: int = 0
+    #: Sent with a response_format schema: "unanswered" until a reply is read, then "valid",
+    #: "invalid" (JSON, not valid for the schema) or "unparsed" (not JSON).
+    structured: str | None = None
 
 
 def end_to_end_ms(record: RequestRecord) -> float | None:

@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from scans.grader import headline, scoring
+from scans.grader.agent_load import (
+    conversation_figures,
+    structured_output_figures,
+    tool_call_figures,
+)
 from scans.grader.capacity import capacity_result
 from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.figures import percentile, percentiles, rounded
@@ -126,10 +131,19 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
     }
 
 
+def agent_figures(level: LevelResult) -> dict:
+    """A level's conversation, tool-call and structured-output figures, each only when the
+    scan sent that shape (measured, never graded)."""
+    figures = {"turns": conversation_figures(level), "tool_calls": tool_call_figures(level),
+               "structured_output": structured_output_figures(level)}
+    return {name: value for name, value in figures.items() if value is not None}
+
+
 def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
     """One level of report.json: its measured summary, headline numbers and failure summary
     (also what the site stores for a pushed report's recomputed levels, scans/grader/proof.py)."""
     entry = _level_dict(level, basis, origin)
+    entry.update(agent_figures(level))
     entry.update(headline.level_numbers(level))
     entry["failure_summary"] = headline.failure_summary(
         entry["failed"], entry["failure_examples"], entry["requests"])
@@ -202,7 +216,7 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "server": measurement.server,  # what the server says of itself: never graded
         "started_at": measurement.started_at,
         "finished_at": measurement.finished_at,
-        "plan": {**plan.public_dict(), "workload": measurement.workload or None},
+        "plan": {**plan.public_dict(), "workload": _workload_entry(plan, measurement)},
         "preflight": preflight,
         "failure_summary": headline.scan_failure_summary(levels, preflight),
         "levels": levels,
@@ -211,6 +225,14 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "measurements": measurements,
         "score": graded.score,
     }, [plan.api_key] if plan.api_key else [])
+
+
+def _workload_entry(plan: ScanPlan, measurement: Measurement) -> dict | None:
+    workload = dict(measurement.workload) if measurement.workload else None
+    agent = plan.workload.agent_dict()
+    if workload is not None and agent is not None:
+        workload["agent"] = agent
+    return workload
 
 
 def preflight_warnings(preflight: Mapping[str, Any], model: str) -> list[dict]:

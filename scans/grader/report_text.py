@@ -153,6 +153,29 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
     length = work.get("output_length") or {}
     if work.get("output_tokens") and length.get("note"):
         lines.append(f"reply length {length['note']}")
+    return lines + agent_lines(report)
+
+
+def agent_lines(report: Mapping[str, Any]) -> list[str]:
+    """One line per agent-shaped figure of the top level: cached share by turn, tool calls and
+    structured output that were valid (measured, not graded)."""
+    levels = report.get("levels") or []
+    if not levels:
+        return []
+    top = levels[-1]
+    at = f"at {top.get('concurrency')}"
+    lines = []
+    turns = top.get("turns") or []
+    if turns:
+        shares = " → ".join(fmt.percent(t["cached_share"])
+                            if isinstance(t.get("cached_share"), int | float) else "–"
+                            for t in turns)
+        lines.append(f"conversations of {len(turns)} turns {at}: cached share by turn {shares}")
+    for name, label in (("tool_calls", "tool calls"), ("structured_output", "JSON replies")):
+        figures = top.get(name)
+        if figures and isinstance(figures.get("valid_share"), int | float):
+            lines.append(f"{label} {at}: {fmt.percent(figures['valid_share'])} valid "
+                         f"(parsed {fmt.percent(figures.get('parsed_share'))})")
     return lines
 
 

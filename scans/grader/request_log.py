@@ -18,7 +18,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from scans.grader.figures import rounded
-from scans.grader.measurement import LevelResult, Measurement, RequestRecord, end_to_end_ms
+from scans.grader.measurement import (
+    AgentRecord,
+    LevelResult,
+    Measurement,
+    RequestRecord,
+    end_to_end_ms,
+)
 
 __all__ = ["PHASES", "REQUESTS_FILE", "request_lines", "write_requests"]
 
@@ -61,6 +67,9 @@ def _line(record: RequestRecord, *, phase: str, index: int, concurrency: int | N
         "reasoning_tokens": record.reasoning_tokens,
         "status": record.status_code,
         "error_class": record.failure,
+        # Only a conversation's requests carry these (older readers never see them).
+        **({"session": record.session, "turn": record.turn}
+           if isinstance(record, AgentRecord) and record.turn is not None else {}),
     }
 
 

@@ -180,13 +180,22 @@ def _error_message(error: object) -> str:
 
 class StreamParser:
     """SSE data payloads in, a ``StreamTally`` out. ``answer_text`` collects the ``content``
-    strings when asked (the host agent returns them to the buyer)."""
+    strings when asked (the host agent returns them to the buyer; a conversation resends
+    them); ``tool_calls`` the streamed tool calls, by their ``index``: [name, arguments
+    fragments...] (the name as first given, the fragments in arrival order)."""
 
-    __slots__ = ("tally", "answer_text")
+    __slots__ = ("tally", "answer_text", "tool_calls")
 
-    def __init__(self, tally: StreamTally | None = None, *, keep_text: bool = False) -> None:
+    def __init__(self, tally: StreamTally | None = None, *, keep_text: bool = False,
+                 keep_tool_calls: bool = False) -> None:
         self.tally = tally if tally is not None else StreamTally()
         self.answer_text: list[str] | None = [] if keep_text else None
+        self.tool_calls: dict[int, list[str]] | None = {} if keep_tool_calls else None
+
+    def joined_tool_calls(self) -> list[tuple[str, str]]:
+        """Each streamed tool call as (name, arguments joined), in index order."""
+        calls = self.tool_calls or {}
+        return [(parts[0], "".join(parts[1:])) for _, parts in sorted(calls.items())]
 
     def feed(self, payloads: list[bytes], at: float) -> None:
         """The payloads of one network read, all arrived at `at`. Stops at an ``error``
@@ -234,9 +243,27 @@ class StreamParser:
                     content = delta.get("content")
                     if type(content) is str:
                         self.answer_text.append(content)
+                if self.tool_calls is not None and kind & ANSWER:
+                    self._keep_tool_calls(delta.get("tool_calls"))
         reason = choice.get("finish_reason")
         if reason is not None:
             self.tally.finish_reason = str(reason)[:64]
+
+    def _keep_tool_calls(self, calls: object) -> None:
+        if type(calls) is not list or self.tool_calls is None:
+            return
+        for call in calls:
+            function = call.get("function") if type(call) is dict else None
+            if type(function) is not dict:
+                continue
+            index = call.get("index", 0)
+            parts = self.tool_calls.setdefault(index if type(index) is int else 0, [""])
+            name = function.get("name")
+            if type(name) is str and name and not parts[0]:
+                parts[0] = name
+            arguments = function.get("arguments")
+            if type(arguments) is str and arguments:
+                parts.append(arguments)
 
     def _output(self, kind: int, at: float) -> None:
         tally = self.tally

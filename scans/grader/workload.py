@@ -16,6 +16,11 @@ sizing.py asks the server, load_bodies.py builds the requests).
   are sized exactly, those between are interpolated.
 * **Presets** (``--workload chat|rag|long``): input and output lengths after Artificial
   Analysis's shapes (``PRESETS``), written out in the report.
+* **Conversations** (``--turns N``, ``--think-time-ms T``): sessions of N requests, each
+  resending the history so far (its user messages and the replies actually received), T ms
+  apart; a level's concurrency counts sessions in flight.
+* **Tool calls and structured output** (``--tools``, ``--tool-choice``, ``--json-schema``):
+  ``tools`` / ``tool_choice`` and ``response_format`` in every body (agent_load.py).
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agent_load import StructuredOutput, ToolSet
 
 __all__ = [
     "MAX_DATASET_BYTES",
@@ -46,6 +54,8 @@ MAX_DATASET_BYTES = 64 * 1024 * 1024
 MAX_DATASET_LINES = 100_000
 MAX_INPUT_TOKENS = 10_000_000
 MAX_WARMUP = 10_000
+MAX_TURNS = 1_000
+MAX_THINK_TIME_MS = 600_000
 
 
 class WorkloadError(ValueError):
@@ -222,6 +232,30 @@ class Workload:
     input_spread: InputSpread | None = None
     #: The --workload preset the lengths came from (``PRESETS``), when one was named.
     preset: str | None = None
+    #: Requests per conversation (1: no history is resent) and the pause between them.
+    turns: int = 1
+    think_time_ms: float = 0.0
+    #: ``tools`` / ``tool_choice`` and ``response_format`` sent with every request.
+    tools: ToolSet | None = None
+    structured_output: StructuredOutput | None = None
+
+    def agent_body(self) -> dict:
+        """What every request body carries besides the messages for the agent-shaped load."""
+        extra: dict = {}
+        if self.tools is not None:
+            extra.update(self.tools.body())
+        if self.structured_output is not None:
+            extra.update(self.structured_output.body())
+        return extra
+
+    def agent_dict(self) -> dict | None:
+        """report.json's ``plan.workload.agent``: None for plain single-turn requests."""
+        if self.turns == 1 and self.tools is None and self.structured_output is None:
+            return None
+        return {"turns": self.turns, "think_time_ms": self.think_time_ms,
+                "tools": self.tools.public_dict() if self.tools else None,
+                "structured_output": (self.structured_output.public_dict()
+                                      if self.structured_output else None)}
 
     @property
     def longest_input(self) -> int | None:
@@ -260,8 +294,22 @@ class Workload:
             raise WorkloadError(f"{what} and --dataset exclude each other: a dataset's prompts "
                                 "are sent as they are, never padded or cut (the report gives "
                                 "their lengths as the server counted them)")
+        self._validate_agent()
         if not 0 <= self.warmup <= MAX_WARMUP:
             raise WorkloadError(f"--warmup must be between 0 and {MAX_WARMUP}")
+
+    def _validate_agent(self) -> None:
+        if not 1 <= self.turns <= MAX_TURNS:
+            raise WorkloadError(f"--turns must be between 1 and {MAX_TURNS}")
+        if not 0 <= self.think_time_ms <= MAX_THINK_TIME_MS:  # NaN fails it too
+            raise WorkloadError(f"--think-time-ms must be between 0 and {MAX_THINK_TIME_MS}")
+        if self.think_time_ms and self.turns == 1:
+            raise WorkloadError("--think-time-ms needs --turns above 1 (the pause is between "
+                                "a conversation's turns)")
+        if self.turns > 1 and self.tools is not None:
+            # A tool call's turn would need the tool's result sent back, which no tool runs.
+            raise WorkloadError("--turns and --tools exclude each other: a conversation would "
+                                "have to send back results of tools the grader does not run")
 
     @property
     def sized(self) -> bool:

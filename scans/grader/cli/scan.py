@@ -114,6 +114,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the first P prompt tokens are the same for every request of "
                              "the scan (the nonce follows them); the report gives the share "
                              "cached")
+    parser.add_argument("--turns", metavar="N", type=int, default=None,
+                        help="conversations of N turns: each resends its history (the earlier "
+                             "prompts and the replies received); a level's concurrency counts "
+                             "conversations in flight (default 1)")
+    parser.add_argument("--think-time-ms", metavar="T", type=float, default=None,
+                        help="pause between a conversation's turns, ms (default 0)")
+    parser.add_argument("--tools", metavar="SET", default=None,
+                        help="send tools with every request: 'builtin' (two small tools) or a "
+                             "JSON file listing OpenAI tools; report.json gives the share of "
+                             "tool calls that parse, name a declared tool and fit its schema")
+    parser.add_argument("--tool-choice", metavar="CHOICE", default=None,
+                        help="tool_choice sent with --tools: auto (the default) or required")
+    parser.add_argument("--json-schema", metavar="SCHEMA", default=None,
+                        help="ask for structured output (response_format json_schema): "
+                             "'builtin' or a JSON Schema file; report.json gives the share of "
+                             "replies that parse and validate")
     parser.add_argument("--warmup", metavar="N", type=int, default=0,
                         help="N requests before each level's measurement, not counted "
                              "(default 0)")
@@ -365,7 +381,37 @@ def _workload(args: argparse.Namespace) -> Workload:
     return Workload(input_tokens=input_tokens, input_spread=spread, preset=preset,
                     output_tokens=output_tokens,
                     shared_prefix_tokens=getattr(args, "shared_prefix_tokens", None),
-                    warmup=getattr(args, "warmup", 0) or 0, dataset=dataset)
+                    warmup=getattr(args, "warmup", 0) or 0, dataset=dataset,
+                    **_agent_options(args))
+
+
+def _agent_options(args: argparse.Namespace) -> dict:
+    """--turns, --think-time-ms, --tools, --tool-choice and --json-schema, read and checked
+    (files included) before anything is sent."""
+    choice = getattr(args, "tool_choice", None)
+    from scans.grader.agent_load import (  # jsonschema: only when asked
+        AgentShapeError,
+        load_schema,
+        load_tools,
+    )
+
+    tools_spec = getattr(args, "tools", None)
+    schema_spec = getattr(args, "json_schema", None)
+    turns = getattr(args, "turns", None)
+    if choice is not None and tools_spec is None:
+        raise UsageError("--tool-choice needs --tools (the tools to choose from)")
+    if turns is not None and turns < 1:
+        raise UsageError(f"--turns {turns}: expected at least 1")
+    if turns is not None and turns > 1 and getattr(args, "rate", None) is not None:
+        raise UsageError("--turns with --rate: conversations run at a concurrency of "
+                         "sessions, not at an open-loop rate")
+    try:
+        tools = load_tools(tools_spec, choice or "auto") if tools_spec is not None else None
+        structured = load_schema(schema_spec) if schema_spec is not None else None
+    except AgentShapeError as exc:
+        raise UsageError(str(exc)) from None
+    return {"turns": turns or 1, "think_time_ms": getattr(args, "think_time_ms", None) or 0.0,
+            "tools": tools, "structured_output": structured}
 
 
 def _slo(args: argparse.Namespace) -> Slo | None:

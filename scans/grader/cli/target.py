@@ -58,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict-params", action="store_true",
                         help="refuse request parameters OpenAI's API does not know "
                              "(ignore_eos, min_tokens...) with 400, as OpenAI does")
+    parser.add_argument("--bad-tool-share", type=float, default=0.0, metavar="SHARE",
+                        help="make this share of tool-call replies bad, alternately arguments "
+                             "that never close and an undeclared tool's name (default 0)")
+    parser.add_argument("--bad-json-share", type=float, default=0.0, metavar="SHARE",
+                        help="make this share of response_format json_schema replies bad, "
+                             "alternately cut short and of the wrong type (default 0)")
 
 
 #: The options --demo sets (parser destination → the demo's TargetConfig field).
@@ -84,8 +90,11 @@ def _config(args: argparse.Namespace) -> TargetConfig:
     if min(args.ttft_ms, args.itl_ms, args.jitter_ms) < 0 or min(args.tokens,
                                                                  args.reasoning_tokens) < 0:
         raise UsageError("times, --tokens and --reasoning-tokens must not be negative")
-    if not 0 <= args.error_rate <= 1:
-        raise UsageError("--error-rate must be between 0 and 1")
+    for flag, share in (("--error-rate", args.error_rate),
+                        ("--bad-tool-share", args.bad_tool_share),
+                        ("--bad-json-share", args.bad_json_share)):
+        if not 0 <= share <= 1:
+            raise UsageError(f"{flag} must be between 0 and 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise UsageError("--slots must be at least 1")
     if args.prefill_ms_per_1k < 0:
@@ -100,7 +109,8 @@ def _config(args: argparse.Namespace) -> TargetConfig:
                         reasoning_field=args.reasoning_field,
                         prefill_ms_per_1k_tokens=args.prefill_ms_per_1k,
                         prefix_cache=not args.no_prefix_cache, tokenize=args.tokenize,
-                        max_model_len=args.max_model_len, strict_params=args.strict_params)
+                        max_model_len=args.max_model_len, strict_params=args.strict_params,
+                        bad_tool_share=args.bad_tool_share, bad_json_share=args.bad_json_share)
 
 
 async def _serve(config: TargetConfig, host: str, port: int) -> None:
