@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers
 from rest_framework.decorators import api_view
@@ -12,6 +14,7 @@ from accounts.models import Team
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
+from audit import record as audit
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -38,6 +41,10 @@ class TeamViewSet(
     lookup_field = "slug"
     lookup_value_regex = "[-a-zA-Z0-9_]+"
     needs_manage = True  # writes here are team administration
+
+    def perform_update(self, serializer: serializers.BaseSerializer[Team]) -> None:
+        with audit.track(cast(Team, serializer.instance)):
+            serializer.save()
 
 
 class WhoAmISerializer(serializers.Serializer):

@@ -19,6 +19,7 @@ from accounts import credentials, identity
 from accounts.models import ApiToken, Invitation, Membership, Role, Team, TokenScope
 from accounts.tenancy import Access
 from accounts.validators import validate_one_line
+from audit import record as audit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -72,6 +73,7 @@ def create_team(slug: str, name: str, owner: User) -> Team:
     _refuse_past_cap(owner)
     team = Team.dangerously_unscoped.create(slug=slug, name=name or slug)  # no team yet: this makes it
     Membership.objects.for_team(team).create(team=team, user=owner, role=Role.OWNER)
+    audit.created(team, user=owner)
     return team
 
 
@@ -91,7 +93,8 @@ def rename_team(team: Team, name: str) -> Team:
         raise TeamRuleError("Team name: give the team a name.")
     _one_line("Team name", name)
     team.name = name[:100]
-    team.save(update_fields=["name"])
+    with audit.track(team):
+        team.save(update_fields=["name"])
     return team
 
 
@@ -160,7 +163,8 @@ def change_role(membership: Membership, new_role: str) -> Membership:
     if membership.role == Role.OWNER and new_role != Role.OWNER and len(owners) <= 1:
         raise TeamRuleError("The last owner cannot be demoted; make someone else owner first.")
     membership.role = new_role
-    membership.save(update_fields=["role"])
+    with audit.track(membership):
+        membership.save(update_fields=["role"])
     return membership
 
 
@@ -170,7 +174,8 @@ def remove_member(membership: Membership) -> None:
     membership.refresh_from_db()
     if membership.role == Role.OWNER and len(owners) <= 1:
         raise TeamRuleError("The last owner cannot leave; make someone else owner first.")
-    membership.delete()
+    with audit.track(membership):
+        membership.delete()
 
 
 def _invite_hash(secret: str) -> str:
@@ -194,6 +199,7 @@ def invite(team: Team, email: str, role: str, invited_by: User) -> tuple[Invitat
         invited_by=invited_by,
         expires_at=timezone.now() + timedelta(hours=settings.INVITE_MAX_AGE_HOURS),
     )
+    audit.created(invitation)
     return invitation, _send_invitation(invitation, secret, invited_by)
 
 
@@ -218,15 +224,17 @@ def resend_invitation(invitation: Invitation, sent_by: User) -> str:
     secret = secrets.token_urlsafe(32)
     invitation.secret_hash = _invite_hash(secret)
     invitation.expires_at = timezone.now() + timedelta(hours=settings.INVITE_MAX_AGE_HOURS)
-    invitation.save(update_fields=["secret_hash", "expires_at"])
+    with audit.track(invitation):
+        invitation.save(update_fields=["secret_hash", "expires_at"])
     return _send_invitation(invitation, secret, sent_by)
 
 
 def revoke_invitation(invitation: Invitation) -> None:
     """The link stops working at once; an accepted invitation is history and stays."""
-    Invitation.objects.for_team(invitation.team_id).filter(
-        pk=invitation.pk, accepted_at__isnull=True
-    ).delete()
+    with audit.track(invitation):
+        Invitation.objects.for_team(invitation.team_id).filter(
+            pk=invitation.pk, accepted_at__isnull=True
+        ).delete()
 
 
 def find_invitation(secret: str) -> Invitation | None:
@@ -257,6 +265,8 @@ def accept_invitation(secret: str, user: User) -> Membership | None:
     membership, created = Membership.objects.for_team(invitation.team).get_or_create(
         team=invitation.team, user=user, defaults={"role": invitation.role}
     )
+    if created:
+        audit.created(membership, user=user)
     return membership
 
 
@@ -281,13 +291,15 @@ def issue_token(
         created_by=created_by,
         expires_at=expires_at,
     )
+    audit.created(token)
     return token, new.token
 
 
 def revoke_token(token: ApiToken) -> None:
-    ApiToken.objects.for_team(token.team_id).filter(pk=token.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    with audit.track(token):
+        ApiToken.objects.for_team(token.team_id).filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
 
 
 @overload

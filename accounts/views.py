@@ -33,6 +33,7 @@ from accounts.identity import SignedInRequest
 from accounts.middleware import ask_for_two_factor
 from accounts.models import Invitation, Membership, Role, Team
 from accounts.tenancy import Access, get_visible_or_404, require_manage
+from audit import record as audit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -267,7 +268,8 @@ def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
                                     "(Profile → Two-factor), then require it of the team.")
             require_two_factor = False
         team.require_two_factor = require_two_factor
-        team.save(update_fields=["badge_site_measured_only", "require_two_factor"])
+        with audit.track(team):
+            team.save(update_fields=["badge_site_measured_only", "require_two_factor"])
         messages.success(request, "Settings saved.")
         return redirect("team-settings", slug=team.slug)
     context = {"team": team, "can_manage": can_manage,

@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 
+from audit import retention as audit_retention
 from scans.endpoints import scheduling
 from scans.history import retention, rollups
 from scans.liveness import dispatch as probe_dispatch
@@ -85,10 +86,12 @@ def prove_pushed_report(scan_id: int) -> str:
 def prune_reports() -> str:
     """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
     (scans/history/retention.py), in batches, for at most a couple of minutes a pass; probe
-    rows past PROBE_RETENTION_DAYS are deleted the same way (their hours stay)."""
+    rows past PROBE_RETENTION_DAYS are deleted the same way (their hours stay), and audit log
+    entries past AUDIT_RETENTION_DAYS (audit/retention.py)."""
     pruned = retention.prune()
     probes = retention.prune_probes()
-    return f"{pruned}; deleted {probes} probe rows"
+    audit_entries = audit_retention.prune()  # past AUDIT_RETENTION_DAYS
+    return f"{pruned}; deleted {probes} probe rows and {audit_entries} audit entries"
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans

@@ -11,6 +11,7 @@ from scans.pages import (
     endpoint,
     maintenance,
     scan,
+    sla,
     status_page,
 )
 
@@ -27,6 +28,7 @@ urlpatterns = [
     path("channels/<uuid:public_id>/edit", channels.channel_edit, name="channel-edit"),
     path("channels/<uuid:public_id>/delete", channels.channel_delete, name="channel-delete"),
     path("channels/<uuid:public_id>/test", channels.channel_test, name="channel-test"),
+    path("teams/<slug:slug>/sla/", sla.team_sla, name="team-sla"),
     path("teams/<slug:slug>/maintenance/", maintenance.maintenance_list,
          name="team-maintenance"),
     path("teams/<slug:slug>/maintenance/new", maintenance.maintenance_create,

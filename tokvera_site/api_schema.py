@@ -5,7 +5,8 @@ One mechanism instead of a decorator on every view:
 - `ErrorDocumentingSchema` (REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS) adds to every operation
   the error answers it can give, each with its JSON shape (`Error`, or `ValidationError` for
   400): 400 where a request carries a body or query parameters, 401 and 403 where it needs
-  credentials (403 on writes), 404 where the path names an object (or the body names a team),
+  credentials (403 on writes, and on reads some roles may not make: `roles_may_not_read`), 404
+  where the path names an object (or the body names a team),
   429 with Retry-After on POSTs (the API's rate limits and budgets all guard a POST) and on
   every call that takes credentials (an address over the failed-authentication limit), and
   503 with Retry-After on every operation (the database or the task queue is unreachable, or
@@ -218,7 +219,8 @@ class ErrorDocumentingSchema(AutoSchema):
             codes.append("400")
         if self._needs_credentials():
             codes.append("401")
-            if self.method in UNSAFE:
+            # A read is refused only where a view says some roles may not read it.
+            if self.method in UNSAFE or getattr(self.view, "roles_may_not_read", False):
                 codes.append("403")
         if "{" in self.path or self._body_names_a_team():
             codes.append("404")

@@ -9,11 +9,13 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from accounts import api
+from audit.api import AuditViewSet
 from scans.api.channels import ChannelViewSet
 from scans.api.endpoints import EndpointViewSet
 from scans.api.maintenance import MaintenanceWindowViewSet
 from scans.api.metrics import TeamMetricsView
 from scans.api.scans import ScanViewSet
+from scans.api.sla import SlaCsvView, SlaPdfView, SlaReportView
 
 router = SimpleRouter(trailing_slash=True)
 # Accept both /report.json and /report.json/ (and …/reports), as the API is documented.
@@ -27,7 +29,10 @@ router.register("maintenance-windows", MaintenanceWindowViewSet, basename="api-m
 # The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
 RESOURCES = {
     "me": ("api-whoami", "who the caller is: user or team token, and its teams"),
-    "teams": ("api-team-list", "the caller's teams"),
+    "teams": ("api-team-list", "the caller's teams; a team's audit log at "
+                               "/api/v1/teams/<slug>/audit/ (owners and admins), its SLA "
+                               "report at /api/v1/teams/<slug>/sla/ (and report.csv, "
+                               "report.pdf)"),
     "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history, "
                                        "capacity and reports (a scan: /api/v1/scans/<id>/)"),
     "channels": ("api-channel-list", "the teams' notification channels; per channel a test "
@@ -56,5 +61,11 @@ urlpatterns = [
     path("", api_root, name="api-root"),
     path("me/", api.whoami, name="api-whoami"),
     path("metrics", TeamMetricsView.as_view(), name="api-metrics"),
+    path("teams/<slug:slug>/audit/", AuditViewSet.as_view({"get": "list"}), name="api-team-audit"),
+    path("teams/<slug:slug>/sla/", SlaReportView.as_view(), name="api-sla"),
+    path("teams/<slug:slug>/sla/report.csv", SlaCsvView.as_view(),
+         name="api-sla-csv"),
+    path("teams/<slug:slug>/sla/report.pdf", SlaPdfView.as_view(),
+         name="api-sla-pdf"),
     *router.urls,
 ]

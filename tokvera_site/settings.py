@@ -69,6 +69,8 @@ def _load():
         "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
         # Days each liveness probe's own row is kept; its hour (ProbeHour) stays like rollups.
         "PROBE_RETENTION_DAYS": config.positive_integer("PROBE_RETENTION_DAYS", 14),
+        # Days an audit log entry is kept (audit/retention.py, by the hourly retention pass).
+        "AUDIT_RETENTION_DAYS": config.positive_integer("AUDIT_RETENTION_DAYS", 400),
         # Teams one account may own: each team has budgets of its own (pushed report bytes,
         # job submissions), so making teams must not multiply them (accounts/teams.py).
         "TEAMS_PER_ACCOUNT": config.positive_integer("TEAMS_PER_ACCOUNT", 10),
@@ -86,6 +88,7 @@ SECRET_KEY: str
 FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
 PROBE_RETENTION_DAYS: int
+AUDIT_RETENTION_DAYS: int
 OUTBOUND_RESOLVE: list[str]
 PERIODIC_TASK_LOG_LEVEL: int
 DEBUG: bool
@@ -125,6 +128,7 @@ INSTALLED_APPS = [
     "axes",
     "tokvera_site.apps.SiteConfig",  # site-wide start-up; its static/ is found as an app's
     "accounts",
+    "audit",
     "scans",
     "benchmarks",
 ]
@@ -141,6 +145,7 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "accounts.middleware.UserTimezoneMiddleware",  # every page in the user's own timezone
     "accounts.middleware.TwoFactorRequiredMiddleware",
+    "audit.middleware.AuditRequestMiddleware",  # who and from where, for each change recorded
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",

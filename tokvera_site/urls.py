@@ -32,5 +32,6 @@ urlpatterns = [
     path("api/redoc/", OfflineRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/v1/", include("tokvera_site.api_urls")),
     path("", include("accounts.urls")),
+    path("", include("audit.urls")),
     path("", include("scans.urls")),
 ]

@@ -26,6 +26,7 @@ from rest_framework.serializers import BaseSerializer
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
+from audit import record as audit
 from common.errors import Unprocessable, try_again_later
 from common.pagination import StrictCursorPagination
 from scans.api.probes import LIVENESS_SCHEMA, ProbeCursor, ProbeSerializer, liveness_of
@@ -378,6 +379,10 @@ class EndpointViewSet(
 
     def perform_create(self, serializer: BaseSerializer[Any]) -> None:
         serializer.save(team=self.team_to_create_in(serializer))
+
+    def perform_destroy(self, instance: Endpoint) -> None:
+        with audit.track(instance):
+            instance.delete()
 
     @extend_schema(parameters=TIME_PARAMS, responses=ScanSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="scans")

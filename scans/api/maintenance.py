@@ -23,6 +23,7 @@ from rest_framework.serializers import BaseSerializer
 from accounts.tenancy import Access
 from accounts.tenancy_api import TeamScopedViewSet
 from accounts.validators import validate_one_line
+from audit import record as audit
 from common.errors import Unprocessable
 from common.pagination import StrictCursorPagination
 from scans import maintenance
@@ -156,14 +157,15 @@ class MaintenanceWindowViewSet(
         team = self.team_to_create_in(serializer)
         self._same_team(serializer, team.pk)
         with transaction.atomic():
-            serializer.save(team=team)
+            audit.created(serializer.save(team=team))
 
     def perform_update(self, serializer: BaseSerializer[Any]) -> None:
         serializer.validated_data.pop("team", None)  # a window never moves between teams
         self._same_team(serializer, cast(MaintenanceWindow, serializer.instance).team_id)
-        with transaction.atomic():
+        with transaction.atomic(), audit.track(cast(MaintenanceWindow, serializer.instance)):
             serializer.save()
 
     def perform_destroy(self, instance: MaintenanceWindow) -> None:
         """Past SLO figures count the window's time again."""
-        MaintenanceWindow.objects.for_team(instance.team_id).filter(pk=instance.pk).delete()
+        with audit.track(instance):
+            MaintenanceWindow.objects.for_team(instance.team_id).filter(pk=instance.pk).delete()

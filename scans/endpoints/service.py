@@ -31,6 +31,7 @@ from django.db import transaction
 from accounts import encryption
 from accounts.models import Team
 from accounts.tenancy import Access
+from audit import record as audit
 from scans.endpoints import limits, profile, profile_fields, scheduling
 from scans.endpoints.url_rules import GuardedURL, url_changes
 from scans.grader import DEFAULT_LEVELS, DEMO_MODEL_ID, PlanError
@@ -102,7 +103,7 @@ def create(team: Team, data: Mapping[str, Any], by: Access) -> Saved:
     secrets = _given_secrets(fields)
     channel_ids = fields.pop("channels", None)
     endpoint = Endpoint(team=team, **{"levels": list(DEFAULT_LEVELS), **fields})
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(endpoint):
         _set_secrets(endpoint, secrets)
         profile.validate_profile(endpoint)
         limits.check_room_for_endpoint(team.pk)
@@ -120,7 +121,7 @@ def update(endpoint: Endpoint, data: Mapping[str, Any], by: Access) -> Saved:
     secrets = _given_secrets(fields)
     channel_ids = fields.pop("channels", None)
     fields.pop("team", None)  # an endpoint never moves between teams
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(endpoint):
         stored = (Endpoint.objects.for_team(endpoint.team_id).select_for_update()
                   .select_related("team").get(pk=endpoint.pk))
         changes = url_changes(

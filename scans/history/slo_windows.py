@@ -127,7 +127,7 @@ class TargetResult:
 class SloWindow:
     """One window's figures; scans/history/slo_wording.py says them in words."""
 
-    days: int
+    days: float  # whole days for the pages' windows; any span for an SLA report
     window_s: float
     covered_s: float  # time stood for by succeeded scans
     bad_s: float  # covered time missing at least one target
@@ -299,7 +299,7 @@ def _flag(q: Q) -> ExpressionWrapper:
     return ExpressionWrapper(q, output_field=BooleanField())
 
 
-def windows_for(endpoints: Iterable[Endpoint], days: int, now: datetime | None = None,
+def windows_for(endpoints: Iterable[Endpoint], days: float, now: datetime | None = None,
                 location: str | None = None) -> dict[int, SloWindow]:
     """The `days`-day window of each endpoint (keyed by id), in one query; only the scans
     made from `location` when given (each location's scans stand for their own time).

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from accounts.identity import SignedInRequest
 from accounts.tenancy import Access, require_manage, require_write
 from accounts.views import team_to_create_in
+from audit import record as audit
 from scans import maintenance
 from scans.endpoints import profile as load_profile
 from scans.endpoints import service as endpoints
@@ -120,7 +121,7 @@ def endpoint_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     require_write(request, endpoint)
     team = endpoint.team
     if request.method == "POST":
-        with transaction.atomic():
+        with transaction.atomic(), audit.track(endpoint):
             Endpoint.objects.for_team(team).filter(pk=endpoint.pk).delete()
         messages.success(request, f"Endpoint {endpoint.name} and its scans were deleted.")
         return redirect("team-dashboard", slug=team.slug)
@@ -133,7 +134,7 @@ def endpoint_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
 def endpoint_prompt_sample_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     endpoint = endpoint_or_404(request, public_id)
     require_write(request, endpoint)
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(endpoint):
         Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
             prompt_sample_encrypted="")
     messages.success(request, "The prompt sample was deleted.")
@@ -146,7 +147,7 @@ def endpoint_badge_rotate(request: SignedInRequest, public_id: UUID) -> HttpResp
     """A new badge key: the old badge URLs stop working at once (owners and admins)."""
     endpoint = endpoint_or_404(request, public_id)
     require_manage(request, endpoint)
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(endpoint):
         Endpoint.objects.for_team(endpoint.team_id).filter(pk=endpoint.pk).update(
             badge_key=new_badge_key())
     messages.success(request, "New badge URLs made; the old ones no longer work.")

@@ -26,6 +26,7 @@ from accounts.models import Profile, Team
 from accounts.tenancy import Access, get_visible_or_404, require_write
 from accounts.validators import validate_one_line
 from accounts.views import team_for_request, team_to_create_in
+from audit import record as audit
 from scans import maintenance
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
 from scans.status_pages import availability
@@ -226,7 +227,8 @@ def maintenance_create(request: SignedInRequest, slug: str) -> HttpResponse:
     form = MaintenanceForm(request.POST or None, team=team, initial=initial)
     if request.method == "POST" and form.is_valid():
         window = form.apply(MaintenanceWindow(team=team))
-        window.save()
+        with audit.track(window):
+            window.save()
         messages.success(request, f"Maintenance window {window.name} added.")
         return redirect("team-maintenance", slug=team.slug)
     return render(
@@ -244,7 +246,8 @@ def maintenance_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     team = window.team
     form = MaintenanceForm(request.POST or None, team=team, window=window, initial=_initial(window))
     if request.method == "POST" and form.is_valid():
-        form.apply(window).save()
+        with audit.track(window):
+            form.apply(window).save()
         messages.success(request, f"Maintenance window {window.name} saved.")
         return redirect("team-maintenance", slug=team.slug)
     return render(
@@ -263,7 +266,8 @@ def maintenance_delete(request: SignedInRequest, public_id: UUID) -> HttpRespons
     require_write(request, window)
     team = window.team
     if request.method == "POST":
-        MaintenanceWindow.objects.for_team(team).filter(pk=window.pk).delete()
+        with audit.track(window):
+            MaintenanceWindow.objects.for_team(team).filter(pk=window.pk).delete()
         messages.success(request, f"Maintenance window {window.name} was deleted.")
         return redirect("team-maintenance", slug=team.slug)
     return render(request, "scans/maintenance_delete.html", {"team": team, "window": window})

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from accounts.models import Team
+from audit import record as audit
 from scans.models import Endpoint, StatusPage, StatusPageEndpoint
 from scans.status_pages.rendering import forget
 
@@ -78,28 +79,29 @@ def save_settings(
     """Store the page's settings and the endpoints it shows, in order, under their names
     (blank: the endpoint's own name). `slug` is already validated; a taken one raises
     ValidationError. The cached page (under the old slug and the new) is dropped."""
-    old_slug = page.slug
-    if (
-        slug != old_slug and StatusPage.dangerously_unscoped.filter(slug=slug).exclude(pk=page.pk).exists()
-    ):  # only "taken", never whose
-        raise ValidationError("This address is taken; choose another.")
-    page.enabled, page.slug, page.title = enabled, slug, title.strip() or "Status"
-    page.save()
-    for endpoint, _ in shown:
-        if endpoint.team_id != page.team_id:
-            raise ValueError("a status page shows only its own team's endpoints")
-    StatusPageEndpoint.objects.for_team(page.team_id).filter(status_page=page).delete()
-    StatusPageEndpoint.dangerously_unscoped.bulk_create(
-        [
-            StatusPageEndpoint(
-                status_page=page,
-                endpoint=endpoint,
-                position=i,
-                display_name=(name.strip() or endpoint.name)[:100],
-            )
-            for i, (endpoint, name) in enumerate(shown)
-        ]
-    )
+    with audit.track(page):
+        old_slug = page.slug
+        if slug != old_slug and (
+            StatusPage.dangerously_unscoped.filter(slug=slug).exclude(pk=page.pk).exists()
+        ):  # only "taken", never whose
+            raise ValidationError("This address is taken; choose another.")
+        page.enabled, page.slug, page.title = enabled, slug, title.strip() or "Status"
+        page.save()
+        for endpoint, _ in shown:
+            if endpoint.team_id != page.team_id:
+                raise ValueError("a status page shows only its own team's endpoints")
+        StatusPageEndpoint.objects.for_team(page.team_id).filter(status_page=page).delete()
+        StatusPageEndpoint.dangerously_unscoped.bulk_create(
+            [
+                StatusPageEndpoint(
+                    status_page=page,
+                    endpoint=endpoint,
+                    position=i,
+                    display_name=(name.strip() or endpoint.name)[:100],
+                )
+                for i, (endpoint, name) in enumerate(shown)
+            ]
+        )
     # Now, and again once committed: a visitor in between may have cached the old page.
     forget(old_slug, slug)
     transaction.on_commit(lambda: forget(old_slug, slug))

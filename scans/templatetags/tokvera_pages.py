@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from django import template
+from django.utils import timezone
 
+from scans import sla
 from scans.grader import GRADES, check_by_id, format_check_value
+from scans.history.slo_wording import duration_text
 
 register = template.Library()
 
@@ -93,3 +96,25 @@ def percent_signed(value) -> str:
     if shown == "0 %":  # what rounds to zero has no sign ("−0 %" reads as a fall)
         return "0 %"
     return f"+{shown}" if value > 0 else f"−{shown}"
+
+
+@register.filter
+def sla_share(value) -> str:
+    """A share of an SLA report: "99.95 %", or "no data"."""
+    return sla.share_text(value)
+
+
+@register.filter
+def sla_span(seconds) -> str:
+    return duration_text(seconds)
+
+
+@register.filter
+def sla_grades(line) -> str:
+    return sla.grades_text(line)
+
+
+@register.filter
+def sla_duration(started, ended) -> str:
+    """How long an incident lasted (up to now while it goes on)."""
+    return duration_text(((ended or timezone.now()) - started).total_seconds())

@@ -31,7 +31,7 @@ from django.db import connection, models
 from django.db.migrations.executor import MigrationExecutor
 
 BEFORE = {"scans": "0007_team_badge_site_measured_only",
-          "benchmarks": "0003_job_team_unsettled_index", "accounts": None}
+          "benchmarks": "0003_job_team_unsettled_index", "accounts": None, "audit": None}
 PROJECT_APPS = ("scans", "benchmarks")
 
 

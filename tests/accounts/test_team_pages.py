@@ -72,8 +72,10 @@ def test_delete_spells_out_what_is_lost_and_needs_the_name_typed():
     assert lost["scans"] == "2" and lost["endpoints"] == "1"
     assert lost["memberships"] == "5" and lost["api tokens"] == "2"
     # The other team's rows are not counted (a team starts with its email channel).
+    # Its audit log goes with it: its making and its token's issue.
     assert teams.what_deleting_loses(world.other_team) == [
-        ("api tokens", 1), ("memberships", 1), ("notification channels", 1)]
+        ("audit entries", 2), ("api tokens", 1), ("memberships", 1),
+        ("notification channels", 1)]
 
     wrong = client.post(url, {"confirm_name": "acme"})
     assert wrong.status_code == 400 and "exactly to confirm" in wrong.content.decode()

@@ -309,6 +309,12 @@ TEAM: dict[str, list[Case]] = {
     # Prometheus text: another team's caller gets 200 with none of this team's endpoints.
     "api-metrics": [Case("api", "GET", "read", kwargs=lambda w: (_endpoint(w), {})[1],
                          listing=True)],
+    "api-sla": [Case("api", "GET", "read",
+                     kwargs=lambda w: (_endpoint(w), {"slug": w.team.slug})[1])],
+    "api-sla-csv": [Case("api", "GET", "read",
+                         kwargs=lambda w: (_endpoint(w), {"slug": w.team.slug})[1])],
+    "api-sla-pdf": [Case("api", "GET", "read",
+                         kwargs=lambda w: (_endpoint(w), {"slug": w.team.slug})[1])],
     "api-scan-detail": [Case("api", "GET", "read", kwargs=_scan_id)],
     "api-scan-report": [Case("api", "GET", "read", kwargs=_scan_id)],
     "api-scan-cancel": [Case("api", "POST", "write", kwargs=_running_manual_scan_id,
@@ -562,6 +568,9 @@ TEAM.update({
     "team-maintenance": [
         Case("page", "GET", "read", kwargs=lambda w: (_window(w), {"slug": w.team.slug})[1]),
     ],
+    "team-sla": [
+        Case("page", "GET", "read", kwargs=lambda w: (_endpoint(w), {"slug": w.team.slug})[1]),
+    ],
     "maintenance-create": [
         Case("page", "GET", "write"),
         Case("page", "POST", "write", data=_window_data("made-by-page"), ok=frozenset({302}),
@@ -593,5 +602,17 @@ TEAM.update({
              effect=lambda w: _window_named(w, "renamed-by-api")),
         Case("api", "DELETE", "write", kwargs=_window_id, ok=frozenset({204}),
              effect=lambda w: not _window_named(w, "Monthly upgrade")),
+    ],
+})
+
+
+# --- the audit log (audit/): owners and admins only; tokens never manage -----------------
+
+TEAM.update({
+    "team-audit": [Case("page", "GET", "manage")],
+    "api-team-audit": [
+        Case("api", "GET", "manage"),
+        Case("api", "GET", "manage", query="?format=jsonl"),
+        Case("api", "GET", "manage", query="?format=csv"),
     ],
 })

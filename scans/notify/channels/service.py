@@ -16,6 +16,7 @@ from django.db import transaction
 
 from accounts import encryption
 from accounts.models import Team
+from audit import record as audit
 from scans.models import ChannelKind, NotificationChannel
 from scans.notify.channels import kinds
 from scans.origins import origin_of
@@ -99,13 +100,13 @@ def prepare(channel: NotificationChannel, change: ChannelChange, can_manage: boo
 
 
 def save(channel: NotificationChannel) -> NotificationChannel:
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(channel):
         channel.save()
     return channel
 
 
 def delete(channel: NotificationChannel) -> None:
-    with transaction.atomic():
+    with transaction.atomic(), audit.track(channel):
         NotificationChannel.objects.for_team(channel.team_id).filter(pk=channel.pk).delete()
 
 
