@@ -22,7 +22,7 @@ class TeamSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["slug", "name", "role", "created_at", "badge_site_measured_only"]
+        fields = ["slug", "name", "role", "created_at", "badge_site_measured_only", "sla_report_mail"]
         read_only_fields = ["slug", "role", "created_at"]
         # A team name is one line, as at team creation (the schema states it).
         extra_kwargs = {"name": {"validators": [validate_one_line]}}

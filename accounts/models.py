@@ -33,6 +33,11 @@ class Team(TeamOwned):
     # Members without two-factor authentication are sent to set it up before they see the
     # team's pages (accounts.tenancy.Access.withheld); API tokens are unaffected.
     require_two_factor = models.BooleanField(default=False)
+    # The last whole month's SLA report is mailed to the owners once the next month begins
+    # (scans.sla.mail_due_reports); `sla_report_mailed_for` is the first day of the last
+    # month mailed, so a retried or late pass mails each month once.
+    sla_report_mail = models.BooleanField(default=False)
+    sla_report_mailed_for = models.DateField(null=True, blank=True)
 
     team_lookup = "pk"
 

@@ -268,8 +268,10 @@ def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
                                     "(Profile → Two-factor), then require it of the team.")
             require_two_factor = False
         team.require_two_factor = require_two_factor
+        team.sla_report_mail = request.POST.get("sla_report_mail") == "on"
         with audit.track(team):
-            team.save(update_fields=["badge_site_measured_only", "require_two_factor"])
+            team.save(update_fields=["badge_site_measured_only", "require_two_factor",
+                                     "sla_report_mail"])
         messages.success(request, "Settings saved.")
         return redirect("team-settings", slug=team.slug)
     context = {"team": team, "can_manage": can_manage,

@@ -12,6 +12,8 @@ class ScansConfig(AppConfig):
         ("Deliver due notifications", "scans.tasks.deliver_due_notifications", 60),
         ("Prune full reports past their retention", "scans.tasks.prune_reports", 3600),
         ("Roll up scans for long chart ranges", "scans.tasks.roll_up_scans", 300),
+        # Hourly: the first pass of a month mails the last one (once per team, however late).
+        ("Mail monthly SLA reports", "scans.tasks.mail_sla_reports", 3600),
     )
 
     def ready(self) -> None:

@@ -32,7 +32,7 @@ from scans.models import Endpoint, Scan, ScanStatus
 from scans.status_pages import availability, incidents
 
 __all__ = ["EndpointSla", "MalformedRange", "RangeError", "SlaReport", "month_range",
-           "parse_range", "report_csv", "report_pdf", "sla_report"]
+           "mail_due_reports", "parse_range", "report_csv", "report_pdf", "sla_report"]
 
 #: The longest range one report covers: a year and a day (a leap year's whole).
 MAX_DAYS = 367
@@ -66,11 +66,14 @@ def parse_range(month: str | None, since: str | None, until: str | None,
         start, end = month_range(month)
     elif since or until:
         try:
-            start = date.fromisoformat(since or "")
-            end = date.fromisoformat(until or "") + timedelta(days=1)
+            first = date.fromisoformat(since) if since else None
+            last = date.fromisoformat(until) if until else None
         except ValueError:
             raise MalformedRange("since and until: expected dates such as 2026-11-01 "
                                  "and 2026-11-30") from None
+        if first is None or last is None:
+            raise RangeError("give both since and until (or a month)")
+        start, end = first, last + timedelta(days=1)
     else:
         start, end = month_range((today.replace(day=1) - timedelta(days=1)).strftime("%Y-%m"))
     if end <= start:
@@ -317,3 +320,68 @@ def grades_text(line: EndpointSla) -> str:
 def _escape(text: str) -> str:
     """Text for a reportlab Paragraph, which reads a little markup."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# -- the monthly mail ----------------------------------------------------------------------------
+
+
+def last_whole_month(today: date) -> tuple[date, date]:
+    """The month before `today`'s: (its first day, `today`'s month's first day)."""
+    end = today.replace(day=1)
+    return (end - timedelta(days=1)).replace(day=1), end
+
+
+def mail_due_reports(now: datetime | None = None) -> int:
+    """Mail the last whole month's report to the owners of each team that asked for it
+    (Team.sla_report_mail) and has not had it yet; returns how many teams were mailed.
+
+    Each team is claimed with a conditional UPDATE of `sla_report_mailed_for` before its mail
+    goes, so two passes (a retry, two beat processes) mail a month once. A mail that fails to
+    send gives the claim back, so the next pass tries again."""
+    from django.conf import settings
+    from django.core.mail import EmailMessage
+    from django.db.models import Q
+    from django.urls import reverse
+
+    from accounts.models import Membership, Role, Team
+
+    now = now or timezone.now()
+    start, end = last_whole_month(now.date())
+    due = (Team.dangerously_unscoped  # a pass over every team, like the retention pass
+           .filter(sla_report_mail=True)
+           .filter(Q(sla_report_mailed_for__isnull=True) | Q(sla_report_mailed_for__lt=start))
+           .values_list("pk", "sla_report_mailed_for"))
+    mailed = 0
+    for team_id, before in due:
+        claimed = Team.dangerously_unscoped.filter(
+            pk=team_id, sla_report_mailed_for=before).update(sla_report_mailed_for=start)
+        if not claimed:
+            continue  # another pass took it
+        team = Team.dangerously_unscoped.get(pk=team_id)
+        owners = list(Membership.objects.for_team(team_id).filter(role=Role.OWNER)
+                      .exclude(user__email="").values_list("user__email", flat=True))
+        if not owners:
+            continue
+        endpoints = Endpoint.objects.for_team(team_id).order_by("name", "pk")
+        report = sla_report(endpoints, start, end, now)
+        link = f"{settings.SITE_URL}{reverse('team-sla', args=[team.slug])}?month={start:%Y-%m}"
+        lines = [f"The SLA report of {team.name} for {report.title} (UTC), as PDF and CSV.",
+                 "", *(f"- {line.endpoint.name}: {share_text(line.availability)} available, "
+                       f"SLO {share_text(line.attainment)} of {share_text(line.objective)}, "
+                       f"{len(line.incidents)} incident(s)" for line in report.endpoints),
+                 "", f"On the site: {link}",
+                 "You get this mail because the team's settings ask for it; any owner or "
+                 "admin can turn it off there."]
+        name = f"sla-{team.slug}-{start:%Y-%m}"
+        message = EmailMessage(subject=f"SLA report: {team.name}, {report.title}",
+                               body="\n".join(lines), to=owners)
+        message.attach(f"{name}.pdf", report_pdf(report, team.name), "application/pdf")
+        message.attach(f"{name}.csv", report_csv(report, team.name), "text/csv")
+        try:
+            message.send()
+        except OSError:
+            Team.dangerously_unscoped.filter(pk=team_id, sla_report_mailed_for=start).update(
+                sla_report_mailed_for=before)
+            raise
+        mailed += 1
+    return mailed

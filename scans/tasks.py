@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 
 from audit import retention as audit_retention
+from scans import sla
 from scans.endpoints import scheduling
 from scans.history import retention, rollups
 from scans.liveness import dispatch as probe_dispatch
@@ -19,7 +20,7 @@ from scans.notify.channels.delivery import deliver_due_notifications, deliver_no
 from scans.running import dispatch, pushes, worker
 
 __all__ = ["deliver_due_notifications", "deliver_notification",
-           "dispatch_probes", "enqueue_due_scans", "prove_pushed_report",
+           "dispatch_probes", "enqueue_due_scans", "mail_sla_reports", "prove_pushed_report",
            "prune_reports", "reap_scans", "roll_up_scans", "run_probes", "run_scan", "send_alert",
            "send_webhook"]
 
@@ -51,6 +52,11 @@ def run_probes(self, endpoint_ids: list[int]) -> int:
         log.warning("a probe batch arrived outside a scans.<location> queue; not run")
         return 0
     return probe_worker.probe_batch(endpoint_ids, location)
+
+
+@shared_task(acks_late=True)  # idempotent: each team's month is claimed before it is mailed
+def mail_sla_reports() -> int:
+    return sla.mail_due_reports()
 
 
 @shared_task(acks_late=True)  # idempotent: the conditional reaping UPDATE
