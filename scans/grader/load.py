@@ -42,6 +42,8 @@ from .measurement import AgentRecord, LevelResult, RequestRecord
 from .openai_chat import read_sse
 from .openloop import arrival_offsets
 from .plan import ScanPlan, builtin_prompt
+from .replicas import Balancer
+from .saturation import SaturationWatch
 from .sizing import PreparedWorkload, initial_workload, prepare_workload
 from .sse import SSEDecoder
 from .stream import StreamParser, classify_end
@@ -86,6 +88,8 @@ class ScanLoad:
         self.progress = progress
         self.lag_threshold_ms = lag_threshold_ms
         self.url = plan.chat_url
+        self.urls = plan.chat_urls
+        self.balancer = Balancer(len(self.urls), plan.balance)
         self.timeout = plan.timeout_s
         self._next_prompt = 0
         self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens)
@@ -98,6 +102,9 @@ class ScanLoad:
         # Reply text is kept only when something reads it: a conversation or a schema.
         self.keep_text = plan.workload.turns > 1 or self.structured_output is not None
         self.agent_shaped = plan.workload.agent_dict() is not None
+        # AgentRecord carries what RequestRecord's proven timeline does not: the URL among them.
+        self.record_type = (AgentRecord if self.agent_shaped or len(self.urls) > 1
+                            else RequestRecord)
         # The warm-up just sent, handed to the level it warmed (LevelResult.warmup).
         self._warmup: list[RequestRecord] = []
 
@@ -116,7 +123,7 @@ class ScanLoad:
         """`count` requests at up to `concurrency` at once, before a level; not counted."""
         if count <= 0:
             return
-        records = [RequestRecord(level=concurrency, index=-1 - i) for i in range(count)]
+        records = [self.record_type(level=concurrency, index=-1 - i) for i in range(count)]
         self._warmup.extend(records)
         pending = iter(records)
 
@@ -134,12 +141,13 @@ class ScanLoad:
     async def run_level(self, concurrency: int, total: int) -> LevelResult:
         if self.plan.workload.turns > 1:
             return await self._run_conversations(concurrency, total)
-        make = AgentRecord if self.agent_shaped else RequestRecord
+        make = self.record_type
         records: list[RequestRecord] = [make(level=concurrency, index=i) for i in range(total)]
         level = LevelResult(concurrency, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             warmup=self._take_warmup())
         pending = iter(records)
         completed = 0
+        watch = SaturationWatch(concurrency) if self.plan.stop_on_saturation else None
         if self.progress:
             self.progress(concurrency, 0, total, None)
 
@@ -150,6 +158,8 @@ class ScanLoad:
                 completed += 1
                 if self.progress:
                     self.progress(concurrency, completed, total, record)
+                if watch is not None and (watch.completed(record) or watch.stopped):
+                    return  # no new request; the others in flight finish
 
         monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
         cpu_start = time.process_time()
@@ -162,6 +172,7 @@ class ScanLoad:
             monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
+        _keep_sent(level, watch)
         return level
 
     async def _run_conversations(self, concurrency: int, total: int) -> LevelResult:
@@ -177,6 +188,7 @@ class ScanLoad:
                             warmup=self._take_warmup())
         pending = iter(range(sessions))
         completed = 0
+        watch = SaturationWatch(concurrency) if self.plan.stop_on_saturation else None
         if self.progress:
             self.progress(concurrency, 0, len(records), None)
 
@@ -184,20 +196,35 @@ class ScanLoad:
             nonlocal completed
             for session in pending:
                 history: list[Mapping[str, Any]] = []
-                for turn in range(turns):
-                    if turn and think_s:
-                        await asyncio.sleep(think_s)
-                    record = records[session * turns + turn]
-                    index = self._next_prompt
-                    self._next_prompt += 1
-                    messages = self.bodies.messages(index)
-                    reply = await self._exchange(record, self.bodies.turn_body(history, messages))
-                    # What a client would resend: its own messages and the text it received.
-                    history.extend(messages)
-                    history.append({"role": "assistant", "content": reply})
-                    completed += 1
-                    if self.progress:
-                        self.progress(concurrency, completed, len(records), record)
+                # A session stays on one URL: its history is that replica's prefix cache.
+                url_index = self.balancer.take()
+                try:
+                    await session_turns(session, history, url_index)
+                finally:
+                    self.balancer.release(url_index)
+                if watch is not None and watch.stopped:
+                    return
+
+        async def session_turns(session: int, history: list[Mapping[str, Any]],
+                                url_index: int) -> None:
+            nonlocal completed
+            for turn in range(turns):
+                if turn and think_s:
+                    await asyncio.sleep(think_s)
+                record = records[session * turns + turn]
+                index = self._next_prompt
+                self._next_prompt += 1
+                messages = self.bodies.messages(index)
+                reply = await self._exchange(record, self.bodies.turn_body(history, messages),
+                                             url_index=url_index)
+                # What a client would resend: its own messages and the text it received.
+                history.extend(messages)
+                history.append({"role": "assistant", "content": reply})
+                completed += 1
+                if self.progress:
+                    self.progress(concurrency, completed, len(records), record)
+                if watch is not None and (watch.completed(record) or watch.stopped):
+                    return
 
         monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
         cpu_start = time.process_time()
@@ -210,6 +237,7 @@ class ScanLoad:
             monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
+        _keep_sent(level, watch)
         return level
 
     # -- an open-loop rate level -------------------------------------------------------------
@@ -220,7 +248,7 @@ class ScanLoad:
         assert spec is not None
         perf = time.perf_counter
         offsets = arrival_offsets(spec.arrival, rate, total, index)
-        make = AgentRecord if self.agent_shaped else RequestRecord
+        make = self.record_type
         records: list[RequestRecord] = [make(level=0, index=i) for i in range(total)]
         level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             rate_per_s=rate, arrival=spec.arrival.text,
@@ -283,8 +311,24 @@ class ScanLoad:
         await self._exchange(record, self._body(), scheduled=scheduled)
 
     async def _exchange(self, record: RequestRecord, body: bytes, *,
-                        scheduled: bool = False) -> str:
-        """Send `body`, fill `record`; the reply's content text when kept (else "")."""
+                        scheduled: bool = False, url_index: int | None = None) -> str:
+        """Send `body` (to the balancer's URL unless `url_index` is given), fill `record`;
+        the reply's content text when kept (else "")."""
+        index = self.balancer.take() if url_index is None else url_index
+        if isinstance(record, AgentRecord):
+            record.url_index = index
+        try:
+            return await self._exchange_at(record, body, self.urls[index], scheduled=scheduled)
+        finally:
+            if url_index is None:
+                self.balancer.release(index)
+
+    async def request_at(self, record: RequestRecord, url_index: int) -> None:
+        """One request to the plan's URL `url_index` (the preflight's probe of a replica)."""
+        await self._exchange(record, self._body(), url_index=url_index)
+
+    async def _exchange_at(self, record: RequestRecord, body: bytes, url: str, *,
+                           scheduled: bool = False) -> str:
         if not scheduled:
             record.scheduled_at = time.perf_counter()
         if isinstance(record, AgentRecord):
@@ -296,7 +340,8 @@ class ScanLoad:
                               keep_tool_calls=self.tools is not None)
         try:
             async with asyncio.timeout(self.timeout) as deadline:
-                await self._attempt(record, body, deadline, retry_allowed=True, parser=parser)
+                await self._attempt(record, body, url, deadline, retry_allowed=True,
+                                    parser=parser)
         except TimeoutError:
             if record.done_at is not None and record.failure is None:
                 # [DONE] came, then the body did not end within the grace period
@@ -327,7 +372,8 @@ class ScanLoad:
             parsed, valid = self.structured_output.judge(text)
             record.structured = "valid" if valid else "invalid" if parsed else "unparsed"
 
-    async def _attempt(self, record: RequestRecord, body: bytes, deadline: asyncio.Timeout,
+    async def _attempt(self, record: RequestRecord, body: bytes, url: str,
+                       deadline: asyncio.Timeout,
                        retry_allowed: bool, parser: StreamParser,
                        fresh: bool = False) -> None:
         connected = False
@@ -343,7 +389,7 @@ class ScanLoad:
         extensions: dict = {"trace": trace}
         if fresh:
             extensions[FRESH_CONNECTION] = True
-        request = self.client.build_request("POST", self.url, content=body,
+        request = self.client.build_request("POST", url, content=body,
                                             extensions=extensions)
         record.sent_at = perf()
         try:
@@ -353,7 +399,7 @@ class ScanLoad:
                 # A reused keep-alive connection the server had already closed.
                 record.retried = True
                 record.body_written_at = None
-                await self._attempt(record, body, deadline, retry_allowed=False,
+                await self._attempt(record, body, url, deadline, retry_allowed=False,
                                     parser=parser, fresh=True)
                 return
             record.failure = "transport_error"
@@ -408,6 +454,14 @@ class ScanLoad:
                                 content_type=response.headers.get("content-type"))
             if failure is not None:
                 record.failure, record.error = failure
+
+
+def _keep_sent(level: LevelResult, watch: SaturationWatch | None) -> None:
+    """A level that stopped early keeps the requests it sent, as they ended."""
+    if watch is None or watch.stopped is None:
+        return
+    level.requests = [r for r in level.requests if r.ended_at is not None]
+    level.stopped_early = {**watch.stopped}
 
 
 def _body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:

@@ -148,6 +148,14 @@ class AgentRecord(RequestRecord):
     #: Sent with a response_format schema: "unanswered" until a reply is read, then "valid",
     #: "invalid" (JSON, not valid for the schema) or "unparsed" (not JSON).
     structured: str | None = None
+    #: A scan over several URLs (--replica): which of the plan's URLs served it (0: the base
+    #: URL). Here, not in RequestRecord: no check reads it, and a pushed report need not carry it.
+    url_index: int = 0
+
+
+def served_by(record: RequestRecord) -> int:
+    """The index of the plan's URL that served `record` (0, the base URL, unless replicas)."""
+    return record.url_index if isinstance(record, AgentRecord) else 0
 
 
 def end_to_end_ms(record: RequestRecord) -> float | None:
@@ -180,6 +188,9 @@ class LevelResult:
     #: The --warmup requests sent just before this level: never counted in any figure, kept
     #: only so that requests.jsonl lists every request the scan sent.
     warmup: list[RequestRecord] = field(default_factory=list)
+    #: With --stop-on-saturation: {reason, after_requests} when the level stopped before
+    #: sending all its requests (scans.grader.saturation); its requests are those sent.
+    stopped_early: dict | None = None
 
     @property
     def succeeded(self) -> list[RequestRecord]:
@@ -394,6 +405,11 @@ class Measurement:
     #: What the server says of itself (``server_identity.server_identity``; report.json's
     #: ``server``); None in measurements built without it.
     server: dict | None = None
+    #: The preflight's probe of each replica URL (the base URL's is ``preflight.probe``).
+    replica_probes: list[AgentRecord] = field(default_factory=list)
+    #: Levels not run because an earlier one stopped early: {phase, concurrency, rate_per_s,
+    #: reason}.
+    skipped_levels: list[dict] = field(default_factory=list)
 
     @property
     def all_requests(self) -> list[RequestRecord]:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from .capacity import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
 from .objective import Slo, SloError
 from .openloop import OpenLoop, OpenLoopError
+from .replicas import BALANCE_POLICIES
 from .workload import Workload, WorkloadError
 
 __all__ = [
@@ -99,9 +100,16 @@ class ScanPlan:
     search_max_requests: int | None = None
     #: Open-loop rate levels (--rate), after the others: measured, not graded.
     open_loop: OpenLoop | None = None
+    #: More URLs of the same model (replicas); the load is spread over base_url and these.
+    replicas: tuple[str, ...] = ()
+    #: How requests are spread over the URLs (scans.grader.replicas.BALANCE_POLICIES).
+    balance: str = "round-robin"
+    #: A closed-loop level stops early when the server falls behind (scans.grader.saturation).
+    stop_on_saturation: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        object.__setattr__(self, "replicas", tuple(url.rstrip("/") for url in self.replicas))
         object.__setattr__(self, "levels", tuple(self.levels))
         if isinstance(self.requests, Sequence):
             object.__setattr__(self, "requests", tuple(self.requests))
@@ -122,6 +130,15 @@ class ScanPlan:
     @property
     def chat_url(self) -> str:
         return f"{self.base_url}/chat/completions"
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every URL the load goes to: the base URL first, then the replicas."""
+        return (self.base_url, *self.replicas)
+
+    @property
+    def chat_urls(self) -> tuple[str, ...]:
+        return tuple(f"{url}/chat/completions" for url in self.urls)
 
     @property
     def origin(self) -> str:
@@ -156,18 +173,14 @@ class ScanPlan:
         return self
 
     def _validate_target(self) -> None:
-        parts = urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise PlanError(f"bad URL {self.base_url!r}: expected http(s)://host[:port]/path")
-        if parts.username or parts.password:
-            raise PlanError("bad URL: credentials in the URL are not accepted; "
-                            "pass the key with --api-key-env")
-        if parts.query or parts.fragment:
-            raise PlanError(f"bad URL {self.base_url!r}: no query or fragment expected")
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError as exc:
-            raise PlanError(f"bad URL {self.base_url!r}: {exc}") from exc
+        # Every replica is an origin of its own: the same rules as the base URL.
+        for url in self.urls:
+            _validate_url(url)
+        if len(set(self.urls)) != len(self.urls):
+            raise PlanError("the base URL and the --replica URLs must all differ")
+        if self.balance not in BALANCE_POLICIES:
+            raise PlanError(f"--balance {self.balance!r}: expected one of "
+                            f"{', '.join(BALANCE_POLICIES)}")
         if not self.model or not self.model.strip():
             raise PlanError("a model name is required")
 
@@ -232,6 +245,11 @@ class ScanPlan:
                                       "max_requests": self.search_max_requests}
         if self.open_loop is not None:
             extra["open_loop"] = self.open_loop.public_dict()
+        if self.replicas:
+            extra["urls"] = list(self.urls)
+            extra["balance"] = self.balance
+        if self.stop_on_saturation:
+            extra["stop_on_saturation"] = True
         return {
             "levels": list(self.levels),
             "requests_per_level": self.requests_per_level,
@@ -244,6 +262,21 @@ class ScanPlan:
             "authenticated": bool(self.api_key),
             **extra,
         }
+
+
+def _validate_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PlanError(f"bad URL {url!r}: expected http(s)://host[:port]/path")
+    if parts.username or parts.password:
+        raise PlanError("bad URL: credentials in the URL are not accepted; "
+                        "pass the key with --api-key-env")
+    if parts.query or parts.fragment:
+        raise PlanError(f"bad URL {url!r}: no query or fragment expected")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise PlanError(f"bad URL {url!r}: {exc}") from exc
 
 
 def _price(value: Decimal | None) -> float | None:

@@ -25,7 +25,7 @@ import httpx
 from scans.grader.redaction import redact_text
 
 # The preflight's outcome is part of what a scan measured: its types live with the others.
-from .measurement import ModelsListing, Preflight, RequestRecord
+from .measurement import AgentRecord, ModelsListing, Preflight, RequestRecord
 from .plan import ScanPlan
 from .server_identity import entry_facts
 
@@ -33,9 +33,11 @@ __all__ = [
     "MODELS_BODY_LIMIT",
     "ModelsListing",
     "Preflight",
+    "ReplicaError",
     "SendRequest",
     "failure_phrase",
     "plain_http_answer",
+    "probe_replicas",
     "run_preflight",
     "server_message",
 ]
@@ -292,3 +294,23 @@ async def run_preflight(plan: ScanPlan, client: httpx.AsyncClient,
     probe.error = redact_text(probe.error or "", secrets) or None
     models.detail = redact_text(models.detail, secrets)
     return Preflight(models, probe, stopped=stops_the_scan(probe), cause=cause, kind=kind)
+
+
+class ReplicaError(Exception):
+    """A replica URL failed its preflight probe; the message is one line naming it."""
+
+
+async def probe_replicas(plan: ScanPlan,
+                         send_to: Callable[[RequestRecord, int], Awaitable[None]]
+                         ) -> list[AgentRecord]:
+    """One probe per replica URL, concurrently, like the base URL's: each replica must answer
+    before any load is spread over it. Raises ReplicaError naming the first that failed."""
+    probes = [AgentRecord(level=1, index=0, url_index=i) for i in range(1, len(plan.urls))]
+    await asyncio.gather(*(send_to(probe, probe.url_index) for probe in probes))
+    secrets = [plan.api_key] if plan.api_key else []
+    for probe in probes:
+        if probe.failure is not None:
+            phrase = failure_phrase(probe.failure, probe.error)
+            raise ReplicaError(redact_text(f"replica {plan.urls[probe.url_index]} failed the "
+                                           f"preflight probe: {phrase}", secrets))
+    return probes

@@ -31,6 +31,7 @@ from scans.grader.openloop import rate_figures
 from scans.grader.plan import ScanPlan
 from scans.grader.prompts import PromptSample
 from scans.grader.redaction import redact_report
+from scans.grader.replicas import by_url_figures
 from scans.grader.report_html import render_html
 from scans.grader.timeline import sample_times_ms
 
@@ -143,6 +144,8 @@ def level_entry(level: LevelResult, basis: str, origin: float) -> dict:
     """One level of report.json: its measured summary, headline numbers and failure summary
     (also what the site stores for a pushed report's recomputed levels, scans/grader/proof.py)."""
     entry = _level_dict(level, basis, origin)
+    if level.stopped_early is not None:  # --stop-on-saturation: its requests are those sent
+        entry["stopped_early"] = level.stopped_early
     entry.update(agent_figures(level))
     entry.update(headline.level_numbers(level))
     entry["failure_summary"] = headline.failure_summary(
@@ -191,6 +194,9 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     if measurements_extra:
         measurements.update(measurements_extra)
     levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
+    if plan.replicas:  # where the load went; grading reads the whole level's figures
+        for entry, level in zip(levels, measurement.levels, strict=True):
+            entry["by_url"] = by_url_figures(level, plan.urls)
     searched = [{**level_entry(level, basis, measurement.origin_time), "searched": True}
                 for level in measurement.searched_levels]
     slo_part: dict[str, Any] = {}
@@ -220,6 +226,8 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
         "preflight": preflight,
         "failure_summary": headline.scan_failure_summary(levels, preflight),
         "levels": levels,
+        **({"skipped_levels": measurement.skipped_levels}
+           if measurement.skipped_levels else {}),
         **slo_part,
         "checks": graded.checks,
         "measurements": measurements,

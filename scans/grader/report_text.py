@@ -475,3 +475,45 @@ def describe_open_loop(plan_open_loop: Mapping[str, Any]) -> str:
     limit = plan_open_loop.get("max_connections")
     connections = f"at most {limit} connections" if isinstance(limit, int) else "no connection limit"
     return f"{arrival} arrivals (seed {plan_open_loop.get('seed')}), {per} requests, {connections}"
+
+
+#: --stop-on-saturation's reasons in words.
+SATURATION_REASONS = {
+    "error_burst": "error burst",
+    "queue_growth": "growing queue",
+}
+
+
+def saturation_lines(report: Mapping[str, Any]) -> list[str]:
+    """Where a level stopped early (--stop-on-saturation) and what it skipped; none otherwise."""
+    lines = []
+    for lv in report.get("levels") or []:
+        stop = lv.get("stopped_early")
+        if stop:
+            reason = SATURATION_REASONS.get(stop.get("reason"), str(stop.get("reason")))
+            detail = f" ({stop['detail']})" if stop.get("detail") else ""
+            lines.append(f"concurrency {lv.get('concurrency')} stopped early after "
+                         f"{stop.get('after_requests')} requests: {reason}{detail}")
+    skipped = report.get("skipped_levels") or []
+    if skipped:
+        names = [f"concurrency {s['concurrency']}" if s.get("concurrency") is not None
+                 else f"rate {s.get('rate_per_s'):g}/s" for s in skipped]
+        lines.append(f"skipped: {', '.join(names)} ({skipped[0].get('reason')})")
+    return lines
+
+
+def replica_lines(report: Mapping[str, Any]) -> list[str]:
+    """One short line per URL of a scan over replicas, for its top level; none otherwise."""
+    levels = [lv for lv in report.get("levels") or [] if lv.get("by_url")]
+    if not levels:
+        return []
+    top = levels[-1]
+    balance = (report.get("plan") or {}).get("balance", "round-robin")
+    lines = [f"by URL at concurrency {top.get('concurrency')} ({balance}):"]
+    for figures in top["by_url"]:
+        ttft = figures.get("ttft_ms") or {}
+        p50 = ttft.get("p50")
+        ttft_text = f"TTFT p50 {p50:g} ms" if p50 is not None else "no TTFT"
+        lines.append(f"  {figures['url']}: {figures['requests']} requests, "
+                     f"{figures['failed']} failed, {ttft_text}")
+    return lines

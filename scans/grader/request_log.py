@@ -24,6 +24,7 @@ from scans.grader.measurement import (
     Measurement,
     RequestRecord,
     end_to_end_ms,
+    served_by,
 )
 
 __all__ = ["PHASES", "REQUESTS_FILE", "request_lines", "write_requests"]
@@ -39,7 +40,7 @@ def _iso(moment: datetime) -> str:
 
 def _line(record: RequestRecord, *, phase: str, index: int, concurrency: int | None,
           rate_per_s: float | None, warmup_for: str | None, origin: float,
-          started: datetime) -> dict:
+          started: datetime, replicas: bool = False) -> dict:
     def offset_ms(moment: float | None) -> float | None:
         return None if moment is None else rounded((moment - origin) * 1000.0)
 
@@ -70,6 +71,8 @@ def _line(record: RequestRecord, *, phase: str, index: int, concurrency: int | N
         # Only a conversation's requests carry these (older readers never see them).
         **({"session": record.session, "turn": record.turn}
            if isinstance(record, AgentRecord) and record.turn is not None else {}),
+        # Only a scan over several URLs says which served it (report.json's plan.urls).
+        **({"url": served_by(record)} if replicas else {}),
     }
 
 
@@ -79,12 +82,16 @@ def request_lines(measurement: Measurement) -> Iterator[dict]:
     origin = measurement.origin_time
     started = datetime.fromisoformat(measurement.started_at).astimezone(UTC)
     preflight = measurement.preflight
+    replicas = bool(measurement.replica_probes)
     if preflight is not None:
         # A probe that stopped the scan is also its one level's request: one line for it.
         yield _line(preflight.probe, phase="probe", index=0, concurrency=1, rate_per_s=None,
-                    warmup_for=None, origin=origin, started=started)
+                    warmup_for=None, origin=origin, started=started, replicas=replicas)
     if preflight is not None and preflight.stopped:
         return
+    for probe in measurement.replica_probes:  # one probe per replica URL, index 0 each
+        yield _line(probe, phase="probe", index=0, concurrency=1, rate_per_s=None,
+                    warmup_for=None, origin=origin, started=started, replicas=True)
     groups: tuple[tuple[str, list[LevelResult]], ...] = (
         ("level", measurement.levels), ("search", measurement.searched_levels),
         ("rate", measurement.rate_levels))
@@ -98,7 +105,7 @@ def request_lines(measurement: Measurement) -> Iterator[dict]:
                 yield _line(record, phase=kind, index=index, concurrency=concurrency,
                             rate_per_s=level.rate_per_s,
                             warmup_for=phase if kind == "warmup" else None,
-                            origin=origin, started=started)
+                            origin=origin, started=started, replicas=replicas)
 
 
 def write_requests(measurement: Measurement, out_dir: str | os.PathLike) -> Path:

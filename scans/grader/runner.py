@@ -22,10 +22,10 @@ from .budget import StreamBudget
 from .capacity import CapacitySearch
 from .guarded_backend import ConnectGuard
 from .load import LOOP_LAG_INTERVAL_S, ProgressCallback, RateProgressCallback, ScanLoad
-from .measurement import LevelResult, Measurement, ModelsListing
+from .measurement import AgentRecord, LevelResult, Measurement, ModelsListing
 from .objective import evaluate_level
 from .plan import MAX_LEVEL, ScanPlan
-from .preflight import fetch_models, run_preflight
+from .preflight import fetch_models, probe_replicas, run_preflight
 from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .server_identity import MetricsStatements, read_statements, server_identity
 from .stopping import until_stopped
@@ -114,7 +114,12 @@ async def run_scan_async(
         levels: list[LevelResult] = []
         searched: list[LevelResult] = []
         rate_levels: list[LevelResult] = []
+        skipped: list[dict] = []
+        replica_probes: list[AgentRecord] = []
         exhausted = False
+        if not preflight.stopped and plan.replicas:
+            # ReplicaError (one line naming the URL) before any load.
+            replica_probes = await probe_replicas(plan, scan.request_at)
         if not (preflight.stopped or preflight_only):
             await scan.prepare()  # WorkloadError (one line) before any load
         if preflight.stopped or preflight_only:
@@ -126,6 +131,9 @@ async def run_scan_async(
             try:
                 wait_left = stream_budget.scan_wait_s if stream_budget else None
                 for concurrency in plan.levels:
+                    if (stop := _saturated(levels)) is not None:
+                        skipped.append(_skipped("level", stop, concurrency=concurrency))
+                        continue
                     sampler.level = None  # GPU samples taken while waiting belong to no level
                     waiting_since = time.perf_counter()
                     async with (stream_budget.level(concurrency, wait_left) if stream_budget
@@ -139,11 +147,16 @@ async def run_scan_async(
             finally:
                 gpu = await sampler.stop()
             # After the GPU sampler stopped: nothing the search measures reaches a check.
-            if plan.find_capacity and plan.slo is not None:
+            stop = _saturated(levels)
+            if plan.find_capacity and plan.slo is not None and stop is None:
                 exhausted = await _search(scan, plan, levels, searched, stream_budget,
                                           wait_left)
+            stop = stop or _saturated(searched)
             if plan.open_loop is not None:  # measured, never graded: after everything else
                 for index, rate in enumerate(plan.open_loop.rates):
+                    if stop is not None:
+                        skipped.append(_skipped("rate", stop, rate_per_s=rate))
+                        continue
                     await scan.warm_up(1, plan.workload.warmup)
                     rate_levels.append(await scan.run_rate_level(
                         rate, plan.open_loop.requests_at(rate), index))
@@ -175,6 +188,8 @@ async def run_scan_async(
         searched_levels=searched,
         search_exhausted=exhausted,
         rate_levels=rate_levels,
+        replica_probes=replica_probes,
+        skipped_levels=skipped,
         server=server_identity(statements, preflight.models, metrics_statements, metrics),
         scanner={
             "tool": TOOL_NAME,
@@ -186,6 +201,19 @@ async def run_scan_async(
             "loop_lag_threshold_ms": lag_threshold_ms,
         },
     )
+
+
+def _saturated(levels: list[LevelResult]) -> LevelResult | None:
+    """The level that stopped early (--stop-on-saturation), if one did: nothing runs after."""
+    return next((level for level in levels if level.stopped_early is not None), None)
+
+
+def _skipped(phase: str, stop: LevelResult, *, concurrency: int | None = None,
+             rate_per_s: float | None = None) -> dict:
+    assert stop.stopped_early is not None
+    return {"phase": phase, "concurrency": concurrency, "rate_per_s": rate_per_s,
+            "reason": (f"concurrency {stop.concurrency} stopped early: "
+                       f"{stop.stopped_early['reason']}")}
 
 
 async def _search(scan: ScanLoad, plan: ScanPlan, levels: list[LevelResult],
@@ -211,6 +239,8 @@ async def _search(scan: ScanLoad, plan: ScanPlan, levels: list[LevelResult],
             await scan.warm_up(nxt, warmup)
             level = await scan.run_level(nxt, count)
         searched.append(level)
+        if level.stopped_early is not None:  # --stop-on-saturation: nothing runs after it
+            break
         search.record(nxt, count, evaluate_level(level, plan.slo)["met"])
     return search.exhausted
 

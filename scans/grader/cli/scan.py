@@ -22,7 +22,15 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scans.grader import PlanError, PromptsFileError, ScanPlan, load_prompts_file, run_scan, scoring
+from scans.grader import (
+    PlanError,
+    PromptsFileError,
+    ScanPlan,
+    load_prompts_file,
+    report_text,
+    run_scan,
+    scoring,
+)
 from scans.grader import formatting as fmt
 from scans.grader.capacity import DEFAULT_SEARCH_LEVELS
 from scans.grader.cli import UsageError, summary
@@ -30,6 +38,7 @@ from scans.grader.cli import publish as publishing
 from scans.grader.objective import DEFAULT_ATTAINMENT, Slo, SloError, parse_slo
 from scans.grader.openloop import MIN_RATE_REQUESTS, OpenLoop, OpenLoopError, parse_arrival, parse_rates
 from scans.grader.plan import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, api_key_from_env
+from scans.grader.preflight import ReplicaError
 from scans.grader.progress import LevelFigures as _Running  # the site's scan page shows the same
 from scans.grader.progress import ScanProgress, time_left
 from scans.grader.prompts import PromptSample
@@ -44,6 +53,7 @@ from scans.grader.repeat import (
     summarise,
     summary_texts,
 )
+from scans.grader.replicas import BALANCE_POLICIES
 from scans.grader.report import report_from_measurement, write_report
 from scans.grader.report_text import is_down
 from scans.grader.request_log import REQUESTS_FILE, write_requests
@@ -166,6 +176,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at most N --rate requests in flight; later ones wait for a "
                              "connection, and that wait counts in the latency from schedule "
                              "(default: no limit)")
+    parser.add_argument("--replica", metavar="URL", action="append", default=[],
+                        help="another base URL of the same model (a replica); repeat it for "
+                             "more. The load is spread over BASE_URL and every --replica; each "
+                             "must pass the preflight")
+    parser.add_argument("--balance", choices=BALANCE_POLICIES, default="round-robin",
+                        help="how requests are spread over the URLs: round-robin (an exact "
+                             "split) or least-in-flight (default round-robin)")
+    parser.add_argument("--stop-on-saturation", action="store_true",
+                        help="stop a concurrency level early when the server falls behind "
+                             "(an error burst or a growing queue) and skip the levels after it")
     parser.add_argument("--dcgm-url", metavar="URL", default=None,
                         help="a DCGM exporter's metrics URL (DCGM_FI_DEV_GPU_UTIL)")
     parser.add_argument("--price-input", metavar="USD", default=None,
@@ -321,6 +341,9 @@ def _print_summary(report: dict, html_path: Path, *, quiet: bool,
     sys.stderr.flush()
     for line in summary.summary_lines(report, os.fspath(html_path), width):
         say(line + "\n")
+    for text in [*report_text.saturation_lines(report), *report_text.replica_lines(report)]:
+        for line in summary.wrap(text, width):
+            say(line + "\n")
     for line in _table_lines(report, width):
         say(line + "\n")
     for text in extra or []:
@@ -469,6 +492,9 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         find_capacity=bool(getattr(args, "find_capacity", False)),
         search_levels=getattr(args, "search_levels", DEFAULT_SEARCH_LEVELS),
         open_loop=open_loop,
+        replicas=tuple(getattr(args, "replica", None) or ()),
+        balance=getattr(args, "balance", "round-robin"),
+        stop_on_saturation=bool(getattr(args, "stop_on_saturation", False)),
     )
     try:
         return plan.validate()
@@ -554,7 +580,7 @@ def _scan_into(plan: ScanPlan, sample: PromptSample | None, out: Path, *,
         else:
             with ScanBars(plan) as progress:
                 measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
-    except WorkloadError as exc:  # found out before any load: one line, nothing measured
+    except (WorkloadError, ReplicaError) as exc:  # before any load: one line, nothing measured
         raise UsageError(f"stopped before any load: {exc}") from None
 
     report = report_from_measurement(plan, measurement, sample)
@@ -618,7 +644,11 @@ def _run_repeated(args: argparse.Namespace, plan: ScanPlan, sample: PromptSample
 
 
 def _run_preflight_only(plan: ScanPlan) -> int:
-    measurement = run_scan(plan, preflight_only=True)
+    try:
+        measurement = run_scan(plan, preflight_only=True)
+    except ReplicaError as exc:
+        sys.stdout.write(f"tokvera scan: preflight: {exc}\n")
+        return EXIT_PREFLIGHT_FAILED
     assert measurement.preflight is not None  # run_scan always runs the preflight
     preflight = measurement.preflight.as_dict()
     for line in _preflight_lines(preflight, plan.model):
