@@ -19,10 +19,13 @@ from scans.notify.alerts import send_alert, send_webhook
 from scans.notify.channels.delivery import deliver_due_notifications, deliver_notification
 from scans.running import dispatch, pushes, worker
 
+# Status page news, beside its subscriptions (the alert path sends a signal, no task).
+from scans.status_pages.subscriptions import mail_status_page_news
+
 __all__ = ["deliver_due_notifications", "deliver_notification",
-           "dispatch_probes", "enqueue_due_scans", "mail_sla_reports", "prove_pushed_report",
-           "prune_reports", "reap_scans", "roll_up_scans", "run_probes", "run_scan", "send_alert",
-           "send_webhook"]
+           "dispatch_probes", "enqueue_due_scans", "mail_sla_reports", "mail_status_page_news",
+           "prove_pushed_report", "prune_reports", "reap_scans", "roll_up_scans", "run_probes", "run_scan",
+           "send_alert", "send_webhook"]
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,14 @@ urlpatterns = [
     # A team's public status page (no login): the slug is the whole address.
     re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/$", status_page.public_status_page,
             name="status-page"),
+    re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/feed\.atom$", status_page.public_status_feed,
+            name="status-page-feed"),
+    re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/subscribe/$", status_page.public_subscribe,
+            name="status-page-subscribe"),
+    re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/confirm/(?P<token>[A-Za-z0-9_:.-]{1,300})/$",
+            status_page.public_confirm, name="status-page-confirm"),
+    re_path(r"^status/(?P<slug>[a-z0-9-]{3,50})/unsubscribe/(?P<token>[A-Za-z0-9_:.-]{1,300})/$",
+            status_page.public_unsubscribe, name="status-page-unsubscribe"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.svg$", badges.badge_svg, name="badge-svg"),
     re_path(r"^badge/(?P<key>[A-Za-z0-9_-]{8,40})\.json$", badges.badge_json, name="badge-json"),
 ]

@@ -28,6 +28,7 @@ from common.errors import Unprocessable
 from common.pagination import StrictCursorPagination
 from scans import maintenance
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
+from scans.status_pages import subscriptions
 
 ZONES = sorted(zoneinfo.available_timezones() - {"localtime", "Factory"})
 
@@ -157,7 +158,9 @@ class MaintenanceWindowViewSet(
         team = self.team_to_create_in(serializer)
         self._same_team(serializer, team.pk)
         with transaction.atomic():
-            audit.created(serializer.save(team=team))
+            window = serializer.save(team=team)
+            audit.created(window)
+            subscriptions.maintenance_news(window)  # never raises; mailed once committed
 
     def perform_update(self, serializer: BaseSerializer[Any]) -> None:
         serializer.validated_data.pop("team", None)  # a window never moves between teams

@@ -33,6 +33,7 @@ from scans.history import state as endpoint_state
 from scans.history.slo_wording import duration_text
 from scans.liveness import verdict
 from scans.models import Endpoint, LivenessState, ProbeResult
+from scans.models.status_pages import incident_news
 from scans.notify.channels import delivery
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,8 @@ def _evaluate_locked(endpoint_id: int, now: datetime) -> str | None:
         endpoint.liveness, endpoint.liveness_cause, endpoint.liveness_since = (
             found.state, found.cause, since)
         _send(endpoint, news, found, now)
+        # The public page's subscribers hear of an incident starting and ending (never raises).
+        incident_news.send_robust(Endpoint, endpoint=endpoint, kinds=[news], at=since)
     return news
 
 

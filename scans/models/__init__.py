@@ -35,6 +35,7 @@ from scans.models.status_pages import (
     MaintenanceWindow,
     StatusPage,
     StatusPageEndpoint,
+    StatusPageSubscriber,
     new_status_page_slug,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "ScanTrigger",
     "StatusPage",
     "StatusPageEndpoint",
+    "StatusPageSubscriber",
     "default_scan_location",
     "new_badge_key",
     "new_status_page_slug",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models.functions import Lower
+from django.dispatch import Signal
 from django.utils.timezone import now as timezone_now
 
 from accounts.models import Team
@@ -58,6 +60,38 @@ class StatusPageEndpoint(TeamOwned):
 
     def __str__(self) -> str:
         return self.display_name
+
+
+#: Sent (send_robust: a failing receiver never breaks the sender) where an alert decides that
+#: an endpoint went down or came back (scans/notify/alerts.py, scans/liveness/record.py), with
+#: `endpoint`, `kinds` (the alert kinds) and `at`; the status page subscriptions listen
+#: (scans/status_pages/subscriptions.py). A signal, so the alert path imports nothing of the pages.
+incident_news = Signal()
+
+
+class StatusPageSubscriber(TeamOwned):
+    """Someone who asked for a status page's news by email (scans/status_pages/subscriptions.py).
+    Pending until the confirmation link is followed (double opt-in): only a confirmed subscriber
+    gets mail. The address is never shown anywhere; the team sees only how many are confirmed.
+    `token_hash` is the SHA-256 of the pending confirmation link's secret (blank once used)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    status_page = models.ForeignKey(StatusPage, on_delete=models.CASCADE, related_name="subscribers")
+    email = models.EmailField(max_length=254)
+    token_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone_now)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    team_lookup = "status_page__team"
+
+    class Meta(TeamOwned.Meta):
+        constraints = [
+            models.UniqueConstraint(Lower("email"), "status_page",
+                                    name="one_subscription_per_address_per_status_page"),
+        ]
+
+    def __str__(self) -> str:
+        return f"subscriber {self.public_id} ({'confirmed' if self.confirmed_at else 'pending'})"
 
 
 # --- maintenance windows (scans/maintenance.py) -------------------------------------

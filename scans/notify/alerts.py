@@ -32,6 +32,7 @@ from scans.grader import is_below_floor
 from scans.history import slo_windows, state
 from scans.history.slo_wording import WindowWords, rate_text, span_text
 from scans.models import CapacityOutcome, Endpoint, EndpointMode, Scan, ScanStatus
+from scans.models.status_pages import incident_news
 from scans.notify.channels import delivery
 from scans.system_wide import ALL_ENDPOINTS
 
@@ -256,6 +257,8 @@ def after_scan(scan: Scan) -> None:
         # One event, a delivery row per channel (retried as rows, scans/notify/channels/delivery.py),
         # so a mail server or webhook hiccup never loses the one message this change gets.
         delivery.record(endpoint, scan, kind, payload(endpoint, scan, kind, detail))
+    # The public page's subscribers hear of an incident starting and ending (never raises).
+    incident_news.send_robust(Endpoint, endpoint=endpoint, kinds=[k for k, _ in events], at=scan.queued_at)
 
 
 def payload(endpoint: Endpoint, scan: Scan, kind: str, detail: str) -> dict:

@@ -29,7 +29,7 @@ from accounts.views import team_for_request, team_to_create_in
 from audit import record as audit
 from scans import maintenance
 from scans.models import Endpoint, MaintenanceKind, MaintenanceWindow
-from scans.status_pages import availability
+from scans.status_pages import availability, subscriptions
 
 LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
 NOW = "now"  # the form's "now, for N minutes": stored as a one-off window from now
@@ -229,6 +229,7 @@ def maintenance_create(request: SignedInRequest, slug: str) -> HttpResponse:
         window = form.apply(MaintenanceWindow(team=team))
         with audit.track(window):
             window.save()
+        subscriptions.maintenance_news(window)  # never raises; mailed once committed
         messages.success(request, f"Maintenance window {window.name} added.")
         return redirect("team-maintenance", slug=team.slug)
     return render(

@@ -34,7 +34,8 @@ from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpo
 from scans.status_pages.availability import DAYS, DayCell, daily_availability, day_starts
 from scans.status_pages.incidents import Incident, incidents
 
-__all__ = ["CACHE_S", "StatusPageUnavailable", "cached_page", "forget", "page_context", "render"]
+__all__ = ["CACHE_S", "StatusPageUnavailable", "cached_page", "feed_key", "forget", "page_context",
+           "render"]
 
 CACHE_S = 60  # the page is rebuilt at most this often (and at once when its settings change)
 BUILD_LOCK_S = 30
@@ -176,6 +177,7 @@ def page_context(page: StatusPage, now: datetime) -> dict:
         "built_at": _when(now),
         "cache_s": CACHE_S,
         "first_day": day_starts(DAYS, now)[0].strftime("%-d %b"),
+        "slug": page.slug,
     }
 
 
@@ -210,7 +212,7 @@ def render(page: StatusPage, now: datetime) -> str:
 
 def forget(*slugs: str) -> None:
     try:
-        cache.delete_many([_key(s) for s in slugs])
+        cache.delete_many([key(s) for s in slugs for key in (_key, feed_key)])
     except Exception as exc:  # noqa: BLE001 - the entry then lapses within CACHE_S
         from common.cache_outage import warn
 
@@ -219,6 +221,11 @@ def forget(*slugs: str) -> None:
 
 def _key(slug: str) -> str:
     return f"scans:status-page:v1:{slug}"
+
+
+def feed_key(slug: str) -> str:
+    """The page's Atom feed (feed.py): under the slug alone too, dropped with the page."""
+    return f"scans:status-page-feed:v1:{slug}"
 
 
 def _build(slug: str, now: datetime) -> dict:

@@ -355,6 +355,9 @@ PUBLIC |= {"public-slo", "public-stats", "benchmarks", "benchmarks-methodology"}
 # A team's public status page: only what the team chose to show, no login
 # (tests/scans/pages/test_status_page.py checks another team's data never appears).
 PUBLIC |= {"status-page"}
+# Its Atom feed and email subscription (the addresses are never shown; the links carry signed
+# tokens): tests/scans/status_pages/test_subscriptions.py.
+PUBLIC |= {"status-page-feed", "status-page-subscribe", "status-page-confirm", "status-page-unsubscribe"}
 
 
 def _status_page_enabled(w) -> bool:
