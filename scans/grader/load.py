@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -161,17 +161,7 @@ class ScanLoad:
                 if watch is not None and (watch.completed(record) or watch.stopped):
                     return  # no new request; the others in flight finish
 
-        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
-        cpu_start = time.process_time()
-        level.started_at = time.perf_counter()
-        try:
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, total))))
-        finally:
-            level.finished_at = time.perf_counter()
-            level.cpu_s = time.process_time() - cpu_start
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
+        await _timed_workers(level, worker, min(concurrency, total))
         _keep_sent(level, watch)
         return level
 
@@ -226,17 +216,7 @@ class ScanLoad:
                 if watch is not None and (watch.completed(record) or watch.stopped):
                     return
 
-        monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
-        cpu_start = time.process_time()
-        level.started_at = time.perf_counter()
-        try:
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, sessions))))
-        finally:
-            level.finished_at = time.perf_counter()
-            level.cpu_s = time.process_time() - cpu_start
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
+        await _timed_workers(level, worker, min(concurrency, sessions))
         _keep_sent(level, watch)
         return level
 
@@ -517,6 +497,23 @@ async def _error_detail(response: httpx.Response) -> str:
                     break
     text = detail[:ERROR_DETAIL_BYTES].decode("utf-8", "replace").strip()
     return f"HTTP {response.status_code}" + (f": {text[:200]}" if text else "")
+
+
+async def _timed_workers(level: LevelResult, worker: Callable[[], Awaitable[None]],
+                         count: int) -> None:
+    """Run `count` copies of a closed-loop level's worker, timing the level (wall and CPU)
+    and sampling the event loop's lag while they run."""
+    monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
+    cpu_start = time.process_time()
+    level.started_at = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(count)))
+    finally:
+        level.finished_at = time.perf_counter()
+        level.cpu_s = time.process_time() - cpu_start
+        monitor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await monitor
 
 
 async def _lag_monitor(samples: array, interval: float = LOOP_LAG_INTERVAL_S) -> None:

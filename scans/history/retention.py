@@ -35,6 +35,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from common import aged_rows
+
 __all__ = ["LEVEL_LISTS", "LEVEL_SAMPLES", "PruneResult", "pruned_sentence", "prune",
            "summary_of", "summary_tables"]
 
@@ -207,15 +209,5 @@ def prune_probes(*, batch: int = 50_000, budget_s: float = DEFAULT_BUDGET_S,
     until none is left or `budget_s` has passed; their hours (ProbeHour) stay. Returns how
     many were deleted."""
     before = (now or timezone.now()) - timedelta(days=settings.PROBE_RETENTION_DAYS)
-    deleted, started = 0, time.monotonic()
-    # System-wide, by age alone (nothing of the rows leaves the database).
-    sql = """DELETE FROM scans_proberesult WHERE id IN (
-                 SELECT id FROM scans_proberesult WHERE at < %s LIMIT %s)"""
-    while time.monotonic() - started < budget_s:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [before, batch])
-            count = cursor.rowcount
-        deleted += count
-        if count < batch:
-            break
-    return deleted
+    return aged_rows.delete_older_than("scans_proberesult", "at", before, batch=batch,
+                                       budget_s=budget_s)
