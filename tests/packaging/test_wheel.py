@@ -28,7 +28,7 @@ from tests.conftest import free_port, scratch_database
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import accepts, running
 
-PACKAGES = ("common", "accounts", "scans", "benchmarks", "tokvera_site")
+PACKAGES = ("common", "accounts", "audit", "scans", "benchmarks", "tokvera_site")
 MODEL = "tiny"
 
 

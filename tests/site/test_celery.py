@@ -34,6 +34,10 @@ IDEMPOTENT_TASKS = {
                                  "one transaction; a rerun prunes what is left",
     "scans.tasks.roll_up_scans": "recomputes each touched bucket from its scans (INSERT … ON "
                                  "CONFLICT DO UPDATE); a rerun writes the same rows",
+    "scans.tasks.mail_sla_reports": "claims each team's month by conditional UPDATE before "
+                                    "its mail goes; a rerun finds it claimed (a worker that "
+                                    "dies between the claim and the send mails it never: the "
+                                    "claim is given back only on a send error)",
 }
 
 
