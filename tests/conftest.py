@@ -138,6 +138,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(note, yellow=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_cache():
+    """Start each run from an empty cache (this process's keys): what an earlier run left, a
+    rate limit keyed by a user id the new test database hands out again, must not decide this
+    run's tests. A cache that cannot be reached is left to the tests that need it."""
+    with contextlib.suppress(Exception):
+        clear_cache()
+
+
 @pytest.fixture(autouse=True)
 def _service_markers(request):
     if request.node.get_closest_marker("redis") and _redis_url() is None:
