@@ -107,10 +107,12 @@ async def run_scan_async(
         scan = ScanLoad(plan, client, progress, lag_threshold_ms,
                      precise_stale_detection=isinstance(own_transport, ScanTransport),
                      rate_progress=rate_progress)
-        # What the server says of itself, asked beside the preflight (never during the load).
-        preflight, statements = await asyncio.gather(
-            run_preflight(plan, client, scan.request),
-            read_statements(client, plan.origin, min(plan.timeout_s, 10.0)))
+        # What the server says of itself, asked before the preflight and never beside a stream:
+        # a server (or gateway) that counts every request against one slot would refuse the
+        # probe while a side request held it. Each GET closes its own connection, so the
+        # probe's keep-alive connection is still the one the load reuses.
+        statements = await read_statements(client, plan.origin, min(plan.timeout_s, 10.0))
+        preflight = await run_preflight(plan, client, scan.request)
         levels: list[LevelResult] = []
         searched: list[LevelResult] = []
         rate_levels: list[LevelResult] = []

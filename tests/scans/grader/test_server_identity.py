@@ -1,5 +1,5 @@
 """report.json's ``server``: what the server says of itself (engine and version, the model's
-details, its hardware), read during the preflight from what each engine states, never guessed,
+details, its hardware), read just before the preflight from what each engine states, never guessed,
 never graded. Real loopback servers answering in the shapes of vLLM, llama.cpp, TGI and SGLang
 (as their own handlers write them), one that states nothing, one hostile; the `tokvera scan`
 line and report.html; the comparison of two identities."""
@@ -255,6 +255,40 @@ def test_a_hostile_server_neither_hangs_the_scan_nor_is_read_beyond_its_limits()
     assert server["engine"] is None and server["engine_version"] is None
     assert server["model"]["id"] == MODEL and server["model"]["max_model_len"] is None
     assert report["score"]["grade"] in ("A", "B", "C", "D", "F")  # the scan went on
+
+
+def test_the_identity_requests_are_never_in_flight_beside_a_stream():
+    """A gateway that counts every request against one slot would refuse a stream sent while
+    a slow identity GET held it: the identity is asked before the preflight's probe."""
+    state = {"identity_in_flight": 0, "streams_beside_identity": 0}
+
+    async def handler(reader, writer):
+        while True:
+            head, _ = await read_request(reader)
+            path = head.split(b"\r\n")[0].split(b" ")[1].decode()
+            if path.endswith("/chat/completions"):
+                await asyncio.sleep(0.05)  # an identity GET sent beside it has arrived by now
+                if state["identity_in_flight"]:
+                    state["streams_beside_identity"] += 1
+                    writer.write(_answer(429, b'{"error":{"message":"one at a time"}}'))
+                else:
+                    writer.write(SSE_HEAD + http_chunk(good_stream()) + END_CHUNKS)
+            elif path in IDENTITY_PATHS:
+                state["identity_in_flight"] += 1
+                try:
+                    await asyncio.sleep(0.2)
+                    writer.write(_answer(404, b'{"detail":"Not Found"}'))
+                finally:
+                    state["identity_in_flight"] -= 1
+            else:
+                writer.write(_answer(404, b'{"detail":"Not Found"}'))
+            await writer.drain()
+
+    with raw_server(handler) as port:
+        report = _scan_report(port)
+    assert state["streams_beside_identity"] == 0
+    assert report["preflight"]["probe"]["outcome"] == "succeeded"
+    assert report["score"]["grade"] == "A"
 
 
 def test_the_identity_requests_go_through_the_connect_guard():
