@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -226,17 +226,33 @@ class ScanLoad:
         whether or not the earlier ones are done; at most ``max_connections`` in flight."""
         spec = self.plan.open_loop
         assert spec is not None
-        perf = time.perf_counter
         offsets = arrival_offsets(spec.arrival, rate, total, index)
         make = self.record_type
         records: list[RequestRecord] = [make(level=0, index=i) for i in range(total)]
         level = LevelResult(0, records, loop_lag_threshold_ms=self.lag_threshold_ms,
                             rate_per_s=rate, arrival=spec.arrival.text,
-                            max_connections=spec.max_connections, warmup=self._take_warmup())
-        gate = asyncio.Semaphore(spec.max_connections) if spec.max_connections else None
-        in_flight = peak = completed = 0
+                            max_connections=spec.max_connections)
         if self.rate_progress:
             self.rate_progress(rate, 0, total, None)
+
+        def done(completed: int, record: RequestRecord) -> None:
+            if self.rate_progress:
+                self.rate_progress(rate, completed, total, record)
+
+        await self.run_scheduled(level, offsets, lambda _: self._body(), done)
+        return level
+
+    async def run_scheduled(self, level: LevelResult, offsets: Sequence[float],
+                            body: Callable[[int], bytes],
+                            done: Callable[[int, RequestRecord], None] | None = None) -> None:
+        """Send ``level.requests[i]`` (body ``body(i)``) at the level's start plus
+        ``offsets[i]`` seconds, whether or not the earlier ones are done, at most
+        ``level.max_connections`` in flight; `done(completed, record)` after each. An open-loop
+        rate level's loop, and a replayed trace's (trace_replay.py)."""
+        perf = time.perf_counter
+        level.warmup = self._take_warmup()
+        gate = asyncio.Semaphore(level.max_connections) if level.max_connections else None
+        in_flight = peak = completed = 0
 
         async def send(record: RequestRecord) -> None:
             nonlocal in_flight, peak, completed
@@ -248,21 +264,21 @@ class ScanLoad:
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                await self.request(record, scheduled=True)
+                await self._exchange(record, body(record.index), scheduled=True)
             finally:
                 in_flight -= 1
                 if gate is not None:
                     gate.release()
             completed += 1
-            if self.rate_progress:
-                self.rate_progress(rate, completed, total, record)
+            if done is not None:
+                done(completed, record)
 
         monitor = asyncio.create_task(_lag_monitor(level.loop_lag_ms))
         cpu_start = time.process_time()
         start = level.started_at = perf() + RATE_LEAD_S
         tasks = []
         try:
-            for record, offset in zip(records, offsets, strict=True):
+            for record, offset in zip(level.requests, offsets, strict=True):
                 due = record.scheduled_at = start + offset
                 # To the deadline, never "a gap after the last send": lateness does not add up.
                 slept = False
@@ -282,7 +298,6 @@ class ScanLoad:
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
         level.concurrency = max(1, peak)
-        return level
 
     # -- one request ---------------------------------------------------------------------------
     async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:

@@ -410,6 +410,11 @@ class Measurement:
     #: Levels not run because an earlier one stopped early: {phase, concurrency, rate_per_s,
     #: reason}.
     skipped_levels: list[dict] = field(default_factory=list)
+    #: The trace replayed (--trace), last of all: measured, never graded; its requests in the
+    #: trace's order. ``trace`` says how its prompts were prepared (``preparation``) and the
+    #: trace line of each request (``lines``, index for index).
+    trace_level: LevelResult | None = None
+    trace: dict | None = None
 
     @property
     def all_requests(self) -> list[RequestRecord]:

@@ -13,6 +13,7 @@ from .capacity import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
 from .objective import Slo, SloError
 from .openloop import OpenLoop, OpenLoopError
 from .replicas import BALANCE_POLICIES
+from .trace_file import TraceError, TraceReplay
 from .workload import Workload, WorkloadError
 
 __all__ = [
@@ -106,6 +107,8 @@ class ScanPlan:
     balance: str = "round-robin"
     #: A closed-loop level stops early when the server falls behind (scans.grader.saturation).
     stop_on_saturation: bool = False
+    #: A trace replayed at its own times (--trace), last of all: measured, not graded.
+    trace: TraceReplay | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
@@ -170,7 +173,19 @@ class ScanPlan:
             self.workload.validate(self.max_tokens)
         except WorkloadError as exc:
             raise PlanError(str(exc)) from None
+        self._validate_trace()
         return self
+
+    def _validate_trace(self) -> None:
+        if self.trace is None:
+            return
+        try:
+            self.trace.validate()
+        except TraceError as exc:
+            raise PlanError(str(exc)) from None
+        if self.workload.turns > 1:
+            raise PlanError("--turns with --trace: a trace's requests are single prompts sent "
+                            "at its times, not conversations")
 
     def _validate_target(self) -> None:
         # Every replica is an origin of its own: the same rules as the base URL.
@@ -234,8 +249,8 @@ class ScanPlan:
                 raise PlanError(f"bad --dcgm-url {self.dcgm_url!r}: expected http(s)://host...")
 
     def public_dict(self) -> dict:
-        """The plan as report.json records it (never the key); ``slo``, ``find_capacity``
-        and ``open_loop`` only when given."""
+        """The plan as report.json records it (never the key); ``slo``, ``find_capacity``,
+        ``open_loop`` and ``trace`` only when given."""
         extra: dict = {}
         if self.slo is not None:
             extra["slo"] = self.slo.public_dict()
@@ -250,6 +265,8 @@ class ScanPlan:
             extra["balance"] = self.balance
         if self.stop_on_saturation:
             extra["stop_on_saturation"] = True
+        if self.trace is not None:
+            extra["trace"] = self.trace.public_dict()
         return {
             "levels": list(self.levels),
             "requests_per_level": self.requests_per_level,

@@ -34,6 +34,7 @@ from scans.grader.redaction import redact_report
 from scans.grader.replicas import by_url_figures
 from scans.grader.report_html import render_html
 from scans.grader.timeline import sample_times_ms
+from scans.grader.trace_replay import trace_figures
 
 __all__ = [
     "REPEAT_PROMPT_NOTE",
@@ -44,6 +45,7 @@ __all__ = [
     "preflight_warnings",
     "rate_level_entry",
     "regrade",
+    "trace_replay_entry",
     "report_from_measurement",
     "workload_figures",
     "write_report",
@@ -163,6 +165,22 @@ def rate_level_entry(level: LevelResult, basis: str, origin: float, plan: ScanPl
     return entry
 
 
+def trace_replay_entry(measurement: Measurement, basis: str, plan: ScanPlan) -> dict | None:
+    """report.json's ``trace_replay``: the replayed trace's usual figures (from the request
+    body written; ``concurrency`` is the peak in flight), the same from the scheduled time, the
+    offered and achieved rates, the shared blocks and how the lengths held; None when the
+    trace was not replayed (a stopped scan, or a level that stopped early)."""
+    level = measurement.trace_level
+    if plan.trace is None or level is None:
+        return None
+    facts = (measurement.trace or {}).get("preparation") or {}
+    entry = {**level_entry(level, basis, measurement.origin_time),
+             **trace_figures(level, plan.trace, facts)}
+    if plan.slo is not None:
+        entry["slo"] = evaluate_level(level, plan.slo, from_schedule=True)
+    return entry
+
+
 def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Graded,
                  measurements_extra: Mapping[str, Any] | None = None) -> dict:
     """The report.json dict. Never includes the API key."""
@@ -212,6 +230,8 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     if plan.open_loop is not None:  # open-loop rate levels, measured, not graded
         slo_part["rate_levels"] = [rate_level_entry(level, basis, measurement.origin_time, plan)
                                    for level in measurement.rate_levels]
+    if (trace := trace_replay_entry(measurement, basis, plan)) is not None:  # not graded
+        slo_part["trace_replay"] = trace
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None
     if preflight is not None:
         preflight["warnings"] = preflight_warnings(preflight, measurement.model)

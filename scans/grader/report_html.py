@@ -29,6 +29,8 @@ from scans.grader.report_text import (
     rate_rows,
     server_text,
     surface_text,
+    trace_flag,
+    trace_rows,
     ttft_basis_text,
     workload_lines,
 )
@@ -207,6 +209,7 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
         "workload": (report.get("plan") or {}).get("workload") or {},
         "slo": _slo_context(report),
         "open_loop": _open_loop_context(report),
+        "trace_replay": _trace_context(report),
         "surface": surface,
     }
     return rendering.render("report/report.html", context)
@@ -222,6 +225,15 @@ def _open_loop_context(report: Mapping[str, Any]) -> dict | None:
     return {"text": text[:1].upper() + text[1:],
             "columns": RATE_COLUMNS, "rows": rate_rows(levels),
             "flags": [flag for lv in levels if (flag := rate_flag(lv))]}
+
+
+def _trace_context(report: Mapping[str, Any]) -> dict | None:
+    """report.html's trace replay section; None for a report without one."""
+    trace = report.get("trace_replay")
+    if not isinstance(trace, Mapping):
+        return None
+    flag = trace_flag(trace)
+    return {"rows": trace_rows(trace), "flags": [f"Trace replay: {flag}"] if flag else []}
 
 
 def _slo_context(report: Mapping[str, Any]) -> dict | None:

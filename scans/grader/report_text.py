@@ -30,6 +30,9 @@ __all__ = [
     "server_changes",
     "server_text",
     "surface_text",
+    "trace_flag",
+    "trace_lines",
+    "trace_rows",
     "ttft_basis_text",
     "workload_key",
     "workload_lines",
@@ -477,6 +480,99 @@ def describe_open_loop(plan_open_loop: Mapping[str, Any]) -> str:
     return f"{arrival} arrivals (seed {plan_open_loop.get('seed')}), {per} requests, {connections}"
 
 
+# -- the trace replay ----------------------------------------------------------------------------
+
+def _failed_text(failed: Any) -> str:
+    if not isinstance(failed, Mapping) or not failed:
+        return "none failed"
+    return "failed: " + ", ".join(f"{kind} {count}" for kind, count in failed.items())
+
+
+def trace_flag(trace: Mapping[str, Any]) -> str | None:
+    """Why the trace replay's figures are the grader's more than the server's, or None."""
+    if not trace.get("schedule_held", True):
+        return ("not held by the scanner (send lag p95 "
+                f"{fmt.ms(_p(trace.get('send_lag_ms'), 'p95'))}): client-bound, its figures "
+                "say more about this machine than about the server")
+    if trace.get("client_bound"):
+        return (f"client-bound (the scanner's event loop lagged, p99 "
+                f"{fmt.ms(_p(trace.get('loop_lag_ms'), 'p99'))})")
+    return None
+
+
+def trace_lines(report: Mapping[str, Any]) -> list[str]:
+    """The trace replay in a few sentences (the CLI's lines, each wrapped by its caller); none
+    without one."""
+    trace = report.get("trace_replay")
+    if not isinstance(trace, Mapping):
+        return []
+    speed = _num(trace.get("speed")) or 1.0
+    ttft = trace.get("ttft_from_schedule_ms")
+    lines = [
+        f"trace replay (not graded): {trace.get('file')} ({trace.get('shape')}, sha256 "
+        f"{str(trace.get('sha256'))[:12]}), {trace.get('requests')} requests at {speed:g}× "
+        f"over {fmt.seconds(_num(trace.get('span_s')))}, offered "
+        f"{fmt.rate(_num(trace.get('offered_rate_per_s')), 'requests/s')}, achieved "
+        f"{fmt.rate(_num(trace.get('achieved_rate_per_s')), 'requests/s')}",
+        f"trace: {trace.get('succeeded')} of {trace.get('requests')} succeeded, "
+        f"{_failed_text(trace.get('failed'))}; from schedule TTFT p50 {fmt.ms(_p(ttft, 'p50'))}, "
+        f"p95 {fmt.ms(_p(ttft, 'p95'))}, end-to-end p95 "
+        f"{fmt.ms(_p(trace.get('e2e_from_schedule_ms'), 'p95'))}; ITL p95 "
+        f"{fmt.ms(_p(trace.get('chunk_gap_ms'), 'p95'))}",
+    ]
+    error = trace.get("input_length_error") or {}
+    cached = _num(trace.get("cached_prompt_share"))
+    lines.append(
+        f"trace: {fmt.percent(_num(trace.get('shared_block_share')))} of input tokens in shared "
+        f"blocks, {fmt.percent(cached)} served from the server's cache; "
+        f"{error.get('within_tolerance', 0)} of {error.get('counted', 0)} prompts within "
+        "tolerance of the trace's length (the server's count)")
+    if trace.get("waited_for_connection"):
+        lines.append(f"trace: {trace['waited_for_connection']} requests waited for a connection "
+                     f"(--max-connections {trace.get('max_connections')}), counted in the "
+                     "latency from schedule")
+    if (flag := trace_flag(trace)) is not None:
+        lines.append(f"trace: {flag}")
+    return lines
+
+
+def trace_rows(trace: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """report.html's trace replay table: (what, value) rows."""
+    ttft = trace.get("ttft_from_schedule_ms")
+    e2e = trace.get("e2e_from_schedule_ms")
+    error = trace.get("input_length_error") or {}
+    preparation = trace.get("preparation") or {}
+    output = preparation.get("output_length") or {}
+    rows = [
+        ("Trace", f"{trace.get('file')} ({trace.get('shape')}), sha256 {trace.get('sha256')}"),
+        ("Speed", f"{_num(trace.get('speed')) or 1.0:g}× (span "
+                  f"{fmt.seconds(_num(trace.get('span_s')))})"),
+        ("Requests", f"{trace.get('requests')} sent, {trace.get('succeeded')} succeeded, "
+                     f"{_failed_text(trace.get('failed'))}"),
+        ("Rate offered / achieved",
+         f"{fmt.rate(_num(trace.get('offered_rate_per_s')), 'requests/s')} / "
+         f"{fmt.rate(_num(trace.get('achieved_rate_per_s')), 'requests/s')}"),
+        ("TTFT from schedule (p50 / p95 / p99)",
+         " / ".join(fmt.ms(_p(ttft, k)) for k in ("p50", "p95", "p99"))),
+        ("TTFT from write (p50 / p95)",
+         " / ".join(fmt.ms(_p(trace.get("ttft_ms"), k)) for k in ("p50", "p95"))),
+        ("ITL, chunk gap (p50 / p95)",
+         " / ".join(fmt.ms(_p(trace.get("chunk_gap_ms"), k)) for k in ("p50", "p95"))),
+        ("End-to-end from schedule (p50 / p95 / p99)",
+         " / ".join(fmt.ms(_p(e2e, k)) for k in ("p50", "p95", "p99"))),
+        ("Send lag (p95)", fmt.ms(_p(trace.get("send_lag_ms"), "p95"))),
+        ("Peak in flight / waited for a connection",
+         f"{trace.get('peak_in_flight')} / {trace.get('waited_for_connection', 0)}"),
+        ("Input tokens in shared blocks", fmt.percent(_num(trace.get("shared_block_share")))),
+        ("Prompt tokens served from cache", fmt.percent(_num(trace.get("cached_prompt_share")))),
+        ("Prompts within tolerance of the trace's length",
+         f"{error.get('within_tolerance', 0)} of {error.get('counted', 0)} (p50 off by "
+         f"{fmt.number(_num(error.get('p50')), 'rate')} tokens)"),
+        ("Reply length", str(output.get("note") or "—")),
+    ]
+    return rows
+
+
 #: --stop-on-saturation's reasons in words.
 SATURATION_REASONS = {
     "error_burst": "error burst",
@@ -497,7 +593,8 @@ def saturation_lines(report: Mapping[str, Any]) -> list[str]:
     skipped = report.get("skipped_levels") or []
     if skipped:
         names = [f"concurrency {s['concurrency']}" if s.get("concurrency") is not None
-                 else f"rate {s.get('rate_per_s'):g}/s" for s in skipped]
+                 else f"rate {s.get('rate_per_s'):g}/s" if s.get("rate_per_s") is not None
+                 else "the trace replay" for s in skipped]
         lines.append(f"skipped: {', '.join(names)} ({skipped[0].get('reason')})")
     return lines
 

@@ -1,7 +1,8 @@
 """requests.jsonl: one JSON line per request a scan sent, beside report.json.
 
 Every request the scan timed is a line -- the preflight's probe, each level's warm-up, the
-plan's levels, the capacity search's levels and the open-loop rate levels -- read from the
+plan's levels, the capacity search's levels, the open-loop rate levels and the replayed trace
+(each with its line in the trace file) -- read from the
 ``RequestRecord`` each already keeps (measurement.py), so nothing more is held in memory
 while the load runs. A line holds times, token counts (as the server stated them in its
 usage), the HTTP status and the failure class; never a prompt, a reply, an error message
@@ -31,7 +32,7 @@ __all__ = ["PHASES", "REQUESTS_FILE", "request_lines", "write_requests"]
 
 REQUESTS_FILE = "requests.jsonl"
 #: What a request was for, in the order a scan sends them.
-PHASES = ("probe", "warmup", "level", "search", "rate")
+PHASES = ("probe", "warmup", "level", "search", "rate", "trace")
 
 
 def _iso(moment: datetime) -> str:
@@ -78,7 +79,7 @@ def _line(record: RequestRecord, *, phase: str, index: int, concurrency: int | N
 
 def request_lines(measurement: Measurement) -> Iterator[dict]:
     """The lines of `measurement`'s requests.jsonl, in the order the scan sent them: the
-    probe, then level by level (plan, search, rate) its warm-up and its requests."""
+    probe, then level by level (plan, search, rate, the trace) its warm-up and its requests."""
     origin = measurement.origin_time
     started = datetime.fromisoformat(measurement.started_at).astimezone(UTC)
     preflight = measurement.preflight
@@ -106,6 +107,25 @@ def request_lines(measurement: Measurement) -> Iterator[dict]:
                             rate_per_s=level.rate_per_s,
                             warmup_for=phase if kind == "warmup" else None,
                             origin=origin, started=started, replicas=replicas)
+    yield from _trace_lines(measurement, origin, started, replicas)
+
+
+def _trace_lines(measurement: Measurement, origin: float, started: datetime,
+                 replicas: bool) -> Iterator[dict]:
+    """The replayed trace's warm-up and requests, each request with its line in the file."""
+    level = measurement.trace_level
+    if level is None:
+        return
+    lines = (measurement.trace or {}).get("lines") or []
+    for number, record in enumerate(level.warmup):
+        yield _line(record, phase="warmup", index=number, concurrency=None, rate_per_s=None,
+                    warmup_for="trace", origin=origin, started=started, replicas=replicas)
+    for record in level.requests:
+        line = _line(record, phase="trace", index=record.index, concurrency=None,
+                     rate_per_s=None, warmup_for=None, origin=origin, started=started,
+                     replicas=replicas)
+        line["trace_line"] = lines[record.index]
+        yield line
 
 
 def write_requests(measurement: Measurement, out_dir: str | os.PathLike) -> Path:

@@ -1,5 +1,5 @@
-"""The scan runner: the preflight, the plan's levels, the capacity search and the rate levels,
-then the probes, into one ``Measurement``. How each level is sent and timed is load.py's.
+"""The scan runner: the preflight, the plan's levels, the capacity search, the rate levels and
+the trace replay, then the probes, into one ``Measurement``. How each level is sent and timed is load.py's.
 
 One entry point, used by the CLI and the Celery task alike: ``run_scan(plan)`` (sync; runs its
 own event loop) or ``await run_scan_async(plan)``. Neither touches global state.
@@ -22,7 +22,7 @@ from .budget import StreamBudget
 from .capacity import CapacitySearch
 from .guarded_backend import ConnectGuard
 from .load import LOOP_LAG_INTERVAL_S, ProgressCallback, RateProgressCallback, ScanLoad
-from .measurement import AgentRecord, LevelResult, Measurement, ModelsListing
+from .measurement import AgentRecord, LevelResult, Measurement, ModelsListing, RequestRecord
 from .objective import evaluate_level
 from .plan import MAX_LEVEL, ScanPlan
 from .preflight import fetch_models, probe_replicas, run_preflight
@@ -30,11 +30,13 @@ from .probes import GpuSampler, cost_per_1000_requests, probe_metrics
 from .server_identity import MetricsStatements, read_statements, server_identity
 from .stopping import until_stopped
 from .stream import JSON_IMPL
+from .trace_replay import TraceBodies, prepare_trace, run_trace
 from .transport import ScanTransport
 
 __all__ = [
     "GC_GEN0_THRESHOLD",
     "LOOP_LAG_THRESHOLD_MS",
+    "TraceProgressCallback",
     "list_models",
     "run_scan",
     "run_scan_async",
@@ -42,6 +44,9 @@ __all__ = [
 
 #: A level whose p99 loop lag (ms) exceeds this is client-bound. See DECISIONS.md.
 LOOP_LAG_THRESHOLD_MS = 50.0
+#: ``trace_progress(completed, total, record)``: the trace replay's progress (record None when
+#: it starts).
+TraceProgressCallback = Callable[[int, int, RequestRecord | None], None]
 TOOL_NAME = "tokvera-scan"
 
 
@@ -83,6 +88,7 @@ async def run_scan_async(
     preflight_only: bool = False,
     stream_budget: StreamBudget | None = None,
     rate_progress: RateProgressCallback | None = None,
+    trace_progress: TraceProgressCallback | None = None,
 ) -> Measurement:
     """Run the preflight (``preflight.run_preflight``), then every level of `plan` unless the
     preflight stopped the scan or `preflight_only`; return what was measured.
@@ -119,11 +125,15 @@ async def run_scan_async(
         skipped: list[dict] = []
         replica_probes: list[AgentRecord] = []
         exhausted = False
+        trace_bodies: TraceBodies | None = None
+        trace_level: LevelResult | None = None
         if not preflight.stopped and plan.replicas:
             # ReplicaError (one line naming the URL) before any load.
             replica_probes = await probe_replicas(plan, scan.request_at)
         if not (preflight.stopped or preflight_only):
             await scan.prepare()  # WorkloadError (one line) before any load
+            if plan.trace is not None:  # the same: the trace's lengths against the server
+                trace_bodies = await prepare_trace(scan)
         if preflight.stopped or preflight_only:
             levels, gpu = preflight.without_load(lag_threshold_ms)
         else:
@@ -153,15 +163,8 @@ async def run_scan_async(
             if plan.find_capacity and plan.slo is not None and stop is None:
                 exhausted = await _search(scan, plan, levels, searched, stream_budget,
                                           wait_left)
-            stop = stop or _saturated(searched)
-            if plan.open_loop is not None:  # measured, never graded: after everything else
-                for index, rate in enumerate(plan.open_loop.rates):
-                    if stop is not None:
-                        skipped.append(_skipped("rate", stop, rate_per_s=rate))
-                        continue
-                    await scan.warm_up(1, plan.workload.warmup)
-                    rate_levels.append(await scan.run_rate_level(
-                        rate, plan.open_loop.requests_at(rate), index))
+            trace_level = await _open_loop(scan, plan, stop or _saturated(searched), skipped,
+                                           rate_levels, trace_bodies, trace_progress)
         metrics_statements = MetricsStatements()
         if preflight.server_answered and not preflight_only:
             metrics = await probe_metrics(client, plan.origin,
@@ -192,6 +195,8 @@ async def run_scan_async(
         rate_levels=rate_levels,
         replica_probes=replica_probes,
         skipped_levels=skipped,
+        trace_level=trace_level,
+        trace=_trace_facts(trace_bodies, trace_level),
         server=server_identity(statements, preflight.models, metrics_statements, metrics),
         scanner={
             "tool": TOOL_NAME,
@@ -203,6 +208,37 @@ async def run_scan_async(
             "loop_lag_threshold_ms": lag_threshold_ms,
         },
     )
+
+
+async def _open_loop(scan: ScanLoad, plan: ScanPlan, stop: LevelResult | None,
+                     skipped: list[dict], rate_levels: list[LevelResult],
+                     trace_bodies: TraceBodies | None,
+                     trace_progress: TraceProgressCallback | None) -> LevelResult | None:
+    """The rate levels (appended to `rate_levels`), then the trace replay (returned): measured,
+    never graded, after everything else; skipped when a level stopped early (`stop`)."""
+    if plan.open_loop is not None:
+        for index, rate in enumerate(plan.open_loop.rates):
+            if stop is not None:
+                skipped.append(_skipped("rate", stop, rate_per_s=rate))
+                continue
+            await scan.warm_up(1, plan.workload.warmup)
+            rate_levels.append(await scan.run_rate_level(
+                rate, plan.open_loop.requests_at(rate), index))
+    if trace_bodies is None:
+        return None
+    if stop is not None:
+        skipped.append(_skipped("trace", stop))
+        return None
+    await scan.warm_up(1, plan.workload.warmup)
+    return await run_trace(scan, trace_bodies, trace_progress)
+
+
+def _trace_facts(bodies: TraceBodies | None, level: LevelResult | None) -> dict | None:
+    """How the trace's prompts were prepared, and the trace line of each request replayed."""
+    if bodies is None:
+        return None
+    lines = [bodies.spec.trace.requests[r.index].line for r in level.requests] if level else []
+    return {"preparation": bodies.facts, "lines": lines}
 
 
 def _saturated(levels: list[LevelResult]) -> LevelResult | None:
@@ -295,6 +331,7 @@ def run_scan(
     stream_budget: StreamBudget | None = None,
     rate_progress: RateProgressCallback | None = None,
     stop: threading.Event | None = None,
+    trace_progress: TraceProgressCallback | None = None,
 ) -> Measurement:
     """Synchronous wrapper of `run_scan_async` on a fresh event loop (uvloop when installed,
     unless `use_uvloop` is False). Must not be called from a running event loop.
@@ -309,7 +346,8 @@ def run_scan(
                               lag_threshold_ms=lag_threshold_ms,
                               preflight_only=preflight_only,
                               stream_budget=stream_budget,
-                              rate_progress=rate_progress)
+                              rate_progress=rate_progress,
+                              trace_progress=trace_progress)
         return runner.run(scan if stop is None else until_stopped(scan, stop))
 
 

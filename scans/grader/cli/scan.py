@@ -57,6 +57,7 @@ from scans.grader.replicas import BALANCE_POLICIES
 from scans.grader.report import report_from_measurement, write_report
 from scans.grader.report_text import is_down
 from scans.grader.request_log import REQUESTS_FILE, write_requests
+from scans.grader.trace_file import TraceError, TraceReplay, load_trace
 from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
@@ -173,9 +174,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"requests per --rate level (default: about 10 s of arrivals, at "
                              f"least {MIN_RATE_REQUESTS}, the fewest a p95 needs)")
     parser.add_argument("--max-connections", metavar="N", type=int, default=None,
-                        help="at most N --rate requests in flight; later ones wait for a "
-                             "connection, and that wait counts in the latency from schedule "
-                             "(default: no limit)")
+                        help="at most N --rate (or --trace) requests in flight; later ones "
+                             "wait for a connection, and that wait counts in the latency from "
+                             "schedule (default: no limit)")
+    parser.add_argument("--trace", metavar="FILE", type=Path, default=None,
+                        help="replay a JSONL trace after the other levels, each request at its "
+                             "own time, open-loop: Mooncake lines ({timestamp ms, input_length, "
+                             "output_length, hash_ids}; requests naming the same hash ids share "
+                             "those 512-token blocks of prompt) or BurstGPT's ({Timestamp s, "
+                             "Request tokens, Response tokens}); lengths in the server's tokens; "
+                             "measured, not graded")
+    parser.add_argument("--trace-speed", metavar="X", type=float, default=None,
+                        help="replay the --trace X times as fast as it was recorded (default 1)")
+    parser.add_argument("--trace-limit", metavar="N", type=int, default=None,
+                        help="replay only the first N requests of the --trace")
+    parser.add_argument("--trace-max-s", metavar="S", type=float, default=None,
+                        help="replay only the requests due within S seconds of trace time "
+                             "(before --trace-speed)")
     parser.add_argument("--replica", metavar="URL", action="append", default=[],
                         help="another base URL of the same model (a replica); repeat it for "
                              "more. The load is spread over BASE_URL and every --replica; each "
@@ -290,6 +305,11 @@ class ScanBars:
         self._scan.rate(rate, completed, total, record)
         self._update(f"rate {rate:g}", f"{rate:g}/s", completed, total, record)
 
+    def trace(self, completed: int, total: int, record: object = None) -> None:
+        """The trace replay's progress (runner.TraceProgressCallback); last of the scan, so
+        no time is left to count after it."""
+        self._update("trace", "trace", completed, total, record)
+
     def left_text(self) -> str:
         """"~40 s left" for the whole scan ("+ search" when a capacity search is still to
         come); "" until a request time is known."""
@@ -346,6 +366,9 @@ def _print_summary(report: dict, html_path: Path, *, quiet: bool,
             say(line + "\n")
     for line in _table_lines(report, width):
         say(line + "\n")
+    for text in report_text.trace_lines(report):
+        for line in summary.wrap(text, width):
+            say(line + "\n")
     for text in extra or []:
         for line in summary.wrap(text, width):
             say(line + "\n")
@@ -458,8 +481,12 @@ def _open_loop(args: argparse.Namespace) -> OpenLoop | None:
                                          ("--rate-requests", "rate_requests"),
                                          ("--max-connections", "max_connections"))
                  if getattr(args, name, None) is not None]
+        if given == ["--max-connections"] and getattr(args, "trace", None) is not None:
+            return None  # it applies to the trace replay
         if given:
-            raise UsageError(f"{given[0]} needs --rate (the open-loop rates it applies to)")
+            also = " or --trace" if given[0] == "--max-connections" else ""
+            raise UsageError(f"{given[0]} needs --rate{also} (the open-loop requests it "
+                             "applies to)")
         return None
     try:
         arrival = parse_arrival(args.arrival or "poisson", args.arrival_seed or 0)
@@ -469,9 +496,31 @@ def _open_loop(args: argparse.Namespace) -> OpenLoop | None:
         raise UsageError(str(exc)) from None
 
 
+def _trace(args: argparse.Namespace) -> TraceReplay | None:
+    """--trace and its options, the file read and checked before anything is sent."""
+    path = getattr(args, "trace", None)
+    speed = getattr(args, "trace_speed", None)
+    limit = getattr(args, "trace_limit", None)
+    max_s = getattr(args, "trace_max_s", None)
+    if path is None:
+        given = [flag for flag, value in (("--trace-speed", speed), ("--trace-limit", limit),
+                                          ("--trace-max-s", max_s)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --trace (the trace it applies to)")
+        return None
+    try:
+        return TraceReplay(load_trace(path, limit=limit, max_s=max_s),
+                           speed=1.0 if speed is None else speed,
+                           max_connections=getattr(args, "max_connections", None),
+                           limit=limit, max_s=max_s).validate()
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def build_plan(args: argparse.Namespace) -> ScanPlan:
     slo = _slo(args)
     open_loop = _open_loop(args)
+    trace = _trace(args)
     workload = _workload(args)
     max_tokens = args.max_tokens
     if max_tokens is None:
@@ -495,6 +544,7 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         replicas=tuple(getattr(args, "replica", None) or ()),
         balance=getattr(args, "balance", "round-robin"),
         stop_on_saturation=bool(getattr(args, "stop_on_saturation", False)),
+        trace=trace,
     )
     try:
         return plan.validate()
@@ -579,7 +629,8 @@ def _scan_into(plan: ScanPlan, sample: PromptSample | None, out: Path, *,
             measurement = run_scan(plan)
         else:
             with ScanBars(plan) as progress:
-                measurement = run_scan(plan, progress=progress, rate_progress=progress.rate)
+                measurement = run_scan(plan, progress=progress, rate_progress=progress.rate,
+                                       trace_progress=progress.trace)
     except (WorkloadError, ReplicaError) as exc:  # before any load: one line, nothing measured
         raise UsageError(f"stopped before any load: {exc}") from None
 
