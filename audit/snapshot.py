@@ -53,6 +53,10 @@ AUDITED: dict[str, Audited] = {
         "status page", name=lambda page: page.title, public_id=lambda page: page.slug,
         also=lambda page: {"endpoints": [
             entry.display_name for entry in page.entries.order_by("position")]}),
+    # What people do to an incident; what the alerts do to it is its timeline.
+    "scans.incident": Audited("incident", name=lambda incident: incident.title,
+                              left_out=frozenset({"last_problem_at"}),
+                              many_to_many=("endpoints",)),
     "accounts.team": Audited("team", public_id=lambda team: team.slug,
                              left_out=frozenset({"sla_report_mailed_for"})),  # the mail pass's
     "accounts.membership": Audited("member", name=lambda member: str(member.user)),

@@ -12,6 +12,7 @@ from accounts import api
 from audit.api import AuditViewSet
 from scans.api.channels import ChannelViewSet
 from scans.api.endpoints import EndpointViewSet
+from scans.api.incidents import IncidentViewSet
 from scans.api.maintenance import MaintenanceWindowViewSet
 from scans.api.metrics import TeamMetricsView
 from scans.api.scans import ScanViewSet
@@ -25,6 +26,7 @@ router.register("endpoints", EndpointViewSet, basename="api-endpoint")
 router.register("scans", ScanViewSet, basename="api-scan")
 router.register("channels", ChannelViewSet, basename="api-channel")
 router.register("maintenance-windows", MaintenanceWindowViewSet, basename="api-maintenance-window")
+router.register("incidents", IncidentViewSet, basename="api-incident")
 
 # The API root's list: name → (URL name, what it is). Public: it names URLs, no team data.
 RESOURCES = {
@@ -39,6 +41,8 @@ RESOURCES = {
                                      "message and its delivery history"),
     "maintenance-windows": ("api-maintenance-window-list",
                             "the teams' maintenance windows: alerts held, time left out of the SLO"),
+    "incidents": ("api-incident-list", "the teams' incidents: problems grouped, their timeline; "
+                                       "acknowledge, updates, postmortem, manual incidents"),
     "metrics": ("api-metrics", "Prometheus text: per-endpoint gauges of the token's team"),
     "schema": ("api-schema", "the OpenAPI 3 schema"),
     "docs": ("api-docs", "Swagger UI"),

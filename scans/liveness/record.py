@@ -34,6 +34,7 @@ from scans.history.slo_wording import duration_text
 from scans.liveness import verdict
 from scans.models import Endpoint, LivenessState, ProbeResult
 from scans.models.status_pages import incident_news
+from scans.notify import incidents
 from scans.notify.channels import delivery
 
 log = logging.getLogger(__name__)
@@ -271,8 +272,8 @@ def _renotify(endpoint_ids: list[int], now: datetime | None = None) -> None:
         last = endpoint.liveness_notified_at
         if last is not None and last + timedelta(minutes=endpoint.renotify_minutes or 0) > now:
             continue
-        if maintenance.in_maintenance(endpoint, now):
-            continue
+        if maintenance.in_maintenance(endpoint, now) or incidents.acknowledged_down(endpoint):
+            continue  # held by a window, or somebody acknowledged its incident
         won = Endpoint.objects.for_team(endpoint.team_id).filter(
             pk=endpoint.pk, liveness_notified_at=last).update(liveness_notified_at=now)
         if won:
@@ -281,7 +282,9 @@ def _renotify(endpoint_ids: list[int], now: datetime | None = None) -> None:
 
 
 def _send(endpoint: Endpoint, news: str, found: verdict.Verdict, now: datetime) -> None:
-    delivery.record_probe_alert(endpoint, news, payload(endpoint, news, found, now))
+    # A change dates from the probe that began it (an incident's start); a reminder from now.
+    at = now if news == STILL_DOWN else endpoint.liveness_since or now
+    delivery.record_probe_alert(endpoint, news, payload(endpoint, news, found, now), at=at)
 
 
 def _detail(endpoint: Endpoint, news: str, found: verdict.Verdict, now: datetime) -> str:

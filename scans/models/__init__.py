@@ -19,6 +19,13 @@ from scans.models.endpoints import (
     new_badge_key,
 )
 from scans.models.history import CheckRollup, RollupPeriod, RollupWatermark, ScanRollup
+from scans.models.incidents import (
+    Incident,
+    IncidentProblem,
+    IncidentStatus,
+    IncidentUpdate,
+    TimelineKind,
+)
 from scans.models.notify import AlertEvent, ChannelKind, Delivery, DeliveryStatus, NotificationChannel
 from scans.models.probes import LivenessState, ProbeHour, ProbeResult
 from scans.models.running import OriginLock, ProofTurn, PushedReportBody
@@ -52,6 +59,10 @@ __all__ = [
     "DeliveryStatus",
     "Endpoint",
     "EndpointMode",
+    "Incident",
+    "IncidentProblem",
+    "IncidentStatus",
+    "IncidentUpdate",
     "LivenessState",
     "MaintenanceKind",
     "MaintenanceWindow",
@@ -70,6 +81,7 @@ __all__ = [
     "StatusPage",
     "StatusPageEndpoint",
     "StatusPageSubscriber",
+    "TimelineKind",
     "default_scan_location",
     "new_badge_key",
     "new_status_page_slug",

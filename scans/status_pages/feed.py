@@ -1,5 +1,6 @@
 """A public status page's Atom feed (/status/<slug>/feed.atom): one entry per incident of a shown
-endpoint (scans/status_pages/incidents.py) and per current or next occurrence of a maintenance
+endpoint (scans/status_pages/incidents.py), per public update of the team's incidents
+(public_updates.py), and per current or next occurrence of a maintenance
 window covering one, newest first, under the names the page shows (never the endpoint's own
 name, URL or model, nor the window's name: the team's wording, not chosen for the page).
 
@@ -23,6 +24,7 @@ from common.stale_cache import StaleWhileRebuild, Unavailable
 from scans import maintenance
 from scans.history.slo_wording import duration_text
 from scans.models import StatusPage, StatusPageEndpoint
+from scans.status_pages import public_updates
 from scans.status_pages.availability import DAYS
 from scans.status_pages.incidents import incidents
 from scans.status_pages.rendering import BUILD_LOCK_S, CACHE_S, StatusPageUnavailable, feed_key
@@ -77,6 +79,13 @@ def feed_xml(page: StatusPage, now: datetime) -> str:
             items.append(_Item(
                 title, text, incident.started_at, incident.ended_at or incident.started_at,
                 _entry_id(page.pk, "incident", endpoint_id, incident.started_at.isoformat())))
+    for public in public_updates.for_page(page, names, now - timedelta(days=DAYS)):
+        services = ", ".join(public.services) or "All services"
+        for update in public.updates:
+            items.append(_Item(
+                f"{update.status}: {services}", f"{update.status} ({_when(update.at)}): {update.text}",
+                update.at, update.at,
+                _entry_id(page.pk, "update", public.incident_id, update.at.isoformat())))
     shown = set(names)
     for window in maintenance.windows_of(page.team_id, shown) if shown else []:
         covered = [names[window.endpoint_id]] if window.endpoint_id else list(names.values())

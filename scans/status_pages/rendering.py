@@ -31,6 +31,7 @@ from scans.grader import format_percent
 from scans.history import state
 from scans.history.slo_wording import duration_text
 from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
+from scans.status_pages import public_updates
 from scans.status_pages.availability import DAYS, DayCell, daily_availability, day_starts
 from scans.status_pages.incidents import Incident, incidents
 
@@ -153,6 +154,7 @@ def page_context(page: StatusPage, now: datetime) -> dict:
                                    until_maintenance=True)
             history.append((incident, names[endpoint.pk]))
     history.sort(key=lambda pair: pair[0].started_at, reverse=True)
+    updates = public_updates.for_page(page, names, now - timedelta(days=DAYS))
     shown = [_incident_row(incident, name, now) for incident, name in history[:MAX_INCIDENTS]]
     worst = next(
         (k for k in ("down", "degraded", "unknown", "maintenance") if any(r["state"] == k for r in rows)),
@@ -163,6 +165,7 @@ def page_context(page: StatusPage, now: datetime) -> dict:
         "rows": rows,
         "incidents": shown,
         "older_incidents": max(len(history) - MAX_INCIDENTS, 0),
+        "updates": [_update_row(incident) for incident in updates[:MAX_INCIDENTS]],
         "overall": worst,
         "overall_text": {
             "down": "Some systems are down",
@@ -178,6 +181,16 @@ def page_context(page: StatusPage, now: datetime) -> dict:
         "cache_s": CACHE_S,
         "first_day": day_starts(DAYS, now)[0].strftime("%-d %b"),
         "slug": page.slug,
+    }
+
+
+def _update_row(incident: public_updates.PublicIncident) -> dict:
+    return {
+        "services": ", ".join(incident.services) or "All services",
+        "status": incident.status,
+        "ongoing": incident.ongoing,
+        "updates": [{"at": _when(u.at), "status": u.status, "text": u.text}
+                    for u in incident.updates],
     }
 
 

@@ -3,8 +3,9 @@
 A visitor gives an address on the page; a confirmation mail goes out with a signed link that
 expires after CONFIRM_MAX_AGE_S and works once (it carries a random secret whose SHA-256 is
 stored and cleared when used). Only a confirmed subscriber gets news: an incident starting
-and ending on an endpoint the page shows, and a maintenance window announced for one (or for
-the whole team), each under the name the page shows. Every mail carries an unsubscribe link
+and ending on an endpoint the page shows, each update of the team's incidents marked public
+(public_updates.py), and a maintenance window announced for one (or for the whole team), each
+under the name the page shows. Every mail carries an unsubscribe link
 (signed with the site's key, no expiry) and List-Unsubscribe headers (RFC 8058).
 
 Every mail goes out from the Celery task scans.tasks.mail_status_page_news, never from a
@@ -39,12 +40,22 @@ from accounts.validators import one_line
 from common import ratelimit
 from scans import maintenance
 from scans.history.slo_wording import duration_text
-from scans.models import Endpoint, MaintenanceWindow, StatusPage, StatusPageEndpoint, StatusPageSubscriber
+from scans.models import (
+    Endpoint,
+    IncidentUpdate,
+    MaintenanceWindow,
+    StatusPage,
+    StatusPageEndpoint,
+    StatusPageSubscriber,
+)
+from scans.models.incidents import public_update_posted
 from scans.models.status_pages import incident_news as incident_news_signal
+from scans.status_pages import public_updates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["confirm", "count_confirmed", "incident_news", "mail_status_page_news", "maintenance_news",
+__all__ = ["confirm", "count_confirmed", "incident_news", "incident_update_news", "mail_status_page_news",
+           "maintenance_news",
            "send_news", "subscribe", "unsubscribe"]
 
 CONFIRM_MAX_AGE_S = 3 * 86400  # a confirmation link older than this no longer works
@@ -174,6 +185,12 @@ def incident_news(sender: object, *, endpoint: Endpoint, kinds: Iterable[str], a
         log.warning("status page news for endpoint %s not queued", endpoint.pk, exc_info=True)
 
 
+@receiver(public_update_posted)
+def incident_update_news(sender: object, *, update: IncidentUpdate, **_: object) -> None:
+    """A public incident update (sent once committed): queued for the pages it reaches."""
+    _queue("incident_update", update.pk)
+
+
 def maintenance_news(window: MaintenanceWindow) -> None:
     """Called once a window is created: announced to the pages showing what it covers."""
     try:
@@ -244,6 +261,21 @@ def _incident_mails(kind: str, endpoint_id: int, at: datetime) -> int:
     return sent
 
 
+def _update_mails(update_id: int) -> int:
+    # Task step: the id came from our own incident code; the update names the team.
+    update = (IncidentUpdate.dangerously_unscoped.select_related("incident")
+              .filter(pk=update_id, public=True).first())
+    if update is None:
+        return 0
+    status = update.get_status_display() or update.incident.get_status_display()
+    sent = 0
+    for page, names in public_updates.pages_for(update):
+        services = ", ".join(one_line(n) for n in names) or "all services"
+        what = f"{status} ({_when(update.at)}), {services}: {update.text}"
+        sent += _mail_confirmed(page, f"{status}: {services}", {"what": what})
+    return sent
+
+
 def _maintenance_mails(window_id: int, now: datetime) -> int:
     # Task step: the id came from our own write path; the window names the team.
     window = MaintenanceWindow.dangerously_unscoped.filter(pk=window_id).first()
@@ -293,5 +325,7 @@ def send_news(kind: str, object_id: int, at: str | None = None) -> int:
         return _incident_mails(kind, object_id, moment)
     if kind == "maintenance":
         return _maintenance_mails(object_id, timezone.now())
+    if kind == "incident_update":
+        return _update_mails(object_id)
     log.warning("unknown status page news %r", kind)
     return 0

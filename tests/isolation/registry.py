@@ -609,6 +609,94 @@ TEAM.update({
 })
 
 
+# --- incidents (scans/pages/incidents.py, scans/api/incidents.py) --------------------------
+
+
+def _incident(w):
+    from scans.models import Incident
+
+    existing = Incident.dangerously_unscoped.filter(team=w.team, title="Known problem").first()
+    if existing is None:
+        now = timezone.now()
+        existing = Incident.dangerously_unscoped.create(
+            team=w.team, title="Known problem", manual=True, opened_at=now, last_problem_at=now)
+    return existing
+
+
+def _incident_id(w) -> dict:
+    return {"public_id": _incident(w).public_id}
+
+
+def _resolved_incident_id(w) -> dict:
+    from scans.models import Incident
+
+    incident = _incident(w)
+    Incident.dangerously_unscoped.filter(pk=incident.pk).update(resolved_at=timezone.now(),
+                                                              status="resolved")
+    return {"public_id": incident.public_id}
+
+
+def _incident_where(w, **lookup) -> bool:
+    from scans.models import Incident
+
+    return Incident.dangerously_unscoped.filter(team=w.team, **lookup).exists()
+
+
+def _incident_said(w, text) -> bool:
+    from scans.models import IncidentUpdate
+
+    return IncidentUpdate.dangerously_unscoped.filter(incident__team=w.team, text=text).exists()
+
+
+TEAM.update({
+    "team-incidents": [
+        Case("page", "GET", "read", kwargs=lambda w: (_incident(w), {"slug": w.team.slug})[1]),
+    ],
+    "incident-create": [
+        Case("page", "GET", "write"),
+        Case("page", "POST", "write", ok=frozenset({302}),
+             data=lambda w: {"title": "made-by-page", "status": "investigating", "text": "x"},
+             effect=lambda w: _incident_where(w, title="made-by-page")),
+    ],
+    "incident-detail": [Case("page", "GET", "read", kwargs=_incident_id)],
+    "incident-acknowledge": [
+        Case("page", "POST", "write", kwargs=_incident_id, ok=frozenset({302}),
+             effect=lambda w: _incident_where(w, acknowledged_at__isnull=False)),
+    ],
+    "incident-update": [
+        Case("page", "POST", "write", kwargs=_incident_id, ok=frozenset({302}),
+             data=lambda w: {"status": "identified", "text": "said-by-page"},
+             effect=lambda w: _incident_said(w, "said-by-page")),
+    ],
+    "incident-postmortem": [
+        Case("page", "POST", "write", kwargs=_resolved_incident_id, ok=frozenset({302}),
+             data=lambda w: {"postmortem": "written-by-page"},
+             effect=lambda w: _incident_where(w, postmortem="written-by-page")),
+    ],
+    "api-incident-list": [
+        Case("api", "GET", "read", kwargs=lambda w: (_incident(w), {})[1], listing=True),
+        Case("api", "POST", "write", kwargs=lambda w: {},
+             data=lambda w: {"team": w.team.slug, "title": "made-by-api", "text": "x"},
+             ok=frozenset({201}), effect=lambda w: _incident_where(w, title="made-by-api")),
+    ],
+    "api-incident-detail": [Case("api", "GET", "read", kwargs=_incident_id)],
+    "api-incident-acknowledge": [
+        Case("api", "POST", "write", kwargs=_incident_id,
+             effect=lambda w: _incident_where(w, acknowledged_at__isnull=False)),
+    ],
+    "api-incident-post-update": [
+        Case("api", "POST", "write", kwargs=_incident_id, ok=frozenset({201}),
+             data=lambda w: {"status": "identified", "text": "said-by-api"},
+             effect=lambda w: _incident_said(w, "said-by-api")),
+    ],
+    "api-incident-postmortem": [
+        Case("api", "PUT", "write", kwargs=_resolved_incident_id,
+             data=lambda w: {"postmortem": "written-by-api"},
+             effect=lambda w: _incident_where(w, postmortem="written-by-api")),
+    ],
+})
+
+
 # --- the audit log (audit/): owners and admins only; tokens never manage -----------------
 
 TEAM.update({

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 from celery import shared_task
@@ -38,6 +38,7 @@ from scans.models import (
     NotificationChannel,
     Scan,
 )
+from scans.notify import incidents
 from scans.notify.channels import kinds, messages
 
 log = logging.getLogger(__name__)
@@ -107,10 +108,12 @@ def record(endpoint: Endpoint, scan: Scan, kind: str, payload: dict) -> AlertEve
         if not created:
             return None
         _queue(event, channels_for(endpoint))
+        incidents.on_alert(event, at=scan.finished_at)
     return event
 
 
-def record_probe_alert(endpoint: Endpoint, kind: str, payload: dict) -> AlertEvent:
+def record_probe_alert(endpoint: Endpoint, kind: str, payload: dict,
+                       at: datetime | None = None) -> AlertEvent:
     """Record one piece of news the probes found (no scan) and a delivery per channel. Its
     caller won a conditional UPDATE of the endpoint's liveness, so it is recorded once."""
     seconds = lasted_s(endpoint, None, kind)
@@ -119,6 +122,7 @@ def record_probe_alert(endpoint: Endpoint, kind: str, payload: dict) -> AlertEve
         event = AlertEvent.objects.for_team(endpoint.team_id).create(
             team_id=endpoint.team_id, endpoint=endpoint, kind=kind, message=payload)
         _queue(event, channels_for(endpoint))
+        incidents.on_alert(event, at=at)
     return event
 
 
