@@ -15,6 +15,8 @@ def current_team(request: HttpRequest) -> dict[str, Any]:
     return {"my_teams": teams}
 
 
-def signup_open(request: HttpRequest) -> dict[str, bool]:
-    """Whether the login page offers "Create an account" (settings.SIGNUP_OPEN)."""
-    return {"signup_open": settings.SIGNUP_OPEN}
+def signup_open(request: HttpRequest) -> dict[str, Any]:
+    """Whether the login page offers "Create an account" (settings.SIGNUP_OPEN), and the single
+    sign-on button's word when the site has a provider."""
+    return {"signup_open": settings.SIGNUP_OPEN,
+            "sso_name": settings.SSO_APP["name"] if settings.SSO_APP else ""}

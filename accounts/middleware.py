@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Profile, Team
+from accounts.sso import PROVIDER_ID
 from accounts.tenancy import Access
 
 if TYPE_CHECKING:
@@ -82,8 +83,15 @@ class TwoFactorRequiredMiddleware:
 
 
 def ask_for_two_factor(request: HttpRequest) -> HttpResponseRedirect | None:
-    """The redirect to the two-factor set-up, or None when no team of the user's is withheld."""
+    """The redirect to the two-factor set-up (or to single sign-on), or None when no team of
+    the user's is withheld."""
     access = Access.for_request(request)
+    if access.sso_withheld and not access.withheld:
+        names = sorted(Team.dangerously_unscoped.filter(pk__in=access.sso_withheld)
+                       .values_list("name", flat=True))
+        messages.warning(request, f"{', '.join(names)} requires single sign-on: sign in "
+                                  "through it to see the team's pages.")
+        return redirect(reverse("openid_connect_login", kwargs={"provider_id": PROVIDER_ID}))
     if not access.withheld:
         return None
     # The user is a member of these teams: their names are theirs to see.

@@ -20,7 +20,7 @@ from accounts.tenancy import TeamOwned
 class Role(models.TextChoices):
     OWNER = "owner", "Owner"
     ADMIN = "admin", "Admin"
-    MEMBER = "member", "Member"
+    MEMBER = "member", "Editor"  # changes endpoints and windows; "member" in the API
     VIEWER = "viewer", "Viewer"
 
 
@@ -33,6 +33,9 @@ class Team(TeamOwned):
     # Members without two-factor authentication are sent to set it up before they see the
     # team's pages (accounts.tenancy.Access.withheld); API tokens are unaffected.
     require_two_factor = models.BooleanField(default=False)
+    # Members see the team's pages only in a session signed in through the site's single
+    # sign-on (accounts/sso.py); API tokens are unaffected.
+    require_sso = models.BooleanField(default=False)
     # The last whole month's SLA report is mailed to the owners once the next month begins
     # (scans.sla.mail_due_reports); `sla_report_mailed_for` is the first day of the last
     # month mailed, so a retried or late pass mails each month once.
@@ -67,6 +70,9 @@ class Membership(TeamOwned):
     )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    # Given by the single sign-on provider's claims (accounts/sso.py): it follows them at each
+    # sign-on, and goes when they no longer grant it. Others are the team's own to change.
+    from_sso = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta(TeamOwned.Meta):

@@ -56,6 +56,8 @@ class Access:
     # Teams the user belongs to but may not see yet: they require two-factor authentication
     # and the user has none (accounts.middleware sends them to set it up). Tokens are exempt.
     withheld: frozenset[int] = frozenset()
+    # Teams that require single sign-on, of a session that did not sign in through it.
+    sso_withheld: frozenset[int] = frozenset()
 
     @property
     def team_ids(self) -> list[int]:
@@ -83,18 +85,35 @@ class Access:
         elif token is None and request.user.is_authenticated:
             # The user's own memberships, through the reverse relation: no import of
             # accounts.models, which imports this module for TeamOwned.
-            rows = request.user.memberships.values_list("team_id", "role", "team__require_two_factor")
-            roles = {team_id: role for team_id, role, _ in rows}
-            needs_two_factor = frozenset(team_id for team_id, _, required in rows if required)
-            if needs_two_factor and not _has_two_factor(request.user):
-                roles = {t: r for t, r in roles.items() if t not in needs_two_factor}
-                access = cls(roles=roles, withheld=needs_two_factor)
-            else:
-                access = cls(roles=roles)
+            rows = request.user.memberships.values_list(
+                "team_id", "role", "team__require_two_factor", "team__require_sso")
+            roles = {team_id: role for team_id, role, _, _ in rows}
+            needs_two_factor = frozenset(team_id for team_id, _, required, _ in rows if required)
+            needs_sso = frozenset(team_id for team_id, _, _, required in rows if required)
+            withheld = needs_two_factor if needs_two_factor and not _has_two_factor(request.user) \
+                else frozenset()
+            sso_withheld = needs_sso if needs_sso and not signed_in_with_sso(request) \
+                else frozenset()
+            roles = {t: r for t, r in roles.items() if t not in withheld | sso_withheld}
+            access = cls(roles=roles, withheld=withheld, sso_withheld=sso_withheld)
         else:  # anonymous, or another credential (a host token acts for no team)
             access = cls()
         request._tokvera_access = access  # type: ignore[attr-defined]  # kept for the request's life
         return access
+
+
+#: The provider_id of settings.SSO_APP (accounts/sso.py): its login URL is /oidc/sso/login/.
+SSO_PROVIDER_ID = "sso"
+
+
+def signed_in_with_sso(request: HttpRequest) -> bool:
+    """This session's sign-in went through the site's single sign-on (allauth's own record)."""
+    # Imported here, as in _has_two_factor: allauth is not ready when this module loads.
+    from allauth.account.authentication import get_authentication_records
+
+    records = get_authentication_records(request, getattr(request, "user", None))
+    return any(record.get("method") == "socialaccount"
+               and record.get("provider") == SSO_PROVIDER_ID for record in records)
 
 
 def _has_two_factor(user: User) -> bool:

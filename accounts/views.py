@@ -32,6 +32,7 @@ from accounts.forms import InvitedAccountForm, ProfileForm, TeamCreateForm, Team
 from accounts.identity import SignedInRequest
 from accounts.middleware import ask_for_two_factor
 from accounts.models import Invitation, Membership, Role, Team
+from accounts.sso import signed_in_with_sso
 from accounts.tenancy import Access, get_visible_or_404, require_manage
 from audit import record as audit
 
@@ -268,13 +269,21 @@ def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
                                     "(Profile → Two-factor), then require it of the team.")
             require_two_factor = False
         team.require_two_factor = require_two_factor
+        require_sso = bool(settings.SSO_APP) and request.POST.get("require_sso") == "on"
+        if require_sso and not team.require_sso and not signed_in_with_sso(request):
+            # As for two-factor: the one who turns it on must not be shut out at once.
+            messages.error(request, "Sign in through single sign-on yourself first, then "
+                                    "require it of the team.")
+            require_sso = False
+        team.require_sso = require_sso
         team.sla_report_mail = request.POST.get("sla_report_mail") == "on"
         with audit.track(team):
             team.save(update_fields=["badge_site_measured_only", "require_two_factor",
-                                     "sla_report_mail"])
+                                     "require_sso", "sla_report_mail"])
         messages.success(request, "Settings saved.")
         return redirect("team-settings", slug=team.slug)
-    context = {"team": team, "can_manage": can_manage,
+    context = {"team": team, "can_manage": can_manage, "sso_name": settings.SSO_APP and
+               settings.SSO_APP["name"],
                "is_owner": Access.for_request(request).role_in(team.pk) == Role.OWNER,
                "rename_form": TeamRenameForm(initial={"name": team.name})}
     return render(request, "accounts/team_settings.html", context)

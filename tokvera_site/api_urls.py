@@ -11,12 +11,14 @@ from rest_framework.routers import SimpleRouter
 from accounts import api
 from audit.api import AuditViewSet
 from scans.api.channels import ChannelViewSet
+from scans.api.config import ConfigView
 from scans.api.endpoints import EndpointViewSet
 from scans.api.incidents import IncidentViewSet
 from scans.api.maintenance import MaintenanceWindowViewSet
 from scans.api.metrics import TeamMetricsView
 from scans.api.scans import ScanViewSet
 from scans.api.sla import SlaCsvView, SlaPdfView, SlaReportView
+from scans.api.status_pages import StatusPageView
 
 router = SimpleRouter(trailing_slash=True)
 # Accept both /report.json and /report.json/ (and …/reports), as the API is documented.
@@ -34,7 +36,9 @@ RESOURCES = {
     "teams": ("api-team-list", "the caller's teams; a team's audit log at "
                                "/api/v1/teams/<slug>/audit/ (owners and admins), its SLA "
                                "report at /api/v1/teams/<slug>/sla/ (and report.csv, "
-                               "report.pdf)"),
+                               "report.pdf), its status page at "
+                               "/api/v1/teams/<slug>/status-page/, its whole configuration "
+                               "(export, apply) at /api/v1/teams/<slug>/config/"),
     "endpoints": ("api-endpoint-list", "the teams' endpoints; per endpoint its scans, history, "
                                        "capacity and reports (a scan: /api/v1/scans/<id>/)"),
     "channels": ("api-channel-list", "the teams' notification channels; per channel a test "
@@ -71,5 +75,7 @@ urlpatterns = [
          name="api-sla-csv"),
     path("teams/<slug:slug>/sla/report.pdf", SlaPdfView.as_view(),
          name="api-sla-pdf"),
+    path("teams/<slug:slug>/status-page/", StatusPageView.as_view(), name="api-status-page"),
+    path("teams/<slug:slug>/config/", ConfigView.as_view(), name="api-team-config"),
     *router.urls,
 ]

@@ -37,6 +37,10 @@ SUBCOMMANDS = {
                   "Print the calibration table from stored pilot scans"),
     "target": ("scans.grader.cli.target", "Run the reference streaming server (for demos and tests)"),
     "host-agent": ("benchmarks.agent", "Run a host agent that serves network jobs"),
+    "apply": ("scans.config_as_code.apply_command",
+              "Apply a team's configuration file (YAML) to a Tokvera site"),
+    "export": ("scans.config_as_code.export_command",
+               "Write a team's configuration on a Tokvera site as YAML"),
 }
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BELOW_FLOOR = 0, 1, 2, 4
@@ -44,9 +48,10 @@ __all__ = ["EXIT_BELOW_FLOOR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "UsageE
 
 
 DESCRIPTION = ("Tokvera: load-test and grade OpenAI-compatible inference endpoints "
-               "(scan, regrade, scoring-table, calibrate), run the reference target, or a network host "
-               "agent.")
-EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed), 2 bad usage, "
+               "(scan, regrade, scoring-table, calibrate), run the reference target or a network host "
+               "agent, and apply or export a team's configuration as code.")
+EPILOG = ("Exit status: 0 done, 1 internal error (or publishing failed, or the site refused a "
+          "configuration), 2 bad usage, "
           "3 preflight failed (scan --preflight-only), 4 grade below --fail-under. "
           "`tokvera COMMAND --help` describes each command.")
 

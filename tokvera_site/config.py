@@ -211,6 +211,45 @@ def string_list(name: str, default: list[str]) -> list[str]:
     return _parse(name, env.list, "a comma-separated list", default=default)
 
 
+SSO_ROLES = ("owner", "admin", "member", "viewer")
+SSO_ROLE_ALIASES = {"editor": "member"}  # "editor" is what the pages call the member role
+
+
+def oidc_provider() -> dict | None:
+    """The OpenID Connect app django-allauth signs in with, from OIDC_ISSUER, OIDC_CLIENT_ID and
+    OIDC_CLIENT_SECRET (all three, or none: no single sign-on). OIDC_NAME is the button's word."""
+    issuer = env.str("OIDC_ISSUER", default="").strip()
+    client_id = env.str("OIDC_CLIENT_ID", default="").strip()
+    secret = env.str("OIDC_CLIENT_SECRET", default="")
+    if not (issuer or client_id or secret):
+        return None
+    if not (issuer and client_id and secret):
+        raise ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET go together: "
+                          "set all three for single sign-on, or none")
+    if urlsplit(issuer).scheme not in ("https", "http") or not urlsplit(issuer).hostname:
+        raise ConfigError(f"OIDC_ISSUER={issuer!r} is not valid: expected the issuer's https URL")
+    return {"provider_id": "sso", "name": env.str("OIDC_NAME", default="single sign-on"),
+            "client_id": client_id, "secret": secret,
+            "settings": {"server_url": issuer.rstrip("/"), "oauth_pkce_enabled": True}}
+
+
+def oidc_team_roles() -> dict[str, tuple[str, str]]:
+    """OIDC_TEAM_ROLES: which value of the OIDC_TEAMS_CLAIM claim makes a user what in which
+    team, as `value=team-slug:role` pairs separated by commas (role: owner, admin, editor,
+    viewer)."""
+    raw = env.str("OIDC_TEAM_ROLES", default="").strip()
+    grants: dict[str, tuple[str, str]] = {}
+    for pair in filter(None, (p.strip() for p in raw.split(","))):
+        value, _, target = pair.rpartition("=")
+        slug, _, role = target.partition(":")
+        role = SSO_ROLE_ALIASES.get(role.strip(), role.strip())
+        if not value.strip() or not slug.strip() or role not in SSO_ROLES:
+            raise ConfigError(f"OIDC_TEAM_ROLES: {pair!r} is not valid: expected "
+                              "claim-value=team-slug:role (owner, admin, editor or viewer)")
+        grants[value.strip()] = (slug.strip(), role)
+    return grants
+
+
 def exit_on_config_error(fn):
     """Run settings code; turn a ConfigError into one clear line and exit status 2."""
     try:

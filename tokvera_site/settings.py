@@ -42,6 +42,9 @@ def _load():
         "DEMO_TARGET_URL": demo_target_url(),
         # When set, GET /metrics (process metrics only) asks for `Authorization: Bearer <it>`.
         "SITE_METRICS_TOKEN": config.env.str("SITE_METRICS_TOKEN", default=""),
+        # Single sign-on's provider and its claim → team role map (below, "Single sign-on").
+        "SSO_APP": config.oidc_provider(),
+        "SSO_TEAM_ROLES": config.oidc_team_roles(),
         # Per-team limits on POST /v1/jobs, the longest a lease call waits for work and how
         # many wait at once per web process, when the environment sets them (defaults and
         # meaning: benchmarks/policy.py, docs/routing.md).
@@ -101,6 +104,8 @@ EMAIL_SHOW_SECRETS: bool
 SITE_URL: str
 DEMO_TARGET_URL: str
 SITE_METRICS_TOKEN: str
+SSO_APP: dict | None
+SSO_TEAM_ROLES: dict[str, tuple[str, str]]
 AUTH_FAILURE_LIMIT: int
 AUTH_FAILURE_WINDOW_S: int
 TRUSTED_PROXY_COUNT: int
@@ -120,6 +125,8 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "allauth.mfa",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",  # single sign-on, when configured
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc served from here: pinned, no CDN
@@ -222,6 +229,18 @@ MFA_TOTP_ISSUER = "Tokvera"
 MFA_TOTP_TOLERANCE = 1
 # WebAuthn needs a secure origin; plain http on loopback is one only for development.
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = DEBUG  # noqa: F821 - set by _load() above
+
+# Single sign-on: one OpenID Connect provider the operator configures (OIDC_ISSUER, OIDC_CLIENT_ID,
+# OIDC_CLIENT_SECRET); its claim OIDC_TEAMS_CLAIM maps to team roles by OIDC_TEAM_ROLES
+# (accounts/sso.py). Its address is the operator's, never a team's: like the mail server's.
+SSO_TEAMS_CLAIM = config.env.str("OIDC_TEAMS_CLAIM", default="groups")
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"APPS": [SSO_APP] if SSO_APP else []}}  # noqa: F821
+SOCIALACCOUNT_ADAPTER = "accounts.sso.SocialAccountAdapter"
+# The provider vouches for the address (email_verified): an account with it signs in through it.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_LOGIN_ON_GET = False  # a POST starts it: a link cannot sign anyone in
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -39,6 +39,11 @@ ACCOUNT |= {"profile", "team-create", "account_email", "account_change_password"
             "mfa_generate_recovery_codes", "mfa_download_recovery_codes", "mfa_list_webauthn",
             "mfa_add_webauthn", "mfa_reauthenticate_webauthn", "mfa_remove_webauthn",
             "mfa_edit_webauthn"}
+# Single sign-on (django-allauth's socialaccount): the sign-in flow, and one user's own linked
+# sign-ins (tests/accounts/test_single_sign_on.py covers the flow).
+PUBLIC |= {"openid_connect_login", "openid_connect_callback", "socialaccount_login_cancelled",
+           "socialaccount_login_error", "socialaccount_signup"}
+ACCOUNT |= {"socialaccount_connections"}
 HOST_TOKEN: set[str] = {"host-heartbeat", "host-lease", "job-start", "job-complete",
                         "job-complete-many", "job-fail"}
 
@@ -693,6 +698,35 @@ TEAM.update({
         Case("api", "PUT", "write", kwargs=_resolved_incident_id,
              data=lambda w: {"postmortem": "written-by-api"},
              effect=lambda w: _incident_where(w, postmortem="written-by-api")),
+    ],
+})
+
+
+# --- the status page API and configuration as code (scans/api/status_pages.py, config.py) ---
+
+
+def _page_titled(w, title) -> bool:
+    from scans.models import StatusPage
+
+    return StatusPage.dangerously_unscoped.filter(team=w.team, title=title).exists()
+
+
+def _endpoint_named(w, name) -> bool:
+    return Endpoint.dangerously_unscoped.filter(team=w.team, name=name).exists()
+
+
+TEAM.update({
+    "api-status-page": [
+        Case("api", "GET", "read"),
+        Case("api", "PATCH", "write", data=lambda w: {"title": "titled-by-api"},
+             effect=lambda w: _page_titled(w, "titled-by-api")),
+    ],
+    "api-team-config": [
+        Case("api", "GET", "read"),
+        Case("api", "POST", "write",
+             data=lambda w: {"config": {"team": w.team.slug, "endpoints": {"applied-by-api": {
+                 "base_url": "http://127.0.0.1:9/v1", "model": "tiny"}}}},
+             effect=lambda w: _endpoint_named(w, "applied-by-api")),
     ],
 })
 

@@ -31,13 +31,16 @@ ROLE_ALLOWS = {
 
 
 def _all_url_names(patterns=None, namespace=None) -> list[tuple[str | None, str]]:
-    """(namespace, name) of every URL pattern, recursively; unnamed patterns as (ns, None)."""
+    """(namespace, name) of every URL pattern, recursively; unnamed patterns as (ns, None),
+    except a redirect to a named one (allauth's old addresses): it is classified as its target."""
     found = []
     for entry in patterns if patterns is not None else get_resolver().url_patterns:
         if isinstance(entry, URLResolver):
             found += _all_url_names(entry.url_patterns, entry.namespace or namespace)
         elif isinstance(entry, URLPattern):
-            found.append((namespace, entry.name))
+            target = getattr(getattr(entry.callback, "view_class", None), "pattern_name", None)
+            redirect = (getattr(entry.callback, "view_initkwargs", {}) or {}).get("pattern_name")
+            found.append((namespace, entry.name or redirect or target))
     return found
 
 

@@ -26,7 +26,8 @@ def samples(text: str) -> dict[tuple[str, str], float]:
 def test_the_api_root_lists_every_resource_with_its_url(api):
     body = api.get("/api/v1/").json()
 
-    assert set(body) == {"me", "teams", "endpoints", "channels", "maintenance-windows", "metrics",
+    assert set(body) == {"me", "teams", "endpoints", "channels", "maintenance-windows", "incidents",
+                         "metrics",
                          "schema", "docs", "redoc"}
     assert body["endpoints"]["url"] == "http://testserver/api/v1/endpoints"
     assert body["metrics"]["url"] == "http://testserver/api/v1/metrics"
