@@ -119,8 +119,8 @@ def public_confirm(request: HttpRequest, slug: str, token: str) -> HttpResponse:
     page = _enabled_page(slug)
     if subscriptions.confirm(page, token):
         return _answer(request, page, "Subscribed",
-                       "You will get a mail when an incident starts or ends and when maintenance "
-                       "is announced. Every mail has a link to unsubscribe.")
+                       "You will get a mail when an incident starts, is updated or ends, and when "
+                       "maintenance is announced. Every mail has a link to unsubscribe.")
     return _answer(request, page, "Link not valid",
                    "This confirmation link has expired, was already used or is not complete. "
                    "Subscribe again on the status page.", status=404)
