@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponseBase, HttpResponseRedi
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from accounts.models import Profile, Team
 from accounts.sso import PROVIDER_ID
@@ -86,12 +87,13 @@ def ask_for_two_factor(request: HttpRequest) -> HttpResponseRedirect | None:
     """The redirect to the two-factor set-up (or to single sign-on), or None when no team of
     the user's is withheld."""
     access = Access.for_request(request)
-    if access.sso_withheld and not access.withheld:
+    sign_on = reverse("openid_connect_login", kwargs={"provider_id": PROVIDER_ID})
+    if access.sso_withheld and not access.withheld and not request.path.startswith(sign_on):
         names = sorted(Team.dangerously_unscoped.filter(pk__in=access.sso_withheld)
                        .values_list("name", flat=True))
         messages.warning(request, f"{', '.join(names)} requires single sign-on: sign in "
                                   "through it to see the team's pages.")
-        return redirect(reverse("openid_connect_login", kwargs={"provider_id": PROVIDER_ID}))
+        return redirect(f"{sign_on}?{urlencode({'next': request.get_full_path()})}")
     if not access.withheld:
         return None
     # The user is a member of these teams: their names are theirs to see.

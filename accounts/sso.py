@@ -8,7 +8,8 @@ django-allauth's openid_connect provider), and what its claims make a user in ea
   of each team a value names, with the highest role its values give; a membership the provider
   gave goes when no value grants it any more. Memberships the team made itself (an invitation,
   a role an admin set) are the team's: the provider neither changes nor removes them. A team's
-  last owner is never removed or demoted this way.
+  last owner is never removed or demoted this way. A role the provider gave holds only in a
+  session signed in through it (accounts.tenancy.Access): a password sign-in keeps none.
 - A team that requires single sign-on (Team.require_sso) shows its pages to a member only in a
   session that signed in through the provider (accounts.tenancy.Access withholds it otherwise);
   API tokens are unaffected.
@@ -29,6 +30,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from accounts.models import Membership, Role, Team
+from accounts.teams import lock_owners
 from accounts.tenancy import SSO_PROVIDER_ID, signed_in_with_sso
 from audit import record as audit
 
@@ -83,6 +85,7 @@ def sync_memberships(user: User, claims: dict) -> None:
         log.warning("single sign-on grants a role in team %r, which does not exist", slug)
     with transaction.atomic():
         for slug, team in teams.items():
+            lock_owners(team)  # as a person's change of role does: the last owner stays
             membership = Membership.objects.for_team(team).filter(user=user).first()
             role = granted.get(slug)
             if membership is None:

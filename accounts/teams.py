@@ -147,7 +147,7 @@ def team_by_slug(slug: str) -> Team | None:
     return Team.dangerously_unscoped.filter(slug=slug).first()  # the slug is the only key here
 
 
-def _lock_owners(team: Team) -> list[Membership]:
+def lock_owners(team: Team) -> list[Membership]:
     # Locking the owner rows serialises two owners demoting each other at the same moment.
     return list(
         Membership.objects.for_team(team).select_for_update().filter(role=Role.OWNER)
@@ -158,19 +158,20 @@ def _lock_owners(team: Team) -> list[Membership]:
 def change_role(membership: Membership, new_role: str) -> Membership:
     if new_role not in Role.values:
         raise TeamRuleError(f"Unknown role {new_role!r}.")
-    owners = _lock_owners(membership.team)
+    owners = lock_owners(membership.team)
     membership.refresh_from_db()
     if membership.role == Role.OWNER and new_role != Role.OWNER and len(owners) <= 1:
         raise TeamRuleError("The last owner cannot be demoted; make someone else owner first.")
     membership.role = new_role
+    membership.from_sso = False  # a role the team set is the team's: sign-ons leave it alone
     with audit.track(membership):
-        membership.save(update_fields=["role"])
+        membership.save(update_fields=["role", "from_sso"])
     return membership
 
 
 @transaction.atomic
 def remove_member(membership: Membership) -> None:
-    owners = _lock_owners(membership.team)
+    owners = lock_owners(membership.team)
     membership.refresh_from_db()
     if membership.role == Role.OWNER and len(owners) <= 1:
         raise TeamRuleError("The last owner cannot leave; make someone else owner first.")
@@ -267,6 +268,8 @@ def accept_invitation(secret: str, user: User) -> Membership | None:
     )
     if created:
         audit.created(membership, user=user)
+    elif membership.from_sso:  # invited as well: the membership is the team's from now on
+        Membership.objects.for_team(invitation.team).filter(pk=membership.pk).update(from_sso=False)
     return membership
 
 

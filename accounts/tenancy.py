@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import Http404, HttpRequest
@@ -86,14 +87,19 @@ class Access:
             # The user's own memberships, through the reverse relation: no import of
             # accounts.models, which imports this module for TeamOwned.
             rows = request.user.memberships.values_list(
-                "team_id", "role", "team__require_two_factor", "team__require_sso")
-            roles = {team_id: role for team_id, role, _, _ in rows}
-            needs_two_factor = frozenset(team_id for team_id, _, required, _ in rows if required)
-            needs_sso = frozenset(team_id for team_id, _, _, required in rows if required)
+                "team_id", "role", "team__require_two_factor", "team__require_sso", "from_sso")
+            via_sso = bool(settings.SSO_APP) and signed_in_with_sso(request)
+            # A role the provider gave holds only in a session the provider vouched for: taken
+            # out of the group there, a person keeps nothing by signing in with a password.
+            roles = {team_id: role for team_id, role, _, _, from_sso in rows
+                     if via_sso or not from_sso}
+            needs_two_factor = frozenset(row[0] for row in rows if row[2])
+            # Requiring single sign-on holds while the site has a provider to sign in with.
+            needs_sso = frozenset(row[0] for row in rows if row[3]) if settings.SSO_APP \
+                else frozenset()
             withheld = needs_two_factor if needs_two_factor and not _has_two_factor(request.user) \
                 else frozenset()
-            sso_withheld = needs_sso if needs_sso and not signed_in_with_sso(request) \
-                else frozenset()
+            sso_withheld = needs_sso if not via_sso else frozenset()
             roles = {t: r for t, r in roles.items() if t not in withheld | sso_withheld}
             access = cls(roles=roles, withheld=withheld, sso_withheld=sso_withheld)
         else:  # anonymous, or another credential (a host token acts for no team)

@@ -22,6 +22,7 @@ class ScansConfig(AppConfig):
         # A new team starts with one channel: mail to its owners and admins.
         from django.db.models.signals import post_save
 
+        import scans.notify.incidents  # noqa: F401 - its receiver ends a deleted endpoint's problems
         import scans.tasks  # noqa: F401
         from accounts.models import Team
         from scans.notify.channels.service import give_new_team_its_email_channel

@@ -226,7 +226,10 @@ def oidc_provider() -> dict | None:
     if not (issuer and client_id and secret):
         raise ConfigError("OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET go together: "
                           "set all three for single sign-on, or none")
-    if urlsplit(issuer).scheme not in ("https", "http") or not urlsplit(issuer).hostname:
+    parts = urlsplit(issuer)
+    # Plain http only on this machine: the provider's answers decide who gets which team role.
+    loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+    if not parts.hostname or parts.scheme not in (("https", "http") if loopback else ("https",)):
         raise ConfigError(f"OIDC_ISSUER={issuer!r} is not valid: expected the issuer's https URL")
     return {"provider_id": "sso", "name": env.str("OIDC_NAME", default="single sign-on"),
             "client_id": client_id, "secret": secret,

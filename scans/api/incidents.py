@@ -70,8 +70,7 @@ class IncidentSerializer(serializers.ModelSerializer):
     status = serializers.ChoiceField(choices=OPEN_STATUSES, required=False,
                                      default=IncidentStatus.INVESTIGATING)
     endpoints = EndpointIds(child=serializers.UUIDField(), required=False,
-                                      help_text="ids of the affected endpoints; none: the "
-                                                "whole team")
+                            help_text="ids of the affected endpoints; none: the whole team")
     text = serializers.CharField(write_only=True, max_length=5000,
                                  help_text="the first update's words")
     public = serializers.BooleanField(write_only=True, required=False, default=False,

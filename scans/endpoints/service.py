@@ -27,6 +27,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
+from django.utils import timezone
 
 from accounts import encryption
 from accounts.models import Team
@@ -44,6 +45,7 @@ from scans.models import (
     Scan,
     ScanStatus,
 )
+from scans.models.endpoints import endpoint_moved
 
 __all__ = ["DEMO_ENDPOINT_NAME", "PROFILE_FIELDS", "REFUSALS", "SECRET_FIELDS", "InvalidURL",
            "Saved", "URLChangeRefused", "UnknownChannels", "check_profile", "clean_base_url",
@@ -139,6 +141,9 @@ def update(endpoint: Endpoint, data: Mapping[str, Any], by: Access) -> Saved:
             stored.next_probe_at = None  # probed at the next pass
             fields.update(liveness="", liveness_cause="", liveness_since=None,
                           next_probe_at=None)
+            # Nor do its incidents' problems: no recovery of the old server will come to end
+            # them (scans/notify/incidents.py receives this; endpoints import no alert code).
+            endpoint_moved.send(Endpoint, endpoint=stored, at=timezone.now())
         _set_secrets(stored, secrets)
         # Judged with the secrets it has now: one a new origin drops still counted here.
         profile.validate_profile(stored)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.dispatch import Signal
 
 from accounts.models import Team
 from accounts.tenancy import TeamOwned
@@ -177,3 +178,8 @@ class Endpoint(TeamOwned):
     def has_load_dataset(self) -> bool:
         return bool(self.load_dataset_encrypted)
 
+
+
+#: Sent (with `endpoint` and `at`) when an endpoint's URL moves to another server and its alert
+#: state starts over: what was confirmed of the old server ends there.
+endpoint_moved = Signal()

@@ -33,6 +33,7 @@ from scans.history import slo_windows, state
 from scans.history.slo_wording import WindowWords, rate_text, span_text
 from scans.models import CapacityOutcome, Endpoint, EndpointMode, Scan, ScanStatus
 from scans.models.status_pages import incident_news
+from scans.notify import incidents
 from scans.notify.channels import delivery
 from scans.system_wide import ALL_ENDPOINTS
 
@@ -248,6 +249,10 @@ def after_scan(scan: Scan) -> None:
             # One message for one piece of news: "down" says more than "below floor" (a down
             # endpoint grades F), and "up again" more than "floor recovered".
             same_news = {"down": "below_floor", "down_recovered": "floor_recovered"}[change[0]]
+            if any(kind == "floor_recovered" for kind, _ in events if kind == same_news):
+                # Its message is folded into "up again"; its incident's problem still ends.
+                incidents.end_problems(endpoint, scan.finished_at or timezone.now(),
+                                       "meets its grade floor again", troubles=("floor",))
             events = [e for e in events if e[0] != same_news] + [change]
         if (burn := _slo_burn_change(endpoint, scan)) is not None:
             events.append(burn)

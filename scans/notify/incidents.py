@@ -18,12 +18,15 @@ incident is one a person opened for a problem no check sees. Each is a timeline 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from functools import partial
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 from accounts.models import Team
@@ -37,7 +40,10 @@ from scans.models import (
     IncidentUpdate,
     TimelineKind,
 )
+from scans.models.endpoints import endpoint_moved
 from scans.models.incidents import public_update_posted
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "GROUP_WINDOW",
@@ -45,6 +51,7 @@ __all__ = [
     "IncidentError",
     "acknowledge",
     "acknowledged_down",
+    "end_problems",
     "on_alert",
     "open_manual",
     "post_update",
@@ -52,6 +59,8 @@ __all__ = [
     "set_postmortem",
 ]
 
+#: The first key of the advisory lock a team's incident writers take (the team id is the second).
+LOCK_NAMESPACE = 7_340_101
 #: A confirmed problem joins the team's open incident whose newest problem began this recently.
 GROUP_WINDOW = timedelta(minutes=15)
 #: The alerts that open a problem, by its trouble (the key channels' incident keys use too). A
@@ -99,27 +108,59 @@ def _title(incident: Incident) -> str:
 # --- from the alert path -----------------------------------------------------------------------
 
 
+def _lock_team(team_id: int) -> None:
+    """One writer of a team's incidents at a time (to the end of the transaction): two
+    endpoints failing together in two workers make one incident, and a person's resolve and
+    the last recovery close it once. Its own advisory lock, not the team's row: an apply that
+    holds the row for a while must not hold up the alerts."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, team_id])
+
+
 def on_alert(event: AlertEvent, at: datetime | None = None) -> None:
-    """Open, join, extend or end an incident for one recorded alert (in its transaction)."""
+    """Open, join, extend or end an incident for one recorded alert, in its transaction but in
+    a savepoint of its own: a failure here is logged and never costs the alert."""
     if event.endpoint_id is None or event.kind == "test":
         return
+    try:
+        with transaction.atomic():
+            _on_alert(event, at)
+    except Exception:  # noqa: BLE001 - the alert goes out whatever the incident bookkeeping says
+        log.exception("incident not updated for alert %s", event.pk)
+
+
+def _on_alert(event: AlertEvent, at: datetime | None) -> None:
     at = at or (event.scan.finished_at if event.scan_id and event.scan else None) or timezone.now()
     endpoint = event.endpoint
     assert endpoint is not None
-    # One writer per team at a time: two endpoints failing together in two workers must not
-    # open two incidents.
-    Team.objects.for_team(endpoint.team_id).select_for_update().first()
+    _lock_team(endpoint.team_id)
     problems = IncidentProblem.objects.for_team(endpoint.team_id).filter(endpoint=endpoint)
     if event.kind in OPENERS:
         _open_problem(event, endpoint, at, problems)
     elif event.kind in ENDERS:
-        _end_problem(event, endpoint, at, problems.filter(trouble=ENDERS[event.kind],
-                                                           ended_at__isnull=True).first())
+        _end_problem(endpoint, at, problems.filter(trouble=ENDERS[event.kind],
+                                                    ended_at__isnull=True).first(),
+                     text=_alert_text(event), alert=event)
     else:
         problem = problems.filter(ended_at__isnull=True).select_related("incident").first()
         if problem is not None:  # a reminder or other news of an endpoint in trouble
             _line(problem.incident, TimelineKind.ALERT, at, text=_alert_text(event),
                   alert=event, by="system")
+
+
+def end_problems(endpoint: Endpoint, at: datetime, why: str,
+                 troubles: tuple[str, ...] | None = None) -> None:
+    """End the endpoint's active problems (all, or those of `troubles`) without an alert: its
+    alert state was reset (another server, the endpoint deleted) or a recovery's message was
+    folded into another. An incident left with no active problem is resolved."""
+    with transaction.atomic():
+        _lock_team(endpoint.team_id)
+        active = IncidentProblem.objects.for_team(endpoint.team_id).filter(
+            endpoint=endpoint, ended_at__isnull=True).select_related("incident")
+        if troubles is not None:
+            active = active.filter(trouble__in=troubles)
+        for problem in active:
+            _end_problem(endpoint, at, problem, text=f"{endpoint.name}: {why}")
 
 
 def _alert_text(event: AlertEvent) -> str:
@@ -129,7 +170,7 @@ def _alert_text(event: AlertEvent) -> str:
 def _open_problem(event: AlertEvent, endpoint: Endpoint, at: datetime, problems) -> None:
     trouble = OPENERS[event.kind]
     if problems.filter(trouble=trouble, ended_at__isnull=True).exists():
-        return  # the same trouble alerted again (e.g. page after ticket): already in one
+        return  # already an active problem of an incident
     incidents = Incident.objects.for_team(endpoint.team_id)
     incident = (incidents.filter(manual=False, resolved_at__isnull=True,
                                  last_problem_at__gte=at - GROUP_WINDOW)
@@ -148,16 +189,16 @@ def _open_problem(event: AlertEvent, endpoint: Endpoint, at: datetime, problems)
     incidents.filter(pk=incident.pk).update(title=_title(incident))
 
 
-def _end_problem(event: AlertEvent, endpoint: Endpoint, at: datetime,
-                 problem: IncidentProblem | None) -> None:
+def _end_problem(endpoint: Endpoint, at: datetime, problem: IncidentProblem | None, *,
+                 text: str, alert: AlertEvent | None = None) -> None:
     if problem is None:
         return  # its incident was resolved by hand, or it began before incidents existed
     IncidentProblem.objects.for_team(endpoint.team_id).filter(pk=problem.pk).update(ended_at=at)
     incident = problem.incident
-    _line(incident, TimelineKind.ALERT, at, text=_alert_text(event), alert=event, by="system")
+    _line(incident, TimelineKind.ALERT, at, text=text, alert=alert, by="system")
     still = IncidentProblem.objects.for_team(endpoint.team_id).filter(
         incident=incident, ended_at__isnull=True).exists()
-    if not still and not incident.manual and incident.resolved_at is None:
+    if not still and not incident.manual:
         _close(incident, at, text="every problem recovered", by="system")
 
 
@@ -194,13 +235,14 @@ def post_update(incident: Incident, status: str, text: str, *, public: bool,
     """A person's update: a status (resolved closes the incident) and words."""
     if status not in IncidentStatus.values:
         raise IncidentError(f"unknown status {status!r}: one of {', '.join(IncidentStatus.values)}")
-    if incident.resolved_at is not None:
-        raise IncidentError("the incident is resolved: write its postmortem instead")
     if status == IncidentStatus.RESOLVED:
         return resolve(incident, text=text, public=public, user=user)
     now = timezone.now()
     with audit.track(incident, user=user):
-        Incident.objects.for_team(incident.team_id).filter(pk=incident.pk).update(status=status)
+        _lock_team(incident.team_id)
+        if not Incident.objects.for_team(incident.team_id).filter(
+                pk=incident.pk, resolved_at__isnull=True).update(status=status):
+            raise IncidentError("the incident is resolved: write its postmortem instead")
         return _line(incident, TimelineKind.UPDATE, now, text=text, status=status,
                      public=public, user=user)
 
@@ -208,18 +250,23 @@ def post_update(incident: Incident, status: str, text: str, *, public: bool,
 def resolve(incident: Incident, *, text: str = "", public: bool = False,
             user: AbstractBaseUser | None = None) -> IncidentUpdate:
     """Resolve by hand: problems still active end here (a later recovery changes nothing)."""
-    if incident.resolved_at is not None:
-        raise IncidentError("the incident is already resolved")
     with audit.track(incident, user=user):
-        return _close(incident, timezone.now(), text=text or "resolved", public=public,
-                      user=user)
+        _lock_team(incident.team_id)
+        closed = _close(incident, timezone.now(), text=text or "resolved", public=public,
+                        user=user)
+        if closed is None:
+            raise IncidentError("the incident is already resolved")
+        return closed
 
 
 def _close(incident: Incident, at: datetime, *, text: str, public: bool = False,
-           user: AbstractBaseUser | None = None, by: str | None = None) -> IncidentUpdate:
+           user: AbstractBaseUser | None = None, by: str | None = None) -> IncidentUpdate | None:
+    """Resolve the incident once (None when it already was), ending its active problems."""
     with transaction.atomic():
-        Incident.objects.for_team(incident.team_id).filter(pk=incident.pk).update(
-            resolved_at=at, status=IncidentStatus.RESOLVED)
+        if not Incident.objects.for_team(incident.team_id).filter(
+                pk=incident.pk, resolved_at__isnull=True).update(
+                resolved_at=at, status=IncidentStatus.RESOLVED):
+            return None
         IncidentProblem.objects.for_team(incident.team_id).filter(
             incident=incident, ended_at__isnull=True).update(ended_at=at)
         incident.resolved_at, incident.status = at, IncidentStatus.RESOLVED
@@ -252,3 +299,19 @@ def open_manual(team: Team, title: str, endpoints: Iterable[Endpoint], *, status
         _line(incident, TimelineKind.OPENED, now, text=text, status=status, public=public,
               user=user)
     return incident
+
+
+@receiver(pre_delete, sender=Endpoint)
+def _endpoint_deleted(sender: object, instance: Endpoint, origin: object = None,
+                      **_: object) -> None:
+    """An endpoint deleted (its page, the API, an apply's --prune): its problems end before
+    they go with it, so no incident waits for a recovery that cannot come. Not when its team
+    is deleted: the incidents go too."""
+    if isinstance(origin, Team) or getattr(origin, "model", None) is Team:
+        return
+    end_problems(instance, timezone.now(), "the endpoint was deleted")
+
+
+@receiver(endpoint_moved)
+def _endpoint_moved(sender: object, endpoint: Endpoint, at: datetime, **_: object) -> None:
+    end_problems(endpoint, at, "moved to another server: its problems there end here")

@@ -45,20 +45,24 @@ def for_page(page: StatusPage, names: dict[int, str], since: datetime) -> list[P
     incidents = (Incident.objects.for_team(page.team_id)
                  .annotate(touched=Count("endpoints", filter=Q(endpoints__in=list(names))),
                            all_endpoints=Count("endpoints"))
-                 .filter(Q(touched__gt=0) | Q(all_endpoints=0),
+                 # no endpoint: a manual incident of the whole team (an automatic one whose
+                 # endpoints were all deleted is nobody's page's any more)
+                 .filter(Q(touched__gt=0) | Q(all_endpoints=0, manual=True),
                          timeline__public=True, timeline__at__gte=since)
                  .distinct().prefetch_related("endpoints"))
     found = []
     for incident in incidents:
         updates = (IncidentUpdate.objects.for_team(page.team_id)
                    .filter(incident=incident, public=True).order_by("-at", "-pk"))
+        shown = [PublicUpdate(u.at, u.get_status_display() or incident.get_status_display(),
+                              u.text) for u in updates]
         found.append(PublicIncident(
             incident_id=incident.pk,
             services=sorted(names[e.pk] for e in incident.endpoints.all() if e.pk in names),
-            status=incident.get_status_display(),
-            resolved_at=incident.resolved_at,
-            updates=[PublicUpdate(u.at, u.get_status_display() or incident.get_status_display(),
-                                  u.text) for u in updates]))
+            # what the public was told last, never a status only a private update set
+            status=shown[0].status,
+            resolved_at=incident.resolved_at if shown[0].status == "Resolved" else None,
+            updates=shown))
     found.sort(key=lambda i: i.updates[0].at, reverse=True)
     return found
 

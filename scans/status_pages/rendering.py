@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.cache import cache
 from django.db.models import F
+from django.dispatch import receiver
 from django.template.loader import render_to_string
 
 from accounts.tenancy import scoped_to_teams
@@ -30,7 +31,8 @@ from scans.endpoints.profile import plan_columns, profile_of_row
 from scans.grader import format_percent
 from scans.history import state
 from scans.history.slo_wording import duration_text
-from scans.models import Endpoint, Scan, ScanStatus, StatusPage, StatusPageEndpoint
+from scans.models import Endpoint, IncidentUpdate, Scan, ScanStatus, StatusPage, StatusPageEndpoint
+from scans.models.incidents import public_update_posted
 from scans.status_pages import public_updates
 from scans.status_pages.availability import DAYS, DayCell, daily_availability, day_starts
 from scans.status_pages.incidents import Incident, incidents
@@ -264,3 +266,9 @@ def cached_page(slug: str) -> str | None:
         return _CACHE.get(_key(slug), lambda now: _build(slug, now))["html"]
     except Unavailable as exc:
         raise StatusPageUnavailable from exc
+
+
+@receiver(public_update_posted)
+def _forget_pages_of_update(sender: object, *, update: IncidentUpdate, **_: object) -> None:
+    """A public incident update shows at once, not after the cached copy lapses."""
+    forget(*[page.slug for page, _ in public_updates.pages_for(update)])

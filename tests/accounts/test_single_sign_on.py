@@ -107,7 +107,8 @@ def test_a_team_that_requires_sso_shows_nothing_to_a_password_session(world, pro
     password = Client()
     password.force_login(world.member)
     page = password.get(f"/teams/{world.team.slug}/")
-    assert page.status_code == 302 and page["Location"] == "/oidc/sso/login/"
+    assert page.status_code == 302
+    assert page["Location"] == f"/oidc/sso/login/?next=%2Fteams%2F{world.team.slug}%2F"
     assert password.get(f"/api/v1/endpoints/?team={world.team.slug}").json()["results"] == []
 
     sso = Client()
@@ -148,3 +149,40 @@ def test_bad_sso_configuration_stops_start_up_with_one_line(env, says):
                           text=True, timeout=120, env={**os.environ, **env}, check=False)
     assert done.returncode == 2 and says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_role_the_provider_gave_holds_only_in_a_session_it_vouched_for(world, provider):
+    _sign_in(Client(), provider, {"sub": "u-7", "email": "fay@acme.example",
+                                  "email_verified": True, "groups": ["ml-platform"]})
+    fay = get_user_model().objects.get(email="fay@acme.example")
+    password = Client()
+    password.force_login(fay)  # taken out of the group at the provider, she tries a password
+    assert password.get(f"/teams/{world.team.slug}/").status_code == 404
+
+
+def test_a_role_an_admin_sets_is_the_teams_and_survives_the_next_sign_in(world, provider):
+    from accounts import teams
+
+    claims = {"sub": "u-8", "email": "gus@acme.example", "email_verified": True,
+              "groups": ["ml-platform-admins"]}
+    _sign_in(Client(), provider, claims)
+    gus = get_user_model().objects.get(email="gus@acme.example")
+    teams.change_role(Membership.dangerously_unscoped.get(user=gus, team=world.team), Role.VIEWER)
+    _sign_in(Client(), provider, claims)  # the provider still says admin
+    assert _role(gus, world.team) == Role.VIEWER
+
+
+def test_an_address_the_provider_does_not_vouch_for_signs_nobody_in(world, provider):
+    client = Client()
+    _sign_in(client, provider, {"sub": "u-9", "email": world.admin.email,
+                                "email_verified": False, "groups": []})
+    assert client.get(f"/teams/{world.team.slug}/").status_code != 200
+    assert not client.session.get("_auth_user_id") == str(world.admin.pk)
+
+
+def test_requiring_sso_does_nothing_where_the_site_has_no_provider(world, settings):
+    settings.SSO_APP = None
+    Team.dangerously_unscoped.filter(pk=world.team.pk).update(require_sso=True)
+    member = Client()
+    member.force_login(world.member)
+    assert member.get(f"/teams/{world.team.slug}/").status_code == 200  # no loop, no lock-out

@@ -102,7 +102,7 @@ def test_a_changed_field_is_shown_as_old_and_new_and_a_secret_only_as_changed(
 
     code, out, err = cli.apply(edited)
 
-    assert code == 0, err and "Applied." in out
+    assert code == 0 and "Applied." in out, err
     endpoint = Endpoint.dangerously_unscoped.get(team=world.team, name="chat")
     assert (endpoint.timeout_s, endpoint.levels) == (45, [1, 2, 4])
     assert encryption.decrypt(endpoint.api_key_encrypted) == "sk-another-key-never-shown"

@@ -268,3 +268,36 @@ def test_an_incident_s_troubles_are_the_ones_the_channels_key_their_incidents_by
     # A paging service's incident (dedup key) and ours group the same alerts.
     assert all(TROUBLE[kind] == trouble for kind, trouble in incidents.OPENERS.items())
     assert all(TROUBLE[kind] == trouble for kind, trouble in incidents.ENDERS.items())
+
+
+def test_an_endpoint_moved_or_deleted_ends_its_problems_and_a_new_outage_opens_a_new_one(world):
+    from accounts.tenancy import Access
+    from scans.endpoints import service
+
+    dead = make_endpoint(world.team, name="dead", base_url=f"http://127.0.0.1:{_closed_port()}/v1")
+    gone = make_endpoint(world.team, name="gone", base_url=f"http://127.0.0.1:{_closed_port()}/v1")
+    for _ in range(3):
+        _probe(dead, gone)
+    (first,) = _incidents(world.team)
+    service.update(dead, {"base_url": f"http://127.0.0.1:{_closed_port()}/v1"},
+                   by=Access(roles={world.team.pk: "owner"}))
+    first.refresh_from_db()
+    assert first.open  # "gone" is still down
+    Endpoint.dangerously_unscoped.filter(pk=gone.pk).delete()
+    first.refresh_from_db()
+    assert not first.open and first.timeline.last().text == "every problem recovered"
+    for _ in range(3):
+        _probe(dead)  # the new server is down too: news, and a new incident
+    assert [i.open for i in _incidents(world.team)] == [False, True]
+
+
+def test_the_public_never_sees_a_status_only_a_private_update_set(world, api, public_page):
+    page, shown = public_page
+    token = bearer(world.read_write_token)
+    made = api.post("/api/v1/incidents/", {"title": "t", "endpoints": [str(shown.public_id)],
+                                           "status": "investigating", "text": "Looking into it.",
+                                           "public": True}, format="json", **token).json()
+    api.post(f"/api/v1/incidents/{made['id']}/updates/", {"status": "monitoring",
+                                                          "text": "private"}, format="json", **token)
+    html = Client().get(f"/status/{page.slug}/").content.decode()
+    assert "Looking into it." in html and "Investigating" in html and "Monitoring" not in html
