@@ -23,6 +23,11 @@ __all__ = [
 
 NO_PROMPTS_REASON = ("no --prompts sample: the built-in load prompts say nothing about real "
                      "traffic")
+#: The checks that read a stream, and why an embeddings scan has none of them.
+STREAM_CHECKS = ("ttft_p95_at_concurrency_1", "inter_chunk_p95_at_concurrency_1",
+                 "ttft_p99_load_ratio", "generation_rate_load_ratio")
+NO_STREAM_REASON = ("an embeddings scan has no stream: no first token, no chunk gaps, no "
+                    "generation rate (its latency and throughput are reported per level)")
 
 
 def highest_level_with_success(measurement: Measurement) -> LevelResult | None:
@@ -128,6 +133,11 @@ def check_values(measurement: Measurement,
                       f"{high.concurrency}", basis)
         else:
             values["generation_rate_load_ratio"] = CheckValue(rate_high / rate_low, None, basis)
+
+    if measurement.api == "embeddings":
+        for check in STREAM_CHECKS:
+            values[check] = CheckValue(None, NO_STREAM_REASON,
+                                       values[check].basis if check in values else None)
 
     # Reliability
     records = measurement.all_requests

@@ -19,6 +19,10 @@ schema accepts. ``bad_tool_share`` / ``bad_json_share`` make exactly that share 
 (every 1/share-th), alternately unparsable and wrong (an unknown tool; a value of the wrong
 type). Every reply is added to the prefix cache after the prompt, as vLLM caches generated
 blocks, so a conversation that resends it finds its history cached.
+
+Other APIs (``tokvera scan --api``): ``/completions``, ``/responses``, ``/messages``
+(Anthropic's, ``anthropic-version`` required) and ``/embeddings``, each in its own wire format
+(demo_apis.py) on the same timing model (an embedding's answer comes whole after ``ttft``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,16 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from .demo_apis import (
+    ApiRequestError,
+    embeddings_answer,
+    embeddings_inputs,
+    end_events,
+    error_body,
+    read_request,
+    start_events,
+    token_events,
+)
 from .demo_model import PrefixCache, render_chat, tokenize
 
 __all__ = ["ENGINE_VERSION", "MODEL_ID", "OPENAI_PARAMS", "REASONING_FIELDS", "StreamTiming",
@@ -110,6 +124,9 @@ OPENAI_PARAMS = frozenset({
 
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+#: The other APIs it serves (demo_apis), by the last part of their path.
+_API_PATHS = {"completions": "completions", "responses": "responses", "messages": "messages",
+              "embeddings": "embeddings"}
 
 
 @dataclass(frozen=True)
@@ -204,7 +221,7 @@ class TargetServer:
                     return
                 body = await reader.readexactly(length) if length else b""
                 keep_alive = headers.get("connection", "").lower() != "close"
-                await self._route(method, path, body, writer, keep_alive)
+                await self._route(method, path, body, writer, keep_alive, headers)
                 await writer.drain()
                 if not keep_alive:
                     return
@@ -219,7 +236,8 @@ class TargetServer:
                 writer.close()
 
     async def _route(
-        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool
+        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, keep_alive: bool,
+        headers: dict[str, str] | None = None,
     ) -> None:
         path = path.split("?", 1)[0]
         if method == "GET" and path == "/metrics" and self.config.metrics:
@@ -241,8 +259,128 @@ class TargetServer:
             self._tokenize(body, writer, keep_alive)
         elif method == "POST" and path.endswith("/chat/completions"):
             await self._chat(body, writer, keep_alive)
+        elif method == "POST" and (api := _API_PATHS.get(path.rsplit("/", 1)[-1])):
+            await self._api(api, body, headers or {}, writer, keep_alive)
         else:
             _write_simple(writer, 404, b'{"error":{"message":"not found"}}', close=not keep_alive)
+
+    async def _api(self, api: str, body: bytes, headers: dict[str, str],
+                   writer: asyncio.StreamWriter, keep_alive: bool) -> None:
+        """A streamed request of another API (demo_apis): the chat stream's timing model,
+        that API's wire format."""
+        if api == "embeddings":
+            await self._embeddings(body, writer, keep_alive)
+            return
+        received_at = time.perf_counter()
+        cfg = self.config
+        try:
+            req = json.loads(body)
+            if not isinstance(req, dict):
+                raise ValueError
+            request = read_request(api, req, headers, MODEL_ID)
+        except ApiRequestError as exc:
+            self._m_requests.labels("400").inc()
+            _write_simple(writer, 400, exc.body, close=not keep_alive)
+            return
+        except ValueError:
+            self._m_requests.labels("400").inc()
+            _write_simple(writer, 400, error_body(api, "body is not JSON"), close=not keep_alive)
+            return
+        self.received.append(req)
+        if cfg.error_rate and self._rng.random() < cfg.error_rate:
+            self._m_requests.labels("500").inc()
+            _write_simple(writer, 500, error_body(api, "simulated failure"),
+                          close=not keep_alive)
+            return
+        reasoning = 0 if api == "completions" else cfg.reasoning_tokens
+        wanted = request.wanted(reasoning + cfg.tokens)
+        n_tokens = wanted if request.max_tokens is None else min(wanted, request.max_tokens)
+        n_thinking = min(reasoning, n_tokens)
+        if self._slots is not None:
+            self._m_waiting.inc()
+            try:
+                await self._slots.acquire()
+            finally:
+                self._m_waiting.dec()
+        self._m_running.inc()
+        try:
+            prompt = request.prompt_tokens
+            cached = (self.prefix_cache.lookup_and_insert(prompt)
+                      if self.prefix_cache is not None else None)
+            prefill_s = cfg.prefill_ms_per_1k_tokens * (len(prompt) - (cached or 0)) / 1e6
+            self._counter += 1
+            ident = f"tv{self._counter}"
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
+                + (b"connection: keep-alive\r\n" if keep_alive else b"connection: close\r\n")
+                + b"\r\n")
+            _write_events(writer, start_events(request, ident, len(prompt), cached))
+            t0 = time.perf_counter()
+            due = t0
+            first_output_at = first_answer_at = None
+            for i in range(n_tokens):
+                nominal = (t0 + cfg.ttft_ms / 1000.0 + prefill_s + i * cfg.itl_ms / 1000.0
+                           + (self._rng.random() * cfg.jitter_ms / 1000.0
+                              if cfg.jitter_ms else 0.0))
+                due = max(due, nominal)
+                await self._sleep_until(due)
+                written_at = time.perf_counter()
+                _write_events(writer, token_events(request, ident, i, _WORDS[i % len(_WORDS)],
+                                                   n_thinking))
+                first_output_at = first_output_at or written_at
+                if i >= n_thinking and first_answer_at is None:
+                    first_answer_at = written_at
+            self.stream_timings.append(StreamTiming(received_at, first_output_at,
+                                                    first_answer_at))
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": n_tokens,
+                     "cached": cached, "reasoning": n_thinking}
+            _write_events(writer, end_events(request, ident,
+                                             "length" if n_tokens < wanted else "stop", usage))
+            writer.write(b"0\r\n\r\n")
+            self._m_requests.labels("200").inc()
+            self._m_tokens.inc(n_tokens)
+        finally:
+            self._m_running.dec()
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _embeddings(self, body: bytes, writer: asyncio.StreamWriter,
+                          keep_alive: bool) -> None:
+        """One JSON answer after ``ttft_ms`` (plus prefill), in a slot like a stream."""
+        cfg = self.config
+        try:
+            req = json.loads(body)
+            if not isinstance(req, dict):
+                raise ValueError
+            inputs = embeddings_inputs(req)
+        except ApiRequestError as exc:
+            self._m_requests.labels("400").inc()
+            _write_simple(writer, 400, exc.body, close=not keep_alive)
+            return
+        except ValueError:
+            self._m_requests.labels("400").inc()
+            _write_simple(writer, 400, error_body("embeddings", "body is not JSON"),
+                          close=not keep_alive)
+            return
+        self.received.append(req)
+        if cfg.error_rate and self._rng.random() < cfg.error_rate:
+            self._m_requests.labels("500").inc()
+            _write_simple(writer, 500, error_body("embeddings", "simulated failure"),
+                          close=not keep_alive)
+            return
+        prompt_tokens = sum(len(tokenize(text)) for text in inputs)
+        if self._slots is not None:
+            await self._slots.acquire()
+        try:
+            await self._sleep_until(time.perf_counter() + cfg.ttft_ms / 1000.0
+                                    + cfg.prefill_ms_per_1k_tokens * prompt_tokens / 1e6)
+            answer = embeddings_answer(str(req.get("model") or MODEL_ID), inputs, prompt_tokens)
+            _write_simple(writer, 200, answer, close=not keep_alive)
+            self._m_requests.labels("200").inc()
+        finally:
+            if self._slots is not None:
+                self._slots.release()
 
     def _props(self) -> dict:
         """llama.cpp's /props shape, with what this server can say of itself: its build, its
@@ -610,6 +748,14 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
             raise _BadRequest("header line")
         headers[name.strip().lower()] = value.strip()
     return parts[0], parts[1], headers
+
+
+def _write_events(writer: asyncio.StreamWriter, events: list[tuple[str | None, str]]) -> None:
+    """Named events (Responses, Messages) or data-only ones, in one chunk."""
+    payload = b"".join((b"event: %s\n" % name.encode() if name else b"")
+                       + b"data: " + data.encode() + b"\n\n" for name, data in events)
+    if payload:
+        writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
 
 
 def _write_event(writer: asyncio.StreamWriter, data: str) -> None:

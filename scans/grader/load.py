@@ -47,6 +47,7 @@ from .saturation import SaturationWatch
 from .sizing import PreparedWorkload, initial_workload, prepare_workload
 from .sse import SSEDecoder
 from .stream import StreamParser, classify_end
+from .stream_apis import parser_class, read_embeddings
 from .transport import FRESH_CONNECTION, StaleConnectionError
 
 __all__ = ["LOOP_LAG_INTERVAL_S", "ProgressCallback", "RateProgressCallback", "ScanLoad"]
@@ -57,6 +58,8 @@ LOOP_LAG_INTERVAL_S = 0.010
 DONE_GRACE_S = 1.0
 #: How much of an error body is kept as the failure's detail.
 ERROR_DETAIL_BYTES = 512
+#: An embeddings answer larger than this is not read (a failure, not a measurement).
+EMBEDDINGS_BODY_LIMIT = 64 * 1024 * 1024
 #: ``progress(concurrency, completed, total, record)``: called when a level starts (completed 0,
 #: record None) and after each of its requests ends (with that request's record).
 ProgressCallback = Callable[[int, int, int, RequestRecord | None], None]
@@ -87,8 +90,10 @@ class ScanLoad:
         self.client = client
         self.progress = progress
         self.lag_threshold_ms = lag_threshold_ms
-        self.url = plan.chat_url
-        self.urls = plan.chat_urls
+        self.urls = plan.request_urls
+        self.url = self.urls[0]
+        # The stream parser of the plan's API (stream_apis).
+        self.parser_class = parser_class(plan.api)
         self.balancer = Balancer(len(self.urls), plan.balance)
         self.timeout = plan.timeout_s
         self._next_prompt = 0
@@ -96,7 +101,8 @@ class ScanLoad:
         # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
         self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
                                  dataset=plan.workload.dataset, prompts=plan.prompts,
-                                 builtin=builtin_prompt, extra=plan.workload.agent_body())
+                                 builtin=builtin_prompt, extra=plan.workload.agent_body(),
+                                 api=plan.api)
         self.tools = plan.workload.tools
         self.structured_output = plan.workload.structured_output
         # Reply text is kept only when something reads it: a conversation or a schema.
@@ -117,7 +123,8 @@ class ScanLoad:
         """Ask the server what the workload needs (reply-length parameters, prompt sizes)."""
         self.bodies = await prepare_workload(
             self.workload, self.bodies, client=self.client, base_url=self.plan.base_url,
-            chat_url=self.url, model=self.plan.model, timeout=self.timeout)
+            chat_url=self.url, model=self.plan.model, timeout=self.timeout,
+            parser_class=self.parser_class)
 
     async def warm_up(self, concurrency: int, count: int) -> None:
         """`count` requests at up to `concurrency` at once, before a level; not counted."""
@@ -331,8 +338,8 @@ class ScanLoad:
                 record.tool_calls = 0
             if self.structured_output is not None:
                 record.structured = "unanswered"
-        parser = StreamParser(record, keep_text=self.keep_text,
-                              keep_tool_calls=self.tools is not None)
+        parser = self.parser_class(record, keep_text=self.keep_text,
+                                   keep_tool_calls=self.tools is not None)
         try:
             async with asyncio.timeout(self.timeout) as deadline:
                 await self._attempt(record, body, url, deadline, retry_allowed=True,
@@ -340,7 +347,8 @@ class ScanLoad:
         except TimeoutError:
             if record.done_at is not None and record.failure is None:
                 # [DONE] came, then the body did not end within the grace period
-                failure = classify_end(record, events_seen=1, sse=True)
+                failure = classify_end(record, events_seen=1, sse=True,
+                                       ending=self.parser_class.ENDING)
                 if failure is not None:
                     record.failure, record.error = failure
             elif record.failure is None:
@@ -416,6 +424,8 @@ class ScanLoad:
             if not 200 <= response.status_code < 300:
                 record.failure = f"http_status_{response.status_code}"
                 record.error = await _error_detail(response)
+            elif self.plan.api == "embeddings":
+                await _read_embeddings(record, response)
             else:
                 await self._read_stream(record, response, deadline, parser)
         finally:
@@ -446,9 +456,30 @@ class ScanLoad:
             broke = exc
         if record.failure is None:
             failure = _classify(record, decoder, sse=sse, head=bytes(head), broke=broke,
-                                content_type=response.headers.get("content-type"))
+                                content_type=response.headers.get("content-type"),
+                                ending=self.parser_class.ENDING)
             if failure is not None:
                 record.failure, record.error = failure
+
+
+async def _read_embeddings(record: RequestRecord, response: httpx.Response) -> None:
+    """Read one 2xx embeddings answer whole (``stream_apis.read_embeddings`` says what it
+    carried); its last byte is the moment it was done."""
+    body = bytearray()
+    try:
+        async for piece in _body_pieces(response):
+            body += piece
+            if len(body) > EMBEDDINGS_BODY_LIMIT:
+                record.failure = "stream_error"
+                record.error = (f"an answer over {EMBEDDINGS_BODY_LIMIT // 2**20} MiB "
+                                "(not read)")
+                return
+    except httpx.TransportError as exc:  # the body broke off
+        record.failure, record.error = "incomplete_stream", _short(exc)
+        return
+    failure = read_embeddings(bytes(body), record, time.perf_counter())
+    if failure is not None:
+        record.failure, record.error = failure
 
 
 def _keep_sent(level: LevelResult, watch: SaturationWatch | None) -> None:
@@ -474,7 +505,7 @@ async def _keeping_head(pieces: AsyncIterator[bytes], head: bytearray) -> AsyncI
 
 def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: bytes,
               broke: httpx.TransportError | None,
-              content_type: str | None) -> tuple[str, str] | None:
+              content_type: str | None, ending: str) -> tuple[str, str] | None:
     """The failure class of a 2xx stream that was read to its end (or broke off), or None."""
     if decoder.oversized:
         return "stream_error", f"an SSE line or event over {decoder.max_line} bytes (not buffered)"
@@ -483,7 +514,7 @@ def _classify(record: RequestRecord, decoder: SSEDecoder, *, sse: bool, head: by
     if not sse and decoder.events_seen == 0 and head:
         return "not_sse", (f"{content_type or 'no content-type'}: "
                            + head.decode("utf-8", "replace")[:200])
-    return classify_end(record, events_seen=decoder.events_seen, sse=sse)
+    return classify_end(record, events_seen=decoder.events_seen, sse=sse, ending=ending)
 
 
 def _failed_before_response(exc: httpx.HTTPError) -> bool:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .openai_chat import chat_request_body, encode_body
+from .apis import request_body
+from .openai_chat import encode_body
 from .workload import Dataset, InputSpread
 
 __all__ = ["ASK", "LoadBodies", "filler", "filler_chars", "nonce_text"]
@@ -61,8 +62,9 @@ class LoadBodies:
                  prompts: tuple[str, ...] | None = None, builtin: Callable[[int], str],
                  spread: tuple[InputSpread, tuple[tuple[int, int], ...],
                                tuple[float, float, float] | None] | None = None,
-                 extra: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, Any] | None = None, api: str = "chat") -> None:
         self.model = model
+        self.api = api  # which API's body (apis.request_body)
         self.max_tokens = max_tokens
         self.scan_nonce = scan_nonce
         self.params = dict(params or {})
@@ -84,7 +86,7 @@ class LoadBodies:
                                   "text": self.text, "dataset": self.dataset,
                                   "prompts": self.prompts, "builtin": self.builtin,
                                   "max_tokens": self.max_tokens, "spread": self.spread,
-                                  "extra": self.extra}
+                                  "extra": self.extra, "api": self.api}
         fields.update(changes)
         max_tokens = fields.pop("max_tokens")
         return LoadBodies(self.model, max_tokens, self.scan_nonce, **fields)
@@ -114,7 +116,7 @@ class LoadBodies:
         return [first, *rest]
 
     def _body(self, messages: list[Mapping[str, Any]]) -> bytes:
-        body = chat_request_body(self.model, messages, self.max_tokens)
+        body = request_body(self.api, self.model, messages, self.max_tokens)
         body.update(self.params)
         body.update(self.extra)
         return encode_body(body)

@@ -415,6 +415,9 @@ class Measurement:
     #: trace line of each request (``lines``, index for index).
     trace_level: LevelResult | None = None
     trace: dict | None = None
+    #: The API the load spoke (``plan.api``): check_values says why an embeddings scan has no
+    #: time to first token.
+    api: str = "chat"
 
     @property
     def all_requests(self) -> list[RequestRecord]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from urllib.parse import urlsplit
 
+from .apis import API_PATHS, APIS
 from .capacity import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
 from .objective import Slo, SloError
 from .openloop import OpenLoop, OpenLoopError
@@ -109,6 +110,8 @@ class ScanPlan:
     stop_on_saturation: bool = False
     #: A trace replayed at its own times (--trace), last of all: measured, not graded.
     trace: TraceReplay | None = None
+    #: The API the load speaks (scans.grader.apis.APIS): chat completions by default.
+    api: str = "chat"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
@@ -144,6 +147,12 @@ class ScanPlan:
         return tuple(f"{url}/chat/completions" for url in self.urls)
 
     @property
+    def request_urls(self) -> tuple[str, ...]:
+        """Where the load's requests go: the API's path under every URL."""
+        path = API_PATHS.get(self.api, API_PATHS["chat"])
+        return tuple(f"{url}/{path}" for url in self.urls)
+
+    @property
     def origin(self) -> str:
         parts = urlsplit(self.base_url)
         return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
@@ -174,7 +183,41 @@ class ScanPlan:
         except WorkloadError as exc:
             raise PlanError(str(exc)) from None
         self._validate_trace()
+        self._validate_api()
         return self
+
+    def _validate_api(self) -> None:
+        """Workload options only chat completions can carry are refused with another API."""
+        if self.api not in APIS:
+            raise PlanError(f"--api {self.api!r}: expected one of {', '.join(APIS)}")
+        if self.api == "chat":
+            return
+        w = self.workload
+        refused = [name for name, given in (
+            ("--workload", w.preset is not None),
+            ("--tools", w.tools is not None),
+            ("--json-schema", w.structured_output is not None),
+            ("--turns", w.turns > 1),
+            ("--dataset", w.dataset is not None),
+            ("--input-tokens", w.input_tokens is not None or w.input_spread is not None),
+            ("--shared-prefix-tokens", w.shared_prefix_tokens is not None),
+            ("--trace", self.trace is not None),
+        ) if given]
+        if refused:
+            raise PlanError(f"{refused[0]} with --api {self.api}: only --api chat carries it")
+        if self.api != "embeddings":
+            return
+        if w.output_tokens is not None:
+            raise PlanError("--output-tokens with --api embeddings: an embedding has no reply")
+        # An embedding has no stream: nothing reads a first token or a gap between chunks.
+        streamed = [name for name in ("ttft_p95_ms", "itl_p95_ms")
+                    if self.slo is not None and self.slo.target(name) is not None]
+        if streamed:
+            raise PlanError(f"--slo {streamed[0]} with --api embeddings: an embedding has no "
+                            "stream (use e2e_p95_ms or error_rate)")
+        if self.stop_on_saturation:
+            raise PlanError("--stop-on-saturation with --api embeddings: it watches time to "
+                            "first token, which an embedding does not have")
 
     def _validate_trace(self) -> None:
         if self.trace is None:
@@ -268,6 +311,7 @@ class ScanPlan:
         if self.trace is not None:
             extra["trace"] = self.trace.public_dict()
         return {
+            "api": self.api,
             "levels": list(self.levels),
             "requests_per_level": self.requests_per_level,
             "max_tokens": self.max_tokens,

@@ -65,9 +65,9 @@ def server_message(error: str | None) -> str | None:
     text = error
     if text.startswith("HTTP ") and ":" in text:
         text = text.split(":", 1)[1].strip()
-    elif not text.startswith(("{", "error in stream")):
+    elif not text.startswith(("{", "error in stream", "error in the answer")):
         return None
-    text = text.removeprefix("error in stream: ")
+    text = text.removeprefix("error in stream: ").removeprefix("error in the answer: ")
     message = None
     try:
         body = json.loads(text)

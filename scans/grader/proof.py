@@ -294,7 +294,7 @@ def measurement_from_report(report: Mapping[str, Any]) -> Measurement:
         started_at=report["started_at"], finished_at=report["finished_at"], levels=levels,
         metrics=_metrics(measurements), gpu=_gpu(measurements),
         cost=CostFigure(None, "not recomputed"), loop_lag_threshold_ms=LOOP_LAG_THRESHOLD_MS,
-        origin_time=0.0,
+        origin_time=0.0, api=str((report.get("plan") or {}).get("api") or "chat"),
     )
 
 

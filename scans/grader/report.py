@@ -25,7 +25,13 @@ from scans.grader.agent_load import (
 from scans.grader.capacity import capacity_result
 from scans.grader.check_values import check_values, generation_rate_basis
 from scans.grader.figures import percentile, percentiles, rounded
-from scans.grader.measurement import GRADED_TTFT, LevelResult, Measurement, budget_hint
+from scans.grader.measurement import (
+    GRADED_TTFT,
+    LevelResult,
+    Measurement,
+    budget_hint,
+    end_to_end_ms,
+)
 from scans.grader.objective import evaluate_level
 from scans.grader.openloop import rate_figures
 from scans.grader.plan import ScanPlan
@@ -134,6 +140,25 @@ def _level_dict(level: LevelResult, basis: str, origin: float) -> dict:
     }
 
 
+def embeddings_figures(level: LevelResult) -> dict:
+    """An embeddings level's latency (request written to the answer's last byte) and
+    throughput: inputs embedded per second and, when every answer stated its usage, input
+    tokens per second, over the level's wall time. No stream: no TTFT, no chunk gaps."""
+    succeeded = level.succeeded
+    latency = [t for r in succeeded if (t := end_to_end_ms(r)) is not None]
+    tokens = [r.prompt_tokens for r in succeeded if r.prompt_tokens is not None]
+    duration = level.duration_s
+    every_stated = bool(tokens) and len(tokens) == len(succeeded)
+    return {
+        "latency_ms": percentiles(latency),
+        "inputs_per_s": rounded(len(succeeded) / duration) if duration > 0 else None,
+        "tokens_per_s": (rounded(sum(tokens) / duration) if duration > 0 and every_stated
+                         else None),
+        "tokens_basis": "usage.prompt_tokens",
+        "usage_reported": len(tokens),
+    }
+
+
 def agent_figures(level: LevelResult) -> dict:
     """A level's conversation, tool-call and structured-output figures, each only when the
     scan sent that shape (measured, never graded)."""
@@ -212,6 +237,9 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     if measurements_extra:
         measurements.update(measurements_extra)
     levels = [level_entry(level, basis, measurement.origin_time) for level in measurement.levels]
+    if plan.api == "embeddings":
+        for entry, level in zip(levels, measurement.levels, strict=True):
+            entry["embeddings"] = embeddings_figures(level)
     if plan.replicas:  # where the load went; grading reads the whole level's figures
         for entry, level in zip(levels, measurement.levels, strict=True):
             entry["by_url"] = by_url_figures(level, plan.urls)
@@ -230,6 +258,10 @@ def build_report(plan: ScanPlan, measurement: Measurement, graded: scoring.Grade
     if plan.open_loop is not None:  # open-loop rate levels, measured, not graded
         slo_part["rate_levels"] = [rate_level_entry(level, basis, measurement.origin_time, plan)
                                    for level in measurement.rate_levels]
+        if plan.api == "embeddings":
+            for entry, level in zip(slo_part["rate_levels"], measurement.rate_levels,
+                                    strict=True):
+                entry["embeddings"] = embeddings_figures(level)
     if (trace := trace_replay_entry(measurement, basis, plan)) is not None:  # not graded
         slo_part["trace_replay"] = trace
     preflight = measurement.preflight.as_dict() if measurement.preflight is not None else None

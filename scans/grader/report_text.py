@@ -22,6 +22,7 @@ __all__ = [
     "describe_open_loop",
     "describe_slo",
     "down_cause",
+    "embeddings_lines",
     "goodput_text",
     "is_down",
     "ms_texts",
@@ -96,7 +97,8 @@ def cli_notes(report: Mapping[str, Any]) -> list[str]:
     thinking."""
     measurements = report.get("measurements") or {}
     lines = [f"server: {server_text(report['server'])}"] if "server" in report else []
-    lines.append(f"TTFT is graded at {ttft_basis_text(measurements)} (thinking included)")
+    if (report.get("plan") or {}).get("api") != "embeddings":  # no stream, no TTFT
+        lines.append(f"TTFT is graded at {ttft_basis_text(measurements)} (thinking included)")
     reasoning = measurements.get("reasoning")
     if isinstance(reasoning, Mapping):
         for lv in report.get("levels", []):
@@ -141,7 +143,12 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
            else f"≤ {_tokens(plan.get('max_tokens'))}")
     preset = work.get("preset") or {}
     shape = f" (--workload {preset['name']})" if preset.get("name") else ""
-    lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens{shape}"]
+    if plan.get("api", "chat") != "chat":
+        shape += f" (--api {plan['api']})"
+    if plan.get("api") == "embeddings":  # no reply: max_tokens is not sent
+        lines = [f"{grade} at {levels} × {per}, {sent_in} embedded{shape}"]
+    else:
+        lines = [f"{grade} at {levels} × {per}, {sent_in} → {out} tokens{shape}"]
     achieved = []
     for lv in report.get("levels") or []:
         prompt = (lv.get("prompt_tokens") or {}).get("p50")
@@ -156,7 +163,25 @@ def workload_lines(report: Mapping[str, Any]) -> list[str]:
     length = work.get("output_length") or {}
     if work.get("output_tokens") and length.get("note"):
         lines.append(f"reply length {length['note']}")
-    return lines + agent_lines(report)
+    return lines + embeddings_lines(report) + agent_lines(report)
+
+
+def embeddings_lines(report: Mapping[str, Any]) -> list[str]:
+    """An embeddings scan's latency and throughput, a line per level (it has no TTFT)."""
+    lines = []
+    for lv in report.get("levels") or []:
+        figures = lv.get("embeddings")
+        if not isinstance(figures, Mapping):
+            continue
+        latency = (figures.get("latency_ms") or {}).get("p50")
+        text = (f"embeddings at {lv.get('concurrency')}: p50 "
+                f"{fmt.ms(latency) if latency is not None else '—'}")
+        if isinstance(figures.get("inputs_per_s"), int | float):
+            text += f", {figures['inputs_per_s']:,.1f} inputs/s"
+        if isinstance(figures.get("tokens_per_s"), int | float):
+            text += f", {figures['tokens_per_s']:,.0f} tokens/s"
+        lines.append(text + " (no stream: no TTFT)")
+    return lines
 
 
 def agent_lines(report: Mapping[str, Any]) -> list[str]:
@@ -188,13 +213,14 @@ def workload_key(report: Mapping[str, Any]) -> dict:
     the same built-in prompts every scan, without a nonce."""
     plan = report.get("plan") or {}
     work = plan.get("workload")
+    api = plan.get("api", "chat")  # reports from before --api spoke chat
     if not isinstance(work, Mapping):
-        return {"nonce": False, "input_tokens": None, "input_distribution": None,
+        return {"api": api, "nonce": False, "input_tokens": None, "input_distribution": None,
                 "output_tokens": None, "shared_prefix_tokens": None, "dataset": None,
                 "max_tokens": plan.get("max_tokens"), "warmup": 0}
     dataset = work.get("dataset") or None
     spread = work.get("input_distribution")
-    return {"nonce": True, "input_tokens": work.get("input_tokens"),
+    return {"api": api, "nonce": True, "input_tokens": work.get("input_tokens"),
             "input_distribution": ({k: spread.get(k) for k in ("kind", "min", "max", "mean", "sd",
                                                                 "seed")}
                                    if isinstance(spread, Mapping) else None),

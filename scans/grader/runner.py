@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from .apis import auth_headers
 from .budget import StreamBudget
 from .capacity import CapacitySearch
 from .guarded_backend import ConnectGuard
@@ -73,8 +74,7 @@ def client_headers(plan: ScanPlan) -> dict[str, str]:
     }
     for name, value in plan.extra_headers:
         headers[name.lower()] = value
-    if plan.api_key:
-        headers["authorization"] = f"Bearer {plan.api_key}"
+    headers.update(auth_headers(plan.api, plan.api_key))
     return headers
 
 
@@ -197,6 +197,7 @@ async def run_scan_async(
         skipped_levels=skipped,
         trace_level=trace_level,
         trace=_trace_facts(trace_bodies, trace_level),
+        api=plan.api,
         server=server_identity(statements, preflight.models, metrics_statements, metrics),
         scanner={
             "tool": TOOL_NAME,

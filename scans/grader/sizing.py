@@ -154,9 +154,10 @@ async def _post(client: httpx.AsyncClient, url: str, content: bytes,
         return None, b""
 
 
-def _usage_of(body: bytes) -> StreamTally:
+def _usage_of(body: bytes, parser_class: type[StreamParser] = StreamParser) -> StreamTally:
+    """What a probe's whole stream said, read by its API's parser."""
     decoder = SSEDecoder()
-    parser = StreamParser()
+    parser = parser_class()
     parser.feed(decoder.feed(body), 0.0)
     parser.feed(decoder.flush(), 0.0)
     return parser.tally
@@ -302,7 +303,8 @@ async def _context_from_models(client: httpx.AsyncClient, base_url: str, model: 
 
 
 async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
-                         client: httpx.AsyncClient, url: str, timeout: float) -> dict:
+                         client: httpx.AsyncClient, url: str, timeout: float,
+                         parser_class: type[StreamParser] = StreamParser) -> dict:
     """Which of ignore_eos / min_tokens the server accepts, by a short probe per choice."""
     m = prepared.workload.output_tokens
     assert m is not None
@@ -315,7 +317,7 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
         status, body = await _post(client, url, probe.body(990_000 + prepared.sizing_requests),
                                    timeout)
         if status is not None and 200 <= status < 300:
-            tally = _usage_of(body)
+            tally = _usage_of(body, parser_class)
             load_params = {k: (m if k == "min_tokens" else v) for k, v in params.items()}
             prepared.sent = ["max_tokens", *params]
             got = tally.completion_tokens
@@ -402,13 +404,15 @@ async def _size_spread(prepared: PreparedWorkload, bodies: LoadBodies, sizer: _S
 
 async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
                            client: httpx.AsyncClient, base_url: str, chat_url: str, model: str,
-                           timeout: float) -> LoadBodies:
+                           timeout: float,
+                           parser_class: type[StreamParser] = StreamParser) -> LoadBodies:
     """Ask the server what it needs to know (output-length parameters, prompt sizes, context)
     and return the load's bodies; raise WorkloadError (one line) before any load otherwise."""
     w = prepared.workload
     params: dict = {}
     if w.output_tokens is not None:
-        params = await _output_length(prepared, bodies, client, chat_url, timeout)
+        params = await _output_length(prepared, bodies, client, chat_url, timeout,
+                                      parser_class)
     bodies = bodies.with_changes(params=params)
     if not w.sized:
         return bodies

@@ -185,6 +185,8 @@ class StreamParser:
     fragments...] (the name as first given, the fragments in arrival order)."""
 
     __slots__ = ("tally", "answer_text", "tool_calls")
+    #: What says a stream of this API is over (``classify_end``'s words for one that is not).
+    ENDING = "[DONE] or a finish_reason"
 
     def __init__(self, tally: StreamTally | None = None, *, keep_text: bool = False,
                  keep_tool_calls: bool = False) -> None:
@@ -313,15 +315,17 @@ def _first_json_line(payload: bytes) -> object:
     return None
 
 
-def classify_end(tally: StreamTally, *, events_seen: int, sse: bool) -> tuple[str, str] | None:
+def classify_end(tally: StreamTally, *, events_seen: int, sse: bool,
+                 ending: str = StreamParser.ENDING) -> tuple[str, str] | None:
     """How a stream whose body ended without a transport error turned out: None for a reply,
-    else ``(failure class, message)`` (classes in ``measurement.FAILURE_CLASSES``)."""
+    else ``(failure class, message)`` (classes in ``measurement.FAILURE_CLASSES``); `ending`
+    names what would have ended it (the API's parser's ``ENDING``)."""
     if tally.stream_error is not None:
         return "stream_error", tally.stream_error
     if not tally.complete:
         if not sse and events_seen == 0:
             return "not_sse", "the body is not an SSE stream"
-        return "incomplete_stream", "the stream ended without [DONE] or a finish_reason"
+        return "incomplete_stream", f"the stream ended without {ending}"
     if not tally.output_times:
         return "empty_reply", ("the stream ended cleanly without any output (no content, "
                                "reasoning, refusal or tool call)")

@@ -32,6 +32,7 @@ from scans.grader import (
     scoring,
 )
 from scans.grader import formatting as fmt
+from scans.grader.apis import APIS
 from scans.grader.capacity import DEFAULT_SEARCH_LEVELS
 from scans.grader.cli import UsageError, summary
 from scans.grader.cli import publish as publishing
@@ -87,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"environment variable holding the API key (default "
                              f"{DEFAULT_KEY_ENV} when set); the key is never taken from the "
                              "command line and never written anywhere")
+    parser.add_argument("--api", choices=APIS, default="chat",
+                        help="the API the load speaks (default chat): chat (/chat/completions), "
+                             "completions (/completions), responses (/responses), messages "
+                             "(Anthropic's /messages), embeddings (/embeddings: latency and "
+                             "throughput, no TTFT)")
     parser.add_argument("--concurrency", metavar="LEVELS", default="1,4,16",
                         help="concurrency levels, ascending, starting at 1 (default 1,4,16); "
                              "each level needs at least as many requests as its concurrency")
@@ -545,6 +551,7 @@ def build_plan(args: argparse.Namespace) -> ScanPlan:
         balance=getattr(args, "balance", "round-robin"),
         stop_on_saturation=bool(getattr(args, "stop_on_saturation", False)),
         trace=trace,
+        api=getattr(args, "api", "chat"),
     )
     try:
         return plan.validate()
