@@ -89,12 +89,11 @@ def render(endpoints: list[Endpoint]) -> bytes:
     team_ids = {e.team_id for e in endpoints}
     # Down is a state, not a grade: a down scan gives tokvera_endpoint_state 3 and no grade or
     # points sample; the graded gauges read the latest scan that was graded.
-    graded = {r["endpoint_id"]: r for r in (
-        scoped_to_teams(Scan, team_ids)
-        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED,
-                down=False)
-        .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
-        .values("pk", "endpoint_id", "grade", "points", rate=F("tokens_per_s")))}
+    endpoint_ids = [e.pk for e in endpoints]
+    graded = {r["endpoint_id"]: r for r in state.newest_per_endpoint(
+        scoped_to_teams(Scan, team_ids).filter(status=ScanStatus.SUCCEEDED, down=False),
+        team_ids, endpoint_ids).values("pk", "endpoint_id", "grade", "points",
+                                       rate=F("tokens_per_s"))}
     checks: dict[tuple[int, str], float | None] = {
         (r["scan_id"], r["check_id"]): r["value"] for r in (
             scoped_to_teams(CheckResult, team_ids)
@@ -103,18 +102,16 @@ def render(endpoints: list[Endpoint]) -> bytes:
             .values("scan_id", "check_id", "value"))}
     finished = dict(
         scoped_to_teams(Scan, team_ids)
-        .filter(endpoint__in=[e.pk for e in endpoints],
+        .filter(endpoint__in=endpoint_ids,
                 status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED])
         .exclude(finished_at=None)
         .order_by("endpoint_id", "-finished_at").distinct("endpoint_id")
         .values_list("endpoint_id", F("finished_at")))
     # No sample for an endpoint whose scans never searched.
-    searched = {r["endpoint_id"]: r for r in (
-        scoped_to_teams(Scan, team_ids)
-        .filter(endpoint__in=[e.pk for e in endpoints], status=ScanStatus.SUCCEEDED)
-        .exclude(capacity_outcome="")
-        .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id")
-        .values("endpoint_id", "capacity_outcome", "capacity_concurrency"))}
+    searched = {r["endpoint_id"]: r for r in state.newest_per_endpoint(
+        scoped_to_teams(Scan, team_ids).filter(status=ScanStatus.SUCCEEDED)
+        .exclude(capacity_outcome=""), team_ids, endpoint_ids)
+        .values("endpoint_id", "capacity_outcome", "capacity_concurrency")}
     states = state.states_for(endpoints)
     now = timezone.now()
 

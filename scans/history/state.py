@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 
 from accounts.tenancy import scoped_to_teams
 from scans import maintenance
@@ -44,7 +44,8 @@ from scans.grader import CHECK_LABELS, CHECKS, format_check_value, is_below_floo
 from scans.models import CheckResult, Endpoint, Scan, ScanStatus
 
 __all__ = ["LABELS", "SEVERITY", "EndpointState", "Headline", "current", "during_maintenance",
-           "headline", "of_scan", "state_history", "states_for", "with_liveness"]
+           "headline", "newest_per_endpoint", "of_scan", "state_history", "states_for",
+           "with_liveness"]
 
 UP, DEGRADED, DOWN, BELOW_FLOOR, NOT_SCANNED, ERRORED = (
     "up", "degraded", "down", "below_floor", "not_scanned", "errored")
@@ -166,6 +167,15 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
     return UP, ""
 
 
+def newest_per_endpoint(scans, team_ids, endpoint_ids: list[int]):
+    """`scans` (a scoped queryset) cut to each endpoint's newest by queued_at: one index read
+    (scan_endpoint_time) per endpoint, where DISTINCT ON sorted every scan the endpoints ever
+    had (30 days of a 200-endpoint team: 144,000 rows for 200)."""
+    newest = scans.filter(endpoint_id=OuterRef("pk")).order_by("-queued_at", "-pk").values("pk")[:1]
+    return scans.filter(pk__in=scoped_to_teams(Endpoint, team_ids).filter(pk__in=endpoint_ids)
+                        .annotate(newest=Subquery(newest)).values("newest"))
+
+
 def _finished(team_ids):
     return scoped_to_teams(Scan, team_ids).filter(
         status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED])
@@ -185,8 +195,7 @@ def states_for(endpoints: Iterable[Endpoint]) -> dict[int, EndpointState]:
     if not endpoints:
         return {}
     team_ids = {e.team_id for e in endpoints}
-    latest = _rows(_finished(team_ids).filter(endpoint__in=[e.pk for e in endpoints])
-                   .order_by("endpoint_id", "-queued_at", "-pk").distinct("endpoint_id"))
+    latest = _rows(newest_per_endpoint(_finished(team_ids), team_ids, [e.pk for e in endpoints]))
     by_endpoint = {r["endpoint_id"]: r for r in latest}
     checks = _bad_checks(team_ids, [r["pk"] for r in latest])
     result = {}

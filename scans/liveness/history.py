@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from accounts.tenancy import scoped_to_teams
 from scans.endpoints import scheduling
+from scans.history.downsampling import bucket_width_s
 from scans.models import Endpoint, LivenessState, ProbeHour, ProbeResult
 
 __all__ = ["STRIP", "LocationLiveness", "ProbePoint", "daily_cover", "locations", "series"]
@@ -58,24 +59,46 @@ class ProbePoint:
     ttft_ms: float | None  # the mean of the answered probes' TTFT (None: none answered)
 
 
-def series(endpoint: Endpoint, since: datetime, until: datetime) -> dict[str, list[ProbePoint]]:
+def series(endpoint: Endpoint, since: datetime, until: datetime,
+           max_points: int | None = None) -> dict[str, list[ProbePoint]]:
     """Probe TTFT per location over [since, until]: each probe for a short range, each hour's
-    mean for a longer one (ProbeHour, kept after the probes' own rows are gone)."""
-    result: dict[str, list[ProbePoint]] = {}
+    mean for a longer one (ProbeHour, kept after the probes' own rows are gone). With
+    `max_points`, neighbouring points are merged into at most that many per location (a
+    chart of 30 days of hours drew 720 points per location, most of the page's time)."""
+    result: dict[str, list[tuple[datetime, datetime, int, float, int]]] = {}
     if until - since <= EACH_PROBE_UP_TO:
         rows = (ProbeResult.objects.for_team(endpoint.team_id)
                 .filter(endpoint=endpoint, at__gte=since, at__lt=until)
                 .order_by("at").values_list("location", "at", "ttft_ms"))
         for location, at, ttft in rows:
-            result.setdefault(location, []).append(ProbePoint(at, at, 1, ttft))
-        return result
-    hours = (ProbeHour.objects.for_team(endpoint.team_id)
-             .filter(endpoint=endpoint, hour__gte=since, hour__lt=until)
-             .order_by("hour").values_list("location", "hour", "probes", "ttft_sum", "ttft_n"))
-    for location, hour, probes, ttft_sum, ttft_n in hours:
-        result.setdefault(location, []).append(ProbePoint(
-            hour, hour + timedelta(minutes=59), probes, ttft_sum / ttft_n if ttft_n else None))
-    return result
+            result.setdefault(location, []).append(
+                (at, at, 1, ttft or 0.0, int(ttft is not None)))
+    else:
+        hours = (ProbeHour.objects.for_team(endpoint.team_id)
+                 .filter(endpoint=endpoint, hour__gte=since, hour__lt=until)
+                 .order_by("hour")
+                 .values_list("location", "hour", "probes", "ttft_sum", "ttft_n"))
+        for location, hour, probes, ttft_sum, ttft_n in hours:
+            result.setdefault(location, []).append(
+                (hour, hour + timedelta(minutes=59), probes, ttft_sum, ttft_n))
+    width_s = bucket_width_s(since, until, max_points) if max_points else None
+    return {location: _points(rows, since, width_s) for location, rows in result.items()}
+
+
+def _points(rows: list[tuple[datetime, datetime, int, float, int]], since: datetime,
+            width_s: int | None) -> list[ProbePoint]:
+    """(at, last_at, probes, ttft sum, ttft count) rows as points, merged per `width_s`
+    seconds from `since` when given: sums and counts added, so a mean stays exact."""
+    merged: list[list] = []
+    for at, last_at, probes, ttft_sum, ttft_n in rows:
+        bucket = (at - since).total_seconds() // width_s if width_s else None
+        if merged and bucket is not None and merged[-1][0] == bucket:
+            last = merged[-1]
+            last[2:] = [last_at, last[3] + probes, last[4] + ttft_sum, last[5] + ttft_n]
+        else:
+            merged.append([bucket, at, last_at, probes, ttft_sum, ttft_n])
+    return [ProbePoint(at, last_at, probes, ttft_sum / ttft_n if ttft_n else None)
+            for _, at, last_at, probes, ttft_sum, ttft_n in merged]
 
 
 def daily_cover(endpoints: Iterable[Endpoint], since: datetime, until: datetime,

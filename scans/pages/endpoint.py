@@ -266,7 +266,7 @@ def _liveness(endpoint: Endpoint, since: datetime, until: datetime,
     if endpoint.mode != EndpointMode.SCHEDULED:
         return None
     shown = probe_history.locations(endpoint)
-    by_location = probe_history.series(endpoint, since, until)
+    by_location = probe_history.series(endpoint, since, until, max_points=CHECK_CHART_POINTS)
     series = [charts.Series(
         f"probe-{index}", item.location, _LOCATION_COLOURS[index % len(_LOCATION_COLOURS)], "",
         [charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.probes, value=p.ttft_ms,
