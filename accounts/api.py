@@ -40,7 +40,7 @@ class TeamViewSet(
     serializer_class = TeamSerializer
     lookup_field = "slug"
     lookup_value_regex = "[-a-zA-Z0-9_]+"
-    needs_manage = True  # writes here are team administration
+    writes_need = "is_owner"  # the team itself (its name, badges, mail) is its owners'; never a token's
 
     def perform_update(self, serializer: serializers.BaseSerializer[Team]) -> None:
         with audit.track(cast(Team, serializer.instance)):

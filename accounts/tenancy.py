@@ -74,6 +74,14 @@ class Access:
         # Tokens never manage people or tokens, whatever their scope.
         return self.token is None and self.roles.get(team_id) in MANAGE_ROLES
 
+    def can_change_channels(self, team_id: int) -> bool:
+        """Where the alerts go, and the services' secrets: owners and admins, and a read-write
+        token (an admin made it; configuration as code applies channels with one)."""
+        return self.can_manage(team_id) or (self.token is not None and self.can_write(team_id))
+
+    def is_owner(self, team_id: int) -> bool:
+        return self.token is None and self.roles.get(team_id) == "owner"
+
     @classmethod
     def for_request(cls, request: HttpRequest) -> Access:
         cached = getattr(request, "_tokvera_access", None)
@@ -207,6 +215,16 @@ def get_visible_or_404(request: HttpRequest, model: type[_Owned], **lookup: Any)
 def require_write(request: HttpRequest, obj: Any) -> None:
     if not Access.for_request(request).can_write(team_id_of(obj)):
         raise PermissionDenied("Your role in this team is read-only.")
+
+
+def require_channel_rights(request: HttpRequest, obj: Any) -> None:
+    if not Access.for_request(request).can_change_channels(team_id_of(obj)):
+        raise PermissionDenied("Only owners and admins change notification channels.")
+
+
+def require_owner(request: HttpRequest, obj: Any) -> None:
+    if not Access.for_request(request).is_owner(team_id_of(obj)):
+        raise PermissionDenied("Only owners change the team itself.")
 
 
 def require_manage(request: HttpRequest, obj: Any) -> None:

@@ -18,7 +18,8 @@ from accounts.tenancy import Access, TeamOwned, team_id_of
 
 class TeamRolePermission(permissions.BasePermission):
     """Safe methods need any role; writes need a writing role (403 for viewers and read-only
-    tokens). `needs_manage` on the view raises the bar for writes to owners and admins."""
+    tokens). `needs_manage` on the view raises the bar for writes to owners and admins;
+    `writes_need` names another Access check for them (e.g. "can_change_channels")."""
 
     def has_object_permission(self, request: Request, view: APIView, obj: Any) -> bool:
         access = Access.for_request(request)
@@ -29,6 +30,8 @@ class TeamRolePermission(permissions.BasePermission):
             return True
         if getattr(view, "needs_manage", False):
             return access.can_manage(team_id)
+        if writes_need := getattr(view, "writes_need", ""):
+            return bool(getattr(access, writes_need)(team_id))
         return access.can_write(team_id)
 
 

@@ -33,7 +33,7 @@ from accounts.identity import SignedInRequest
 from accounts.middleware import ask_for_two_factor
 from accounts.models import Invitation, Membership, Role, Team
 from accounts.sso import signed_in_with_sso
-from accounts.tenancy import Access, get_visible_or_404, require_manage
+from accounts.tenancy import Access, get_visible_or_404, require_manage, require_owner
 from audit import record as audit
 
 if TYPE_CHECKING:
@@ -256,11 +256,11 @@ def _tokens_page(request: HttpRequest, team: Team, form: TokenForm, status: int 
 
 @login_required
 def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
-    """Team settings: every member may read them; owners and admins change them."""
+    """Team settings: every member may read them; owners change them (the team is theirs)."""
     team = team_for_request(request, slug)
     can_manage = Access.for_request(request).can_manage(team.pk)
     if request.method == "POST":
-        require_manage(request, team)
+        require_owner(request, team)
         team.badge_site_measured_only = request.POST.get("badge_site_measured_only") == "on"
         require_two_factor = request.POST.get("require_two_factor") == "on"
         if require_two_factor and not team.require_two_factor and not is_mfa_enabled(request.user):
@@ -293,7 +293,7 @@ def team_settings(request: SignedInRequest, slug: str) -> HttpResponse:
 @require_POST
 def team_rename(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_for_request(request, slug)
-    require_manage(request, team)
+    require_owner(request, team)
     form = TeamRenameForm(request.POST)
     if form.is_valid():
         try:

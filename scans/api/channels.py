@@ -200,6 +200,7 @@ class ChannelViewSet(
     team (a team token's own team, or `team` by slug for a logged-in user)."""
 
     scoped_model = NotificationChannel
+    writes_need = "can_change_channels"  # owners, admins and read-write tokens
     serializer_class = ChannelSerializer
     pagination_class = ChannelPages
 
@@ -208,6 +209,8 @@ class ChannelViewSet(
 
     def perform_create(self, serializer: BaseSerializer[Any]) -> None:
         team = self.team_to_create_in(serializer)
+        if not Access.for_request(self.request).can_change_channels(team.pk):
+            raise exceptions.PermissionDenied("Only owners and admins change notification channels.")
         serializer.save(team=team)
 
     def perform_update(self, serializer: BaseSerializer[Any]) -> None:

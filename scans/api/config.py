@@ -72,6 +72,9 @@ CHANNEL_SECRETS = ("url", "secret")
 STATUS_PAGE_FIELDS = ("enabled", "slug", "title", "endpoints")
 
 
+CHANNEL_RIGHTS = "only owners, admins and read-write tokens change notification channels"
+
+
 def may_apply_config(access: Access, team_id: int) -> bool:
     """Who may apply (or dry-run) a configuration: whoever may change the team's endpoints
     (a writing role, or a read-write token). The one check, so finer roles slot in here."""
@@ -186,6 +189,7 @@ class _Run:
         self.request, self.team, self.prune = request, team, prune
         self.context = {"request": request}
         self.outcome = Outcome()
+        self.may_change_channels = True  # set by channels() for the caller
 
     def refuse(self, item: str, where: str, message: str) -> None:
         self.outcome.problems.append(Problem(item, where, message))
@@ -248,6 +252,11 @@ class _Run:
     def channels(self, wanted: Mapping[str, dict[str, Any]]) -> None:
         rows = self.keyed("channels", NotificationChannel.objects.for_team(self.team.pk),
                           wanted)
+        self.may_change_channels = Access.for_request(self.request).can_change_channels(
+            self.team.pk)
+        if not self.may_change_channels and self.prune:
+            for name in set(rows) - set(wanted):
+                self.refuse(f"channels.{name}", "", CHANNEL_RIGHTS)
         for name, given in wanted.items():
             item = f"channels.{name}"
             given = self.known_fields(item, given, CHANNEL_FIELDS)
@@ -289,6 +298,9 @@ class _Run:
             else:
                 serializer.save()
 
+        if not self.may_change_channels:
+            self.refuse(item, "", CHANNEL_RIGHTS)
+            return
         self.outcome.changes.append(Change("create" if existing is None else "change",
                                            "channel", name, fields))
         self.attempt(item, write)

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.identity import SignedInRequest
 from accounts.models import Team
-from accounts.tenancy import Access, get_visible_or_404, require_write
+from accounts.tenancy import Access, get_visible_or_404, require_channel_rights
 from accounts.validators import validate_one_line
 from accounts.views import team_for_request, team_to_create_in
 from scans.models import ChannelKind, Delivery, DeliveryStatus, Endpoint, NotificationChannel
@@ -144,7 +144,7 @@ def channel_list(request: SignedInRequest, slug: str) -> HttpResponse:
         {
             "team": team,
             "rows": [(c, history[c.pk]) for c in channels],
-            "can_write": Access.for_request(request).can_write(team.pk),
+            "can_write": Access.for_request(request).can_change_channels(team.pk),
             "examples": [(ChannelKind(k).label, text) for k, text in kinds.EXAMPLES.items()],
             "pending": DeliveryStatus.PENDING,
         },
@@ -155,6 +155,7 @@ def channel_list(request: SignedInRequest, slug: str) -> HttpResponse:
 @sensitive_post_parameters("url", "secret")
 def channel_create(request: SignedInRequest, slug: str) -> HttpResponse:
     team = team_to_create_in(request, slug)
+    require_channel_rights(request, team)
     # One form per kind: ?kind=X (or the kind a POST chose) shows only the fields X uses.
     kind = _kind_shown(request.POST.get("kind") if request.method == "POST" else request.GET.get("kind"))
     form = ChannelForm(request.POST or None, initial={"kind": kind} if kind else None, can_manage=True)
@@ -180,7 +181,7 @@ def channel_create(request: SignedInRequest, slug: str) -> HttpResponse:
 @sensitive_post_parameters("url", "secret")
 def channel_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     channel = _channel_or_404(request, public_id)
-    require_write(request, channel)
+    require_channel_rights(request, channel)
     team = channel.team
     has_secret = service.has_secret(channel)
     initial = {"kind": channel.kind, "name": channel.name, "enabled": channel.enabled}
@@ -214,7 +215,7 @@ def channel_edit(request: SignedInRequest, public_id: UUID) -> HttpResponse:
 def channel_delete(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     """GET: a confirmation page; POST: delete the channel with its delivery history."""
     channel = _channel_or_404(request, public_id)
-    require_write(request, channel)
+    require_channel_rights(request, channel)
     team = channel.team
     if request.method == "POST":
         service.delete(channel)
@@ -239,7 +240,7 @@ def channel_test(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     waits on the receiver. Limited per team and per account (429 with Retry-After); 503 with
     Retry-After, nothing saved, while the task queue is unreachable."""
     channel = _channel_or_404(request, public_id)
-    require_write(request, channel)
+    require_channel_rights(request, channel)
     try:
         row = delivery.start_test(channel, account=f"user:{request.user.pk}")
     except (delivery.TooManyTests, delivery.QueueUnreachable) as exc:

@@ -54,10 +54,14 @@ def test_a_taken_slug_or_a_two_line_name_is_a_field_error():
 
 def test_rename_keeps_the_slug():
     world = build_world()
-    _as(world.admin).post(reverse("team-rename", kwargs={"slug": world.team.slug}),
+    _as(world.owner).post(reverse("team-rename", kwargs={"slug": world.team.slug}),
                           {"name": "Acme Labs"})
     team = Team.dangerously_unscoped.get(pk=world.team.pk)
     assert (team.name, team.slug) == ("Acme Labs", world.team.slug)
+    refused = _as(world.admin).post(reverse("team-rename", kwargs={"slug": world.team.slug}),
+                                    {"name": "Admin's name"})
+    assert refused.status_code == 403  # the team itself is its owners'
+    assert Team.dangerously_unscoped.get(pk=world.team.pk).name == "Acme Labs"
 
 
 def test_delete_spells_out_what_is_lost_and_needs_the_name_typed():

@@ -208,14 +208,14 @@ TEAM: dict[str, list[Case]] = {
     "team-settings": [
         Case("page", "GET", "read"),
         Case(
-            "page", "POST", "manage", data=lambda w: {"badge_site_measured_only": "on"},
+            "page", "POST", "own", data=lambda w: {"badge_site_measured_only": "on"},
             ok=frozenset({302}),
             effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).badge_site_measured_only,
         ),
     ],
     "team-rename": [
         Case(
-            "page", "POST", "manage", data=lambda w: {"name": "Renamed Acme"}, ok=frozenset({302}),
+            "page", "POST", "own", data=lambda w: {"name": "Renamed Acme"}, ok=frozenset({302}),
             effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).name == "Renamed Acme",
         )
     ],
@@ -261,7 +261,7 @@ TEAM: dict[str, list[Case]] = {
     "api-team-detail": [
         Case("api", "GET", "read"),
         Case(
-            "api", "PATCH", "manage",
+            "api", "PATCH", "own",
             data=lambda w: {"name": "Renamed Acme"},
             effect=lambda w: Team.dangerously_unscoped.get(pk=w.team.pk).name == "Renamed Acme",
         ),
@@ -496,50 +496,50 @@ def _test_sent(w) -> bool:
 TEAM.update({
     "team-channels": [Case("page", "GET", "read", kwargs=lambda w: (_channel(w), {"slug": w.team.slug})[1])],
     "channel-create": [
-        Case("page", "GET", "write"),
+        Case("page", "GET", "channels"),
         Case(
-            "page", "POST", "write", data=lambda w: {"kind": "email", "name": "made-by-page",
+            "page", "POST", "channels", data=lambda w: {"kind": "email", "name": "made-by-page",
                                                      "enabled": "on"},
             ok=frozenset({302}), effect=lambda w: _channel_named(w, "made-by-page"),
         ),
     ],
     "channel-edit": [
-        Case("page", "GET", "write", kwargs=_channel_id),
+        Case("page", "GET", "channels", kwargs=_channel_id),
         Case(
-            "page", "POST", "write", kwargs=_channel_id,
+            "page", "POST", "channels", kwargs=_channel_id,
             data=lambda w: {"kind": "email", "name": "renamed-by-page", "enabled": "on"},
             ok=frozenset({302}), effect=lambda w: _channel_named(w, "renamed-by-page"),
         ),
     ],
     "channel-delete": [
-        Case("page", "GET", "write", kwargs=_channel_id),
+        Case("page", "GET", "channels", kwargs=_channel_id),
         Case(
-            "page", "POST", "write", kwargs=_channel_id, ok=frozenset({302}),
+            "page", "POST", "channels", kwargs=_channel_id, ok=frozenset({302}),
             effect=lambda w: not _channel_named(w, "Email to owners and admins"),
         ),
     ],
     # Send test: mail to the owners and admins (the console backend in tests).
     "channel-test": [
-        Case("page", "POST", "write", kwargs=_channel_id, ok=frozenset({302}), effect=_test_sent),
+        Case("page", "POST", "channels", kwargs=_channel_id, ok=frozenset({302}), effect=_test_sent),
     ],
     # The same through the API (scans/api/channels.py); another team's channel id is a 404.
     "api-channel-list": [
         Case("api", "GET", "read", kwargs=lambda w: (_channel(w), {})[1], listing=True),
         Case(
-            "api", "POST", "write", kwargs=lambda w: {},
+            "api", "POST", "channels", kwargs=lambda w: {},
             data=lambda w: {"team": w.team.slug, "kind": "email", "name": "made-by-api"},
             ok=frozenset({201}), effect=lambda w: _channel_named(w, "made-by-api"),
         ),
     ],
     "api-channel-detail": [
         Case("api", "GET", "read", kwargs=_channel_id),
-        Case("api", "PATCH", "write", kwargs=_channel_id, data=lambda w: {"name": "renamed-by-api"},
+        Case("api", "PATCH", "channels", kwargs=_channel_id, data=lambda w: {"name": "renamed-by-api"},
              effect=lambda w: _channel_named(w, "renamed-by-api")),
-        Case("api", "DELETE", "write", kwargs=_channel_id, ok=frozenset({204}),
+        Case("api", "DELETE", "channels", kwargs=_channel_id, ok=frozenset({204}),
              effect=lambda w: not _channel_named(w, "Email to owners and admins")),
     ],
     "api-channel-test": [  # 202: a worker sends it
-        Case("api", "POST", "write", kwargs=_channel_id, ok=frozenset({202}), effect=_test_sent),
+        Case("api", "POST", "channels", kwargs=_channel_id, ok=frozenset({202}), effect=_test_sent),
     ],
     "api-channel-deliveries": [Case("api", "GET", "read", kwargs=_channel_id)],
 })

@@ -21,12 +21,13 @@ CALLERS = [
     "read_only_token", "read_write_token", "other_team_token",
 ]
 ROLE_ALLOWS = {
-    "owner": {"read", "write", "manage", "own"},
-    "admin": {"read", "write", "manage"},
-    "member": {"read", "write"},
+    "owner": {"read", "write", "channels", "manage", "own"},
+    "admin": {"read", "write", "channels", "manage"},
+    "member": {"read", "write"},  # an editor
     "viewer": {"read"},
     "read_only_token": {"read"},
-    "read_write_token": {"read", "write"},  # a token never manages people or tokens
+    # A token never manages people or tokens; an admin made it, so it may change channels.
+    "read_write_token": {"read", "write", "channels"},
 }
 
 

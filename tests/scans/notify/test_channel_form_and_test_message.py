@@ -27,15 +27,15 @@ def _client(user) -> Client:
 
 def test_a_refused_url_is_shown_again_in_that_answer_only(world, settings):
     settings.OUTBOUND_ALLOW = []
-    member = _client(world.member)
+    admin = _client(world.admin)
     typed = "https://discord.com/api/webhooks/1234/abcd-typo"
-    page = member.post(
+    page = admin.post(
         reverse("channel-create", args=[world.team.slug]),
         {"kind": "slack", "name": "ops", "url": typed, "enabled": "on"},
     )
     assert page.status_code == 400
     assert f'value="{typed}"' in page.content.decode()
-    again = member.get(reverse("channel-create", args=[world.team.slug]))
+    again = admin.get(reverse("channel-create", args=[world.team.slug]))
     assert typed not in again.content.decode()
 
 
@@ -66,16 +66,16 @@ def test_a_test_message_reads_like_an_alert_and_says_it_is_a_test(world, setting
 
 
 def test_each_kind_has_its_own_form_with_only_the_fields_it_uses(world):
-    member = _client(world.member)
+    admin = _client(world.admin)
     new = reverse("channel-create", args=[world.team.slug])
-    email = member.get(new, {"kind": "email"}).content.decode()
-    slack = member.get(new, {"kind": "slack"}).content.decode()
-    webhook = member.get(new, {"kind": "webhook"}).content.decode()
+    email = admin.get(new, {"kind": "email"}).content.decode()
+    slack = admin.get(new, {"kind": "slack"}).content.decode()
+    webhook = admin.get(new, {"kind": "webhook"}).content.decode()
     assert 'name="url"' not in email and 'name="secret"' not in email
     assert 'name="url"' in slack and 'name="secret"' not in slack
     assert "hooks.slack.com" in slack and "tgram://" not in slack  # its own example only
     assert 'name="url"' in webhook and 'name="secret"' in webhook
     assert '<option value="slack" selected>' in slack
-    everything = member.get(new).content.decode()  # no kind chosen: every field, as before
+    everything = admin.get(new).content.decode()  # no kind chosen: every field, as before
     assert 'name="url"' in everything and 'name="secret"' in everything
     assert 'href="?kind=slack"' in everything

@@ -71,10 +71,10 @@ def _email(team) -> NotificationChannel:
 def test_a_team_past_its_test_limit_is_refused_with_429_on_the_page_and_the_api(world, api, eager_tasks):
     clear_cache()  # the counters are keyed by team and account ids, which a new database reuses
     channel = _email(world.team)
-    member = _client(world.member)
+    admin = _client(world.admin)
     with time_machine.travel(T0, tick=False):
-        sent = [member.post(_test_url(channel)) for _ in range(delivery.TESTS_PER_WINDOW)]
-        page = member.post(_test_url(channel))
+        sent = [admin.post(_test_url(channel)) for _ in range(delivery.TESTS_PER_WINDOW)]
+        page = admin.post(_test_url(channel))
         by_api = api.post(_api_test_url(channel), **bearer(world.read_write_token))
         elsewhere = _client(world.outsider).post(_test_url(_email(world.other_team)))
 
@@ -96,7 +96,7 @@ def test_an_account_in_many_teams_is_refused_past_its_own_limit(eager_tasks):
     for i in range(3):
         owner = make_user()
         made.append(teams.create_team(f"team-{i}-{owner.pk}", f"Team {i}", owner=owner))
-        Membership.dangerously_unscoped.create(team=made[-1], user=person, role=Role.MEMBER)
+        Membership.dangerously_unscoped.create(team=made[-1], user=person, role=Role.ADMIN)
     client = _client(person)
     answers = []
     with time_machine.travel(T0, tick=False):
@@ -117,7 +117,7 @@ def test_a_failed_test_message_is_never_tried_again(world, settings, eager_tasks
     with raw_server(receiver.handler) as port:
         channel = make_channel(world.team, "webhook", name="hook", url=f"http://127.0.0.1:{port}/hook")
         with time_machine.travel(T0, tick=False):
-            page = _client(world.member).post(_test_url(channel), follow=True).content.decode()
+            page = _client(world.admin).post(_test_url(channel), follow=True).content.decode()
         assert "The test message to hook failed: the receiver answered HTTP 503." in page
         (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
         assert (row.status, row.attempts, row.next_attempt_at) == (DeliveryStatus.FAILED, 1, None)
@@ -207,7 +207,7 @@ def _csrf(html: str) -> str:
 def test_with_the_task_queue_unreachable_a_test_answers_503_and_keeps_nothing(world):
     clear_cache()
     channel = _email(world.team)
-    signed_in = _client(world.member)  # a session in the database, which the site reads
+    signed_in = _client(world.admin)  # a session in the database, which the site reads
     with EmbeddedRedis() as broker:
         env = worker_env(DEBUG="0", ALLOWED_HOSTS="127.0.0.1", CELERY_BROKER_URL=broker.url(0))
         with gunicorn(env, threads=2, timeout_s=120) as site:

@@ -57,7 +57,7 @@ def test_an_apprise_json_url_gets_a_test_message_shaped_like_an_alert(world, set
     ("nonsense://whatever", "Apprise cannot read this URL"),
 ])
 def test_a_service_that_opens_its_own_sockets_is_refused_with_the_reason(world, url, said):
-    page = _add(_client(world.member), world, url)
+    page = _add(_client(world.admin), world, url)
     assert page.status_code == 400
     text = page.content.decode()
     assert said in text
@@ -68,7 +68,7 @@ def test_a_service_that_opens_its_own_sockets_is_refused_with_the_reason(world, 
 def test_a_server_the_guard_refuses_is_not_reachable_and_the_typed_url_stays(world, settings):
     settings.OUTBOUND_ALLOW = []
     typed = "gotify://127.0.0.1:8443/AbCdEf123456"
-    page = _add(_client(world.member), world, typed)
+    page = _add(_client(world.admin), world, typed)
     assert page.status_code == 400
     text = page.content.decode()
     assert "Not reachable from this site." in text and f'value="{typed}"' in text

@@ -102,15 +102,15 @@ def _assert_speaks_the_api(kind: str, received, title: str, text: str) -> None:
 
 @pytest.mark.parametrize("kind", APPRISE_KINDS)
 def test_a_channel_of_each_kind_sends_its_test_message_to_the_service(world, services, kind):
-    member = _client(world.member)
+    admin = _client(world.admin)
     url = channel_urls(services.port)[kind]
-    created = _add(member, world, kind, url)
+    created = _add(admin, world, kind, url)
     assert created.status_code == 302, created.content.decode()[:2000]
     channel = _channel(world, f"our {kind}")
     assert url not in channel.config_encrypted  # encrypted at rest
     assert service.stored_config(channel) == {"url": url}
 
-    tested = member.post(reverse("channel-test", args=[channel.public_id]), follow=True)
+    tested = admin.post(reverse("channel-test", args=[channel.public_id]), follow=True)
 
     page = tested.content.decode()
     assert f"Test message sent to our {kind}." in page
@@ -167,7 +167,7 @@ def test_a_url_apprise_cannot_read_or_the_guard_refuses_is_a_field_error_and_not
 ):
     settings.OUTBOUND_ALLOW = []
     before = NotificationChannel.dangerously_unscoped.filter(team=world.team).count()
-    response = _add(_client(world.member), world, kind, url)
+    response = _add(_client(world.admin), world, kind, url)
     assert response.status_code == 400
     errors = response.context["form"].errors
     assert list(errors) == ["url"] and message in " ".join(errors["url"])

@@ -78,7 +78,7 @@ def test_site_measured_badges_with_only_pushed_grades_show_no_grade(world, api, 
     assert _badge(endpoint) == ("none", "none", "no grade")
 
 
-def test_only_owners_and_admins_change_the_badge_setting_on_the_page_and_in_the_api(world, api):
+def test_only_owners_change_the_badge_setting_on_the_page_and_in_the_api(world, api):
     url = reverse("team-settings", args=[world.team.slug])
     member = Client()
     member.force_login(world.member)
@@ -90,7 +90,10 @@ def test_only_owners_and_admins_change_the_badge_setting_on_the_page_and_in_the_
     assert not Team.dangerously_unscoped.get(pk=world.team.pk).badge_site_measured_only
     admin = Client()
     admin.force_login(world.admin)
-    assert admin.post(url, {"badge_site_measured_only": "on"}).status_code == 302
+    assert admin.post(url, {"badge_site_measured_only": "on"}).status_code == 403
+    owner = Client()
+    owner.force_login(world.owner)
+    assert owner.post(url, {"badge_site_measured_only": "on"}).status_code == 302
     assert Team.dangerously_unscoped.get(pk=world.team.pk).badge_site_measured_only
     api.force_authenticate(world.owner)
     response = api.patch(detail, {"badge_site_measured_only": False}, format="json")
