@@ -370,8 +370,8 @@ def mail_due_reports(now: datetime | None = None) -> int:
                        f"SLO {share_text(line.attainment)} of {share_text(line.objective)}, "
                        f"{len(line.incidents)} incident(s)" for line in report.endpoints),
                  "", f"On the site: {link}",
-                 "You get this mail because the team's settings ask for it; any owner or "
-                 "admin can turn it off there."]
+                 "You get this mail because the team's settings ask for it; any owner can "
+                 "turn it off there."]
         name = f"sla-{team.slug}-{start:%Y-%m}"
         message = EmailMessage(subject=f"SLA report: {team.name}, {report.title}",
                                body="\n".join(lines), to=owners)
