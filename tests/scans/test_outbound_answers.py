@@ -57,7 +57,7 @@ def test_a_channel_url_whose_name_resolves_to_a_refused_address_is_refused_witho
 ):
     caplog.set_level(logging.INFO)
     url = f"ntfy://{INTERNAL_NAME}/topic"
-    page = _add(_client(world.member), world, "ntfy", url)
+    page = _add(_client(world.admin), world, "ntfy", url)
     by_api = api.post(reverse("api-channel-list"), {"kind": "ntfy", "name": "n", "url": url},
                       format="json", **bearer(world.read_write_token))
 
@@ -71,7 +71,7 @@ def test_a_channel_url_whose_name_resolves_to_a_refused_address_is_refused_witho
 
 def test_a_webhook_to_a_name_of_a_refused_address_is_refused_without_naming_it(world, settings):
     settings.OUTBOUND_ALLOW = []  # loopback is internal too
-    page = _add(_client(world.member), world, "webhook", f"http://localhost:{free_port()}/hook")
+    page = _add(_client(world.admin), world, "webhook", f"http://localhost:{free_port()}/hook")
     assert page.status_code == 400
     assert page.context["form"].errors["url"] == ["Not reachable from this site."]
     assert "127.0.0.1" not in page.content.decode() and "loopback" not in page.content.decode()
@@ -109,7 +109,7 @@ def test_a_closed_port_and_a_silent_port_read_the_same_for_a_channel_test(world,
             url = (f"http://127.0.0.1:{port}/hook" if kind == "webhook"
                    else f"ntfy://127.0.0.1:{port}/topic")
             channel = make_channel(world.team, kind, name=name, url=url)
-            _client(world.member).post(reverse("channel-test", args=[channel.public_id]))
+            _client(world.admin).post(reverse("channel-test", args=[channel.public_id]))
             (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
             errors[name] = row.last_error
     assert receiver.accepted >= 1  # the silent port did take the connection
@@ -142,7 +142,7 @@ def test_a_plain_http_receiver_on_an_https_url_is_a_tls_error(world, settings, e
     settings.OUTBOUND_ALLOW = ["loopback"]
     with raw_server(_plain_http) as port:
         channel = make_channel(world.team, "webhook", name="hook", url=f"https://127.0.0.1:{port}/hook")
-        _client(world.member).post(reverse("channel-test", args=[channel.public_id]))
+        _client(world.admin).post(reverse("channel-test", args=[channel.public_id]))
     (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
     assert row.last_error == "TLS error"
 
@@ -157,7 +157,7 @@ def test_a_telegram_bots_token_never_reaches_the_log_or_the_delivery(world, sett
     secret = "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
     channel = make_channel(world.team, "telegram", name="bot",
                            url=f"tgram://123456789:{secret}/987654321")
-    _client(world.member).post(reverse("channel-test", args=[channel.public_id]))
+    _client(world.admin).post(reverse("channel-test", args=[channel.public_id]))
     (row,) = Delivery.dangerously_unscoped.filter(channel=channel)
     assert row.last_error == "not reachable from this site"
     assert secret not in caplog.text and secret not in row.last_error

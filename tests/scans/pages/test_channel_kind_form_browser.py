@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_the_slack_form_shows_its_fields_and_keeps_a_refused_url(browser, live_server, settings, width):
     settings.OUTBOUND_ALLOW = []
     world = build_world()
-    page, _ = logged_in_page(browser, live_server, world.member, width)
+    page, _ = logged_in_page(browser, live_server, world.admin, width)
     page.goto(f"{live_server.url}/teams/{world.team.slug}/channels/new?kind=slack")
     assert page.locator("#id_url").is_visible() and page.locator("#id_secret").count() == 0
     page.fill("#id_name", "ops")

@@ -1,4 +1,4 @@
-"""The channels page in Chromium at 1,400 and 390 px: a member adds an ntfy channel
+"""The channels page in Chromium at 1,400 and 390 px: an admin adds an ntfy channel
 through the form, presses "Send test", the stand-in receives it (tests/helpers/notify_services
 .py) and the page shows the delivery as sent; a bad URL is an error at its field; nothing is
 wider than the screen."""
@@ -34,14 +34,14 @@ def _fits(page) -> bool:
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE])
-def test_a_member_adds_a_channel_sends_a_test_and_sees_it_delivered(
+def test_an_admin_adds_a_channel_sends_a_test_and_sees_it_delivered(
     browser, live_server, settings, tmp_path, monkeypatch, width, eager_tasks
 ):
     world = build_world()
     with running_services(tmp_path) as services:
         settings.OUTBOUND_ALLOW = ["loopback"]
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(services.ca_path))
-        page, refused = logged_in_page(browser, live_server, world.member, width)
+        page, refused = logged_in_page(browser, live_server, world.admin, width)
         page.goto(f"{live_server.url}/teams/{world.team.slug}/channels/")
         assert page.locator("h1").inner_text() == "Notification channels"
         assert page.locator("[data-kind=email] h2").inner_text() == "Email to owners and admins"
