@@ -550,6 +550,7 @@ def export_config(team: Team) -> tuple[dict[str, Any], list[str]]:
     config["endpoints"] = _keyed("endpoints", endpoints, _exported_endpoint, warnings)
     config["maintenance_windows"] = _keyed("maintenance_windows", windows, _exported_window,
                                            warnings)
+    _distinct_secret_names(config)
     page = StatusPage.objects.for_team(team.pk).first()
     if page is not None:
         config[STATUS_PAGE] = {
@@ -557,6 +558,24 @@ def export_config(team: Team) -> tuple[dict[str, Any], list[str]]:
             "endpoints": [_shown_entry(entry.endpoint.name, entry.display_name) for entry in
                           page.entries.select_related("endpoint").order_by("position", "pk")]}
     return config, warnings
+
+
+def _distinct_secret_names(config: dict[str, Any]) -> None:
+    """Give every secret its own variable: names that differ only in case or punctuation
+    ("Chat A", "chat-a") would otherwise share one, and the file as exported would send one
+    item's secret to the other's server. A repeat gets _2, _3… in file order."""
+    taken: set[str] = set()
+    for section in ("channels", "endpoints"):
+        for item in (config.get(section) or {}).values():
+            for value in item.values():
+                if not (isinstance(value, dict) and SECRET_ENV in value):
+                    continue
+                name, n = value[SECRET_ENV], 1
+                while name in taken:
+                    n += 1
+                    name = f"{value[SECRET_ENV]}_{n}"
+                value[SECRET_ENV] = name
+                taken.add(name)
 
 
 def _keyed(section: str, rows: list[Any], exported: Callable[[Any], dict[str, Any]],

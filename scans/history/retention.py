@@ -37,13 +37,15 @@ from django.utils import timezone
 
 from common import aged_rows
 
-__all__ = ["LEVEL_LISTS", "LEVEL_SAMPLES", "PruneResult", "pruned_sentence", "prune",
+__all__ = ["LEVEL_LISTS", "LEVEL_SAMPLES", "SINGLE_LEVELS", "PruneResult", "pruned_sentence", "prune",
            "summary_of", "summary_tables"]
 
 log = logging.getLogger(__name__)
 
-#: The report's lists of levels, and the per-request keys each level loses.
+#: The report's lists of levels, its single levels (a replayed trace's), and the per-request
+#: keys each level loses.
 LEVEL_LISTS = ("levels", "search_levels", "rate_levels")
+SINGLE_LEVELS = ("trace_replay",)
 LEVEL_SAMPLES = ("request_timelines", "ttft_samples_ms")
 #: Per-sample lists outside the levels: (parent key, key).
 OTHER_SAMPLES = (("measurements", "gpu_samples"),)
@@ -63,6 +65,10 @@ def summary_of(report: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(level, Mapping) else level
                 for level in levels
             ]
+    for name in SINGLE_LEVELS:
+        level = summary.get(name)
+        if isinstance(level, Mapping):
+            summary[name] = {k: v for k, v in level.items() if k not in LEVEL_SAMPLES}
     for parent, key in OTHER_SAMPLES:
         part = summary.get(parent)
         if isinstance(part, Mapping) and key in part:
@@ -77,6 +83,8 @@ def _summary_sql(column: str) -> str:
     lists = ", ".join(f"'{name}'" for name in LEVEL_LISTS)
     others = "".join(f" WHEN k = '{parent}' AND jsonb_typeof(v) = 'object' THEN v - '{key}'"
                      for parent, key in OTHER_SAMPLES)
+    others += "".join(f" WHEN k = '{name}' AND jsonb_typeof(v) = 'object' THEN v{strip}"
+                      for name in SINGLE_LEVELS)
     # only this module's constant names are formatted in
     return (
         f"CASE WHEN jsonb_typeof({column}) = 'object' THEN COALESCE((SELECT jsonb_object_agg("  # noqa: S608

@@ -86,3 +86,15 @@ def test_export_to_standard_output_reads_back_as_the_same_file(world, cli):
     assert exported["endpoints"]["batch"]["enabled"] is False
     assert exported["maintenance_windows"]["weekly"]["start_time"] == "03:30:00"
     assert document.shape_problems(exported) == []
+
+
+def test_secrets_of_names_alike_get_their_own_variables(world):
+    from scans.api.config import export_config
+
+    make_endpoint(world.team, name="Chat A", api_key_encrypted=encryption.encrypt("key-one"))
+    make_endpoint(world.team, name="chat-a", api_key_encrypted=encryption.encrypt("key-two"))
+    make_channel(world.team, "ntfy", name="ops", url="https://ntfy.sh/ops-topic")
+    config, _ = export_config(world.team)
+    names = [item["api_key"]["secret_env"] for item in config["endpoints"].values()
+             if "api_key" in item]
+    assert sorted(names) == ["TOKVERA_ENDPOINT_CHAT_A_API_KEY", "TOKVERA_ENDPOINT_CHAT_A_API_KEY_2"]

@@ -64,6 +64,7 @@ def _real_report() -> dict:
     report = copy.deepcopy(measured_report())
     report["measurements"]["gpu_samples"] = [{"t_s": i, "utilization": 0.5} for i in range(30)]
     report["search_levels"] = [copy.deepcopy(report["levels"][-1])]
+    report["trace_replay"] = {**copy.deepcopy(report["levels"][-1]), "shape": "mooncake"}
     return report
 
 
@@ -86,6 +87,9 @@ def test_an_old_scan_keeps_the_summary_sql_and_python_agree_on(world):
         assert all("request_timelines" not in lv and "ttft_samples_ms" not in lv
                    for lv in scan.report[name])
     assert "gpu_samples" not in scan.report["measurements"]
+    trace = scan.report["trace_replay"]  # a replayed trace is one level of its own
+    assert "request_timelines" not in trace and "ttft_samples_ms" not in trace
+    assert trace["shape"] == "mooncake" and trace["ttft_ms"] == report["trace_replay"]["ttft_ms"]
     # what the site reads stays: score, checks, each level's figures, plan, target, preflight
     for key in ("score", "checks", "plan", "target", "preflight"):
         assert scan.report[key] == report[key]
