@@ -36,7 +36,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -296,14 +296,7 @@ class TargetServer:
         wanted = request.wanted(reasoning + cfg.tokens)
         n_tokens = wanted if request.max_tokens is None else min(wanted, request.max_tokens)
         n_thinking = min(reasoning, n_tokens)
-        if self._slots is not None:
-            self._m_waiting.inc()
-            try:
-                await self._slots.acquire()
-            finally:
-                self._m_waiting.dec()
-        self._m_running.inc()
-        try:
+        async with self._slot():
             prompt = request.prompt_tokens
             cached = (self.prefix_cache.lookup_and_insert(prompt)
                       if self.prefix_cache is not None else None)
@@ -340,8 +333,26 @@ class TargetServer:
             writer.write(b"0\r\n\r\n")
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, counted: bool = True) -> AsyncIterator[None]:
+        """One of the server's slots (``max_concurrency``) for the block, waiting for one; a
+        counted request shows in the waiting and running gauges as a stream does."""
+        if self._slots is not None:
+            if counted:
+                self._m_waiting.inc()
+            try:
+                await self._slots.acquire()
+            finally:
+                if counted:
+                    self._m_waiting.dec()
+        if counted:
+            self._m_running.inc()
+        try:
+            yield
         finally:
-            self._m_running.dec()
+            if counted:
+                self._m_running.dec()
             if self._slots is not None:
                 self._slots.release()
 
@@ -370,17 +381,12 @@ class TargetServer:
                           close=not keep_alive)
             return
         prompt_tokens = sum(len(tokenize(text)) for text in inputs)
-        if self._slots is not None:
-            await self._slots.acquire()
-        try:
+        async with self._slot(counted=False):
             await self._sleep_until(time.perf_counter() + cfg.ttft_ms / 1000.0
                                     + cfg.prefill_ms_per_1k_tokens * prompt_tokens / 1e6)
             answer = embeddings_answer(str(req.get("model") or MODEL_ID), inputs, prompt_tokens)
             _write_simple(writer, 200, answer, close=not keep_alive)
             self._m_requests.labels("200").inc()
-        finally:
-            if self._slots is not None:
-                self._slots.release()
 
     def _props(self) -> dict:
         """llama.cpp's /props shape, with what this server can say of itself: its build, its
@@ -475,14 +481,7 @@ class TargetServer:
         stream = bool(req.get("stream"))
         include_usage = cfg.usage and bool((req.get("stream_options") or {}).get("include_usage"))
 
-        if self._slots is not None:
-            self._m_waiting.inc()
-            try:
-                await self._slots.acquire()
-            finally:
-                self._m_waiting.dec()
-        self._m_running.inc()
-        try:
+        async with self._slot():
             cached = (self.prefix_cache.lookup_and_insert(prompt)
                       if self.prefix_cache is not None else None)
             prefill_s = cfg.prefill_ms_per_1k_tokens * (prompt_tokens - (cached or 0)) / 1e6
@@ -507,10 +506,6 @@ class TargetServer:
             self._cache_reply(prompt, shaped, n_thinking, n_tokens)
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
-        finally:
-            self._m_running.dec()
-            if self._slots is not None:
-                self._slots.release()
 
     async def _stream(self, writer: asyncio.StreamWriter, ident: str, model: str,
                       tokens: tuple[int, int], finish: str,

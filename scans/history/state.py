@@ -170,7 +170,7 @@ def _classify(row: dict, checks: list[dict], floor: str) -> tuple[str, str]:
 def newest_per_endpoint(scans, team_ids, endpoint_ids: list[int]):
     """`scans` (a scoped queryset) cut to each endpoint's newest by queued_at: one index read
     (scan_endpoint_time) per endpoint, where DISTINCT ON sorted every scan the endpoints ever
-    had (30 days of a 200-endpoint team: 144,000 rows for 200)."""
+    had, so its cost grew with the history rather than with the endpoints."""
     newest = scans.filter(endpoint_id=OuterRef("pk")).order_by("-queued_at", "-pk").values("pk")[:1]
     return scans.filter(pk__in=scoped_to_teams(Endpoint, team_ids).filter(pk__in=endpoint_ids)
                         .annotate(newest=Subquery(newest)).values("newest"))

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 
-from scans.models import Incident, IncidentUpdate, StatusPage, StatusPageEndpoint
+from scans.models import Incident, IncidentStatus, IncidentUpdate, StatusPage, StatusPageEndpoint
 
 __all__ = ["PublicIncident", "PublicUpdate", "for_page", "pages_for"]
 
@@ -42,6 +42,9 @@ class PublicIncident:
 def for_page(page: StatusPage, names: dict[int, str], since: datetime) -> list[PublicIncident]:
     """The page's incidents with a public update at or after `since`, newest first; `names`:
     the page's display name of each endpoint it shows, by endpoint id."""
+    public = Prefetch("timeline", to_attr="public_updates",
+                      queryset=IncidentUpdate.objects.for_team(page.team_id)
+                      .filter(public=True).order_by("-at", "-pk"))
     incidents = (Incident.objects.for_team(page.team_id)
                  .annotate(touched=Count("endpoints", filter=Q(endpoints__in=list(names))),
                            all_endpoints=Count("endpoints"))
@@ -49,20 +52,19 @@ def for_page(page: StatusPage, names: dict[int, str], since: datetime) -> list[P
                  # endpoints were all deleted is nobody's page's any more)
                  .filter(Q(touched__gt=0) | Q(all_endpoints=0, manual=True),
                          timeline__public=True, timeline__at__gte=since)
-                 .distinct().prefetch_related("endpoints"))
+                 .distinct().prefetch_related("endpoints", public))
     found = []
     for incident in incidents:
-        updates = (IncidentUpdate.objects.for_team(page.team_id)
-                   .filter(incident=incident, public=True).order_by("-at", "-pk"))
-        shown = [PublicUpdate(u.at, u.get_status_display() or incident.get_status_display(),
-                              u.text) for u in updates]
+        updates = incident.public_updates
+        # What the public was told last, never a status only a private update set.
+        told = updates[0].status or incident.status
         found.append(PublicIncident(
             incident_id=incident.pk,
             services=sorted(names[e.pk] for e in incident.endpoints.all() if e.pk in names),
-            # what the public was told last, never a status only a private update set
-            status=shown[0].status,
-            resolved_at=incident.resolved_at if shown[0].status == "Resolved" else None,
-            updates=shown))
+            status=IncidentStatus(told).label,
+            resolved_at=incident.resolved_at if told == IncidentStatus.RESOLVED else None,
+            updates=[PublicUpdate(u.at, IncidentStatus(u.status or incident.status).label,
+                                  u.text) for u in updates]))
     found.sort(key=lambda i: i.updates[0].at, reverse=True)
     return found
 
