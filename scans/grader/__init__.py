@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .apis import APIS
     from .budget import StreamBudget
     from .capacity import (
         DEFAULT_SEARCH_LEVELS,
@@ -117,6 +118,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
         "FAILURE_CLASSES", "CostFigure", "GpuReading", "LevelResult", "Measurement",
         "MetricsProbe", "ModelsListing", "RequestRecord")},
     # what the load sends
+    "APIS": ("apis", "APIS"),
     **{name: ("workload", name) for name in (
         "Dataset", "DatasetError", "Workload", "WorkloadError", "load_dataset")},
     **{name: ("prompts", name) for name in (
@@ -160,6 +162,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "APIS",
     "BANDS",
     "CHECKS",
     "CHECK_LABELS",

@@ -12,7 +12,7 @@ from django.dispatch import Signal
 
 from accounts.models import Team
 from accounts.tenancy import TeamOwned
-from scans.grader import GRADES
+from scans.grader import APIS, GRADES
 
 if TYPE_CHECKING:  # through the package: the channel's module imports this one
     from scans.models import NotificationChannel
@@ -76,6 +76,12 @@ class Endpoint(TeamOwned):
     shared_prefix_tokens = models.PositiveIntegerField(null=True, blank=True)
     warmup = models.PositiveIntegerField(null=True, blank=True)
     load_dataset_encrypted = models.TextField(blank=True, default="")
+    # The API the load speaks (scans.grader.APIS) and whether it is an agent's sessions (the
+    # grader's agent preset: conversations mixing tool calls and structured output over a
+    # shared system prompt); a change of either is a change of load, as the charts show it.
+    api = models.CharField(max_length=16, default="chat",
+                           choices=[(name, name) for name in APIS])
+    agent_workload = models.BooleanField(default=False)
     # SLO targets
     slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")
     slo_ttft_p95_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
