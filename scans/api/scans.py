@@ -64,6 +64,18 @@ class ScanSerializer(serializers.ModelSerializer):
         "model, hardware; null for each fact it did not state); null when the report has none"))
     server_label = serializers.CharField(read_only=True, help_text=(
         "the same in one line, e.g. \"vLLM 0.11.0 · Qwen3-8B · ctx 32,768\"; \"\" when none"))
+    agent = serializers.JSONField(source="agent_figures", read_only=True, help_text=(
+        "an agent-shaped load's figures per level, as report.json's levels have them: "
+        "concurrency, turns (per turn: requests, succeeded, ttft_ms p50/p95, cached_share), "
+        "tool_calls (requests, replies_with_calls, called, parsed_share, named_share, "
+        "valid_share) and structured_output (requests, parsed_share, valid_share), each only "
+        "where the load sent it; measured, not graded. null when the scan sent no such load"))
+    tool_calls_valid_share = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "at the top level, the share of tool calls that parsed, named a declared tool and fit "
+        "its schema (0 to 1); null when no tools were sent"))
+    json_valid_share = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "at the top level, the share of structured-output replies that validated against the "
+        "schema (0 to 1); null when no schema was sent"))
 
     class Meta:
         model = Scan
@@ -71,7 +83,8 @@ class ScanSerializer(serializers.ModelSerializer):
             "id", "endpoint", "trigger", "status", "error_reason", "queued_at", "started_at",
             "finished_at", "grade", "points", "down", "uncapped_grade", "scoring_version",
             "provisional", "pushed", "tool_version", "location", *CAPACITY_COLUMNS,
-            "report_pruned_at", "server", "server_label",
+            "report_pruned_at", "server", "server_label", "agent", "tool_calls_valid_share",
+            "json_valid_share",
         ]
         read_only_fields = fields
 

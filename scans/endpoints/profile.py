@@ -37,6 +37,7 @@ from scans.grader import (
     ScanPlan,
     Slo,
     Workload,
+    apply_workload_preset,
     default_requests,
     load_dataset,
     next_search_level,
@@ -53,10 +54,13 @@ def worst_case_duration(endpoint: Endpoint) -> timedelta:
     if endpoint.output_tokens is not None or endpoint.input_tokens is not None or (
             endpoint.shared_prefix_tokens is not None):
         seconds += 20 * endpoint.timeout_s  # the output-length probes and prompt sizing
+    # an agent workload's conversations pause between turns (the grader's preset)
+    think_s = (apply_workload_preset(Workload(), "agent").think_time_ms / 1000
+               if endpoint.agent_workload else 0.0)
     for level in endpoint.levels or [1]:
         count = (endpoint.requests_per_level or default_requests(level)) + (endpoint.warmup or 0)
         waves = -(-count // level)
-        seconds += waves * endpoint.timeout_s
+        seconds += waves * (endpoint.timeout_s + think_s)
     if endpoint.capacity_search:
         seconds += search_worst_waves(endpoint.capacity_search_levels,
                                       endpoint.warmup or 0) * endpoint.timeout_s
@@ -159,7 +163,7 @@ def search_request_budget(plan: ScanPlan) -> int:
     """Requests (warm-up included) the capacity search may send after `plan`'s levels
     (planned without the search): what the per-scan request and token limits leave."""
     measured = sum(plan.requests_per_level)
-    per_request = _prompt_tokens(plan.workload) + plan.max_tokens
+    per_request = _request_tokens(plan)
     tokens_left = SITE_MAX_TOKENS_PER_SCAN - tokens_per_scan(plan)
     return min(SITE_MAX_REQUESTS_PER_SCAN - measured, tokens_left // per_request)
 
@@ -196,7 +200,15 @@ def tokens_per_scan(plan: ScanPlan) -> int:
     if plan.find_capacity:  # the search's own bound, warm-up included
         requests += (plan.search_max_requests if plan.search_max_requests is not None
                      else MAX_SEARCH_REQUESTS * (1 + plan.workload.warmup))
-    return requests * (_prompt_tokens(plan.workload) + plan.max_tokens)
+    return requests * _request_tokens(plan)
+
+
+def _request_tokens(plan: ScanPlan) -> int:
+    """An upper bound on one request's prompt and reply: in a conversation, the last turn's,
+    whose prompt resends every earlier turn's prompt and reply."""
+    work = plan.workload
+    turns = max(1, work.turns)
+    return (_prompt_tokens(work) + plan.max_tokens) * turns
 
 
 def parse_load_dataset(text: str) -> Dataset:
@@ -237,7 +249,9 @@ def workload_for(endpoint: Endpoint) -> Workload:
     for field in profile_fields.group("workload", kind="number"):
         value = getattr(endpoint, field.name)
         options[field.name] = field.blank_is if value is None else value
-    return Workload(**options, dataset=dataset)
+    workload = Workload(**options, dataset=dataset)
+    # the grader's agent preset fills what the fields leave blank, as `--workload agent` does
+    return apply_workload_preset(workload, "agent") if endpoint.agent_workload else workload
 
 
 def plan_for(endpoint: Endpoint) -> ScanPlan:
@@ -255,18 +269,21 @@ def plan_for(endpoint: Endpoint) -> ScanPlan:
 
 
 def _levels_plan(endpoint: Endpoint) -> ScanPlan:
+    workload = workload_for(endpoint)
     return ScanPlan(
         base_url=endpoint.base_url,
         model=endpoint.model,
         levels=tuple(endpoint.levels or DEFAULT_LEVELS),
         requests=endpoint.requests_per_level,
-        max_tokens=endpoint.output_tokens or endpoint.max_tokens,
+        # a fixed reply length (the field's, or the agent preset's) is the ceiling too
+        max_tokens=workload.output_tokens or endpoint.max_tokens,
         timeout_s=endpoint.timeout_s,
         api_key=encryption.decrypt(endpoint.api_key_encrypted) or None,
         use_nvidia_smi=False,  # the site's workers never sample their own GPUs
         price_input_per_mtok=endpoint.price_input_per_mtok,
         price_output_per_mtok=endpoint.price_output_per_mtok,
-        workload=workload_for(endpoint),
+        workload=workload,
+        api=endpoint.api,
     )
 
 
@@ -283,6 +300,10 @@ PLAN_PATHS = {
     "dataset_name": ("workload", "dataset", "name"),
     "dataset_lines": ("workload", "dataset", "lines"),
     "dataset_sha256": ("workload", "dataset", "sha256"),
+    # the API spoken and the agent-shaped load (its turns, tools, schema and mix), a change of
+    # either a change of load
+    "api": ("api",),
+    "agent": ("workload", "agent"),
 }
 
 
@@ -347,6 +368,23 @@ def profile_of(plan: Mapping[str, Any] | None) -> LoadProfile:
     return _profile(values)
 
 
+#: How a label names each API besides chat completions.
+API_NAMES = {"completions": "completions", "responses": "Responses",
+             "messages": "Anthropic Messages", "embeddings": "embeddings"}
+
+
+def agent_label(agent: Mapping[str, Any]) -> str:
+    """report.json's plan.workload.agent in a few words: "agent sessions: 4 turns, tools,
+    JSON"."""
+    mix = agent.get("mix")
+    shape = [f"{_n(agent.get('turns'))} turns" if agent.get("turns") != 1 else "single turns"]
+    if agent.get("tools"):
+        shape.append("tools")
+    if agent.get("structured_output"):
+        shape.append("JSON")
+    return ("agent sessions: " if mix else "agent-shaped: ") + ", ".join(shape)
+
+
 def _n(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
 
@@ -371,6 +409,13 @@ def _profile(v: Mapping[str, Any]) -> LoadProfile:
         parts.append(f"warm-up {_n(v['warmup'])}")
     if v["warmup"] is None:
         parts.append("no nonce")
-    key = json.dumps([v[name] for name in PLAN_PATHS if name != "dataset_name"],
-                     separators=(",", ":"), default=str)
+    agent = v["agent"] if isinstance(v["agent"], Mapping) else None
+    if agent is not None:
+        parts.append(agent_label(agent))
+    api = v["api"] or "chat"  # a report from before other APIs spoke chat
+    if api != "chat":
+        parts.append(f"{API_NAMES.get(api, api)} API")
+    values = {**v, "api": api, "agent": agent}
+    key = json.dumps([values[name] for name in PLAN_PATHS if name != "dataset_name"],
+                     separators=(",", ":"), sort_keys=True, default=str)
     return LoadProfile(key=key, label=", ".join(parts))

@@ -12,6 +12,7 @@ migration (and the grader's own option it names).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from scans.endpoints.limits import (
@@ -20,7 +21,7 @@ from scans.endpoints.limits import (
     SITE_MAX_LEVEL,
     SITE_MAX_REQUESTS_PER_SCAN,
 )
-from scans.grader import DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
+from scans.grader import AGENT_PRESET, APIS, DEFAULT_SEARCH_LEVELS, MAX_SEARCH_LEVELS
 
 # How most site maxima are refused (profile.validate_profile): "input tokens can be at most
 # 32,768 here".
@@ -35,7 +36,9 @@ class ProfileField:
     help: str = ""
     flag: str = ""  # the `tokvera scan` option whose name the grader's messages use
     group: str = "plan"  # "plan", "workload", "capacity" or "price"
-    kind: str = "number"  # or "switch" (a box to tick), "dataset" (a secret: JSONL text)
+    # or "switch" (a box to tick), "choice" (one of `choices`), "dataset" (a secret: JSONL text)
+    kind: str = "number"
+    choices: tuple[str, ...] = ()
     minimum: int | float | None = None
     above_minimum: bool = False  # the minimum itself is refused too (a timeout of 0 s)
     maximum: int | float | None = None  # the most any scan may have here
@@ -74,10 +77,27 @@ class ProfileField:
         return bounds
 
 
+# The agent workload's help: the grader's preset, in the site's words.
+AGENT_HELP = (
+    "Load shaped like an agent's: conversations that resend their history over a shared "
+    f"system prompt ({AGENT_PRESET.text()}; sessions call tools, answer in JSON to a schema "
+    "or chat). The page shows how many tool calls and JSON replies were valid at each level "
+    "(measured, not graded). Lengths left blank take the preset's. Chat API only.")
+
 # Table order is the order the site checks its maxima in, the workload fieldset's order, and
 # the order a profile error's field is looked up in (the capacity search before its levels:
 # "the capacity search's levels …" is shown at the search's box).
 FIELDS = (
+    ProfileField(
+        "api", "the API", "API the load speaks", flag="--api", group="workload", kind="choice",
+        choices=APIS,
+        help="Default chat (/chat/completions). completions, responses (OpenAI's Responses "
+             "API), messages (Anthropic's Messages API) or embeddings (latency and throughput; "
+             "an embedding has no first token). Another API is another load: the charts start "
+             "a new line."),
+    ProfileField(
+        "agent_workload", "the agent workload", "Agent workload", flag="--workload agent",
+        group="workload", kind="switch", help=AGENT_HELP),
     ProfileField(
         "requests_per_level", "requests per level", "Requests per level",
         help="Blank: at least 20, and four rounds of each level.",
@@ -175,8 +195,8 @@ def help_text(field: ProfileField) -> str:
 def in_site_words(message: str) -> str:
     """A grader message (which names the command line's options) in the site's words."""
     for field in FIELDS:
-        if field.flag:
-            message = message.replace(field.flag, field.words)
+        if field.flag:  # a whole option: --api, not the start of --api-key-env
+            message = re.sub(re.escape(field.flag) + r"(?![\w-])", field.words, message)
     return message
 
 

@@ -94,7 +94,16 @@ if TYPE_CHECKING:
     from .ticks import decimals as tick_decimals
     from .ticks import nice_ticks
     from .transport import ConnectionRefusedByGuard, ScanTransport, StaleConnectionError
-    from .workload import Dataset, DatasetError, Workload, WorkloadError, load_dataset
+    from .workload import (
+        AGENT_PRESET,
+        WORKLOAD_PRESETS,
+        Dataset,
+        DatasetError,
+        Workload,
+        WorkloadError,
+        apply_workload_preset,
+        load_dataset,
+    )
 
 #: Public name → (module of this package, its name there).
 _PUBLIC: dict[str, tuple[str, str]] = {
@@ -120,7 +129,8 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     # what the load sends
     "APIS": ("apis", "APIS"),
     **{name: ("workload", name) for name in (
-        "Dataset", "DatasetError", "Workload", "WorkloadError", "load_dataset")},
+        "AGENT_PRESET", "WORKLOAD_PRESETS", "Dataset", "DatasetError", "Workload",
+        "WorkloadError", "apply_workload_preset", "load_dataset")},
     **{name: ("prompts", name) for name in (
         "PromptSample", "PromptsFileError", "load_prompts_file", "parse_prompts_text",
         "repeat_prompt_share")},
@@ -162,6 +172,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "AGENT_PRESET",
     "APIS",
     "BANDS",
     "CHECKS",
@@ -182,6 +193,7 @@ __all__ = [
     "REPORT_SCHEMA_PATH",
     "SCORING_VERSION",
     "SCORING_VERSIONS",
+    "WORKLOAD_PRESETS",
     "Check",
     "ConnectGuard",
     "ConnectionRefusedByGuard",
@@ -211,6 +223,7 @@ __all__ = [
     "StreamBudget",
     "Workload",
     "WorkloadError",
+    "apply_workload_preset",
     "cap_text",
     "check_by_id",
     "comparability",

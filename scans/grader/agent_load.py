@@ -31,9 +31,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN",
+    "CHAT_SESSION",
+    "SESSION_KINDS",
+    "STRUCTURED_SESSION",
+    "TOOL_RESULT",
+    "TOOL_SESSION",
     "AgentShapeError",
     "BUILTIN_SCHEMA",
     "BUILTIN_TOOLS",
+    "RequestShape",
     "TOOL_CHOICES",
     "StructuredOutput",
     "ToolSet",
@@ -42,6 +48,7 @@ __all__ = [
     "load_tools",
     "structured_output_figures",
     "tool_call_figures",
+    "tool_history",
 ]
 
 #: ``--tools builtin`` / ``--json-schema builtin``: the grader's own small set.
@@ -77,6 +84,17 @@ BUILTIN_SCHEMA: dict = {
     "required": ["title", "rating", "tags"],
     "additionalProperties": False,
 }
+
+
+#: The kinds of session a mix (``Workload.mix``, the agent preset's) cycles through, by
+#: session index: one that declares the tools, one that asks for the JSON schema, a plain one.
+TOOL_SESSION = "tools"
+STRUCTURED_SESSION = "structured_output"
+CHAT_SESSION = "chat"
+SESSION_KINDS = (TOOL_SESSION, STRUCTURED_SESSION, CHAT_SESSION)
+#: What a tool "returned", resent after each call of a conversation: the grader runs no tool,
+#: and a small fixed result keeps every session's history the same length.
+TOOL_RESULT = '{"status": "ok", "result": "done"}'
 
 
 class AgentShapeError(ValueError):
@@ -205,6 +223,40 @@ def load_schema(spec: str) -> StructuredOutput:
     schema = BUILTIN_SCHEMA if spec == BUILTIN else _read_json(spec, "--json-schema")
     validator = _validator(schema, f"--json-schema {spec}")
     return StructuredOutput(BUILTIN if spec == BUILTIN else Path(spec).name, schema, validator)
+
+
+# -- one request's shape and a conversation's tool turns --------------------------------------
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What one request declares besides its messages: the tools, the schema, both (every
+    request of a scan given --tools and --json-schema) or neither (a plain request)."""
+
+    tools: ToolSet | None = None
+    structured_output: StructuredOutput | None = None
+
+    def body(self) -> dict:
+        extra: dict = {}
+        if self.tools is not None:
+            extra.update(self.tools.body())
+        if self.structured_output is not None:
+            extra.update(self.structured_output.body())
+        return extra
+
+    @property
+    def shaped(self) -> bool:
+        return self.tools is not None or self.structured_output is not None
+
+
+def tool_history(text: str, calls: Sequence[tuple[str, str, str]]) -> list[dict]:
+    """What an agent's client resends after a reply that called tools: the assistant message
+    with its calls as received (`calls`: id, name, arguments), then one ``tool`` message per
+    call carrying ``TOOL_RESULT``."""
+    assistant = {"role": "assistant", "content": text or None, "tool_calls": [
+        {"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}}
+        for ident, name, arguments in calls]}
+    return [assistant, *({"role": "tool", "tool_call_id": ident, "content": TOOL_RESULT}
+                         for ident, _, _ in calls)]
 
 
 # -- per-level figures ---------------------------------------------------------------------------

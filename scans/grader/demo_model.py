@@ -6,9 +6,10 @@ sizing is tested against a count it cannot guess.
 from __future__ import annotations
 
 import collections
+import json
 import re
 
-__all__ = ["PrefixCache", "count_tokens", "render_chat", "tokenize"]
+__all__ = ["PrefixCache", "count_tokens", "render_chat", "tokenize", "tool_call_text"]
 
 
 _TOKEN = re.compile(r"<\|[a-z_]+\|>| ?[A-Za-z]{1,4}|\d{1,3}|\s|[^\sA-Za-z\d]")
@@ -24,13 +25,28 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def tool_call_text(name: str, arguments: str) -> str:
+    """How the template renders one tool call of an assistant message (and how a reply that
+    made it is cached): its name and its arguments as sent, as Hermes-style templates do."""
+    return f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments}}}</tool_call>'
+
+
 def _message_text(message: object) -> tuple[str, str]:
+    """(role, text) of one message: its content, then any tool calls it made (a ``tool``
+    message is its result, rendered like any content)."""
     if not isinstance(message, dict):
         return "user", ""
     content = message.get("content")
     if isinstance(content, list):
         content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(message.get("role") or "user"), content if isinstance(content, str) else ""
+    text = content if isinstance(content, str) else ""
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            text += tool_call_text(str(function.get("name") or ""),
+                                   str(function.get("arguments") or ""))
+    return str(message.get("role") or "user"), text
 
 
 def render_chat(messages: object, add_generation_prompt: bool = True) -> str:

@@ -18,7 +18,10 @@ streamed a token at a time); with ``response_format`` ``json_schema`` it is a JS
 schema accepts. ``bad_tool_share`` / ``bad_json_share`` make exactly that share of them bad
 (every 1/share-th), alternately unparsable and wrong (an unknown tool; a value of the wrong
 type). Every reply is added to the prefix cache after the prompt, as vLLM caches generated
-blocks, so a conversation that resends it finds its history cached.
+blocks, so a conversation that resends it finds its history cached. A resent history may hold
+an assistant message's ``tool_calls`` and ``tool`` messages with their results: the chat
+template renders both (demo_model.render_chat), so they count in the prompt and a tool call
+resent as it was streamed is found in the cache.
 
 Other APIs (``tokvera scan --api``): ``/completions``, ``/responses``, ``/messages``
 (Anthropic's, ``anthropic-version`` required) and ``/embeddings``, each in its own wire format
@@ -51,7 +54,7 @@ from .demo_apis import (
     start_events,
     token_events,
 )
-from .demo_model import PrefixCache, render_chat, tokenize
+from .demo_model import PrefixCache, render_chat, tokenize, tool_call_text
 
 __all__ = ["ENGINE_VERSION", "MODEL_ID", "OPENAI_PARAMS", "REASONING_FIELDS", "StreamTiming",
            "TargetConfig", "TargetServer", "running_target", "serving_target"]
@@ -586,14 +589,16 @@ class TargetServer:
         if self.prefix_cache is None:
             return
         if shaped is not None:
-            reply = "".join(tokenize(shaped[2])[:n_tokens])
+            whole = n_tokens >= len(shaped[0])  # a tool call is cached whole or cut as a text
+            reply = shaped[2] if whole else "".join(tokenize(shaped[2])[:n_tokens])
         else:
             reply = "".join(_WORDS[i % len(_WORDS)] for i in range(n_thinking, n_tokens))
         self.prefix_cache.lookup_and_insert(prompt + tokenize(reply + "<|im_end|>\n"))
 
     def _shaped_reply(self, req: dict) -> tuple[list[str], str, str] | None:
         """A tool call or a JSON value for an agent-shaped request: (each token's delta as
-        JSON, the finish reason, the content text); None for a plain request."""
+        JSON, the finish reason, the text the chat template renders for it when resent);
+        None for a plain request."""
         tools, choice = req.get("tools"), req.get("tool_choice")
         if isinstance(tools, list) and tools and choice != "none":
             return self._tool_call(tools, choice)
@@ -629,7 +634,7 @@ class TargetServer:
                   % (self._shaped["tool"], json.dumps(name))]
         deltas += ['{"tool_calls":[{"index":0,"function":{"arguments":%s}}]}' % json.dumps(p)
                    for p in tokenize(arguments)]
-        return deltas, "tool_calls", ""
+        return deltas, "tool_calls", tool_call_text(name, arguments)
 
     def _json_value(self, schema: object) -> tuple[list[str], str, str]:
         bad = self._is_bad("json", self.config.bad_json_share)

@@ -9,11 +9,14 @@ What is measured, per request (see ``RequestRecord``):
   output token (graded as TTFT), to the first answer token, chunk gaps and rates;
 * usage (``usage.completion_tokens``), finish reason, failure class;
 * with ``--tools`` / ``--json-schema``, whether the reply's tool calls or JSON were valid
-  (``agent_load``), judged once the stream has ended.
+  (``agent_load``), judged once the stream has ended, by what that request declared (with a
+  session mix, each kind of session declares its own: ``Workload.request_shape``).
 
 A conversation level (``--turns N``) runs sessions: each sends N requests one after another,
-each resending the history so far (the user messages and the reply text actually received),
-``--think-time-ms`` apart; its concurrency counts sessions in flight.
+each resending the history so far (the system prompt once, the user messages, the reply text
+actually received and, after a reply that called tools, the calls as received and one tool
+result per call, as an agent's client does), ``--think-time-ms`` apart; its concurrency
+counts sessions in flight.
 
 Connections: a request sent on a reused keep-alive connection that the server had already
 closed, failing before any response byte, is retried once on a fresh connection (llama.cpp's
@@ -37,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from .agent_load import RequestShape, tool_history
 from .load_bodies import LoadBodies
 from .measurement import AgentRecord, LevelResult, RequestRecord
 from .openai_chat import read_sse
@@ -103,10 +107,15 @@ class ScanLoad:
                                  dataset=plan.workload.dataset, prompts=plan.prompts,
                                  builtin=builtin_prompt, extra=plan.workload.agent_body(),
                                  api=plan.api)
-        self.tools = plan.workload.tools
-        self.structured_output = plan.workload.structured_output
+        # What a request declares when nothing else says: every request alike without a mix;
+        # with one, the shape of a request that belongs to no session kind (a trace's) is plain.
+        self.shape = (plan.workload.request_shape(0) if not plan.workload.mix
+                      else RequestShape())
+        # With a mix, each shaped kind's bodies (derived from self.bodies, once prepared).
+        self._shaped_bodies: dict[tuple[bool, bool], LoadBodies] = {}
         # Reply text is kept only when something reads it: a conversation or a schema.
-        self.keep_text = plan.workload.turns > 1 or self.structured_output is not None
+        self.keep_text = (plan.workload.turns > 1
+                          or plan.workload.structured_output is not None)
         self.agent_shaped = plan.workload.agent_dict() is not None
         # AgentRecord carries what RequestRecord's proven timeline does not: the URL among them.
         self.record_type = (AgentRecord if self.agent_shaped or len(self.urls) > 1
@@ -114,10 +123,29 @@ class ScanLoad:
         # The warm-up just sent, handed to the level it warmed (LevelResult.warmup).
         self._warmup: list[RequestRecord] = []
 
-    def _body(self) -> bytes:
+    def _body(self) -> tuple[bytes, RequestShape]:
+        """The next prompt's body and what it declares (its kind's, with a mix)."""
         index = self._next_prompt
         self._next_prompt += 1
-        return self.bodies.body(index)
+        shape = self._shape_of(index)
+        return self._bodies_for(shape).body(index), shape
+
+    def _shape_of(self, session: int) -> RequestShape:
+        return self.plan.workload.request_shape(session) if self.plan.workload.mix \
+            else self.shape
+
+    def _bodies_for(self, shape: RequestShape) -> LoadBodies:
+        """The bodies of requests of `shape`. With a mix, a tool or structured-output kind
+        sends its tools or schema and max_tokens as its only length: ignore_eos or min_tokens
+        would push a reply past the end of its JSON."""
+        if not self.plan.workload.mix or not shape.shaped:
+            return self.bodies
+        key = (shape.tools is not None, shape.structured_output is not None)
+        bodies = self._shaped_bodies.get(key)
+        if bodies is None:
+            bodies = self._shaped_bodies[key] = self.bodies.with_changes(
+                extra=shape.body(), params={})
+        return bodies
 
     async def prepare(self) -> None:
         """Ask the server what the workload needs (reply-length parameters, prompt sizes)."""
@@ -125,6 +153,7 @@ class ScanLoad:
             self.workload, self.bodies, client=self.client, base_url=self.plan.base_url,
             chat_url=self.url, model=self.plan.model, timeout=self.timeout,
             parser_class=self.parser_class)
+        self._shaped_bodies = {}
 
     async def warm_up(self, concurrency: int, count: int) -> None:
         """`count` requests at up to `concurrency` at once, before a level; not counted."""
@@ -205,18 +234,26 @@ class ScanLoad:
         async def session_turns(session: int, history: list[Mapping[str, Any]],
                                 url_index: int) -> None:
             nonlocal completed
+            shape = self._shape_of(session)
+            bodies = self._bodies_for(shape)
             for turn in range(turns):
                 if turn and think_s:
                     await asyncio.sleep(think_s)
                 record = records[session * turns + turn]
                 index = self._next_prompt
                 self._next_prompt += 1
-                messages = self.bodies.messages(index)
-                reply = await self._exchange(record, self.bodies.turn_body(history, messages),
-                                             url_index=url_index)
-                # What a client would resend: its own messages and the text it received.
+                messages = bodies.turn_messages(index, first=turn == 0)
+                parser = await self._exchange(record, bodies.turn_body(history, messages),
+                                              url_index=url_index, shape=shape)
+                # What a client would resend: its own messages, the text it received and the
+                # tool calls it received, each answered.
                 history.extend(messages)
-                history.append({"role": "assistant", "content": reply})
+                reply = "".join(parser.answer_text or ())
+                calls = parser.received_tool_calls()
+                if calls:
+                    history.extend(tool_history(reply, calls))
+                else:
+                    history.append({"role": "assistant", "content": reply})
                 completed += 1
                 if self.progress:
                     self.progress(concurrency, completed, len(records), record)
@@ -246,16 +283,24 @@ class ScanLoad:
             if self.rate_progress:
                 self.rate_progress(rate, completed, total, record)
 
-        await self.run_scheduled(level, offsets, lambda _: self._body(), done)
+        shapes: dict[int, RequestShape] = {}
+
+        def body(index: int) -> bytes:
+            data, shapes[index] = self._body()
+            return data
+
+        await self.run_scheduled(level, offsets, body, done, shape=shapes.pop)
         return level
 
     async def run_scheduled(self, level: LevelResult, offsets: Sequence[float],
                             body: Callable[[int], bytes],
-                            done: Callable[[int, RequestRecord], None] | None = None) -> None:
-        """Send ``level.requests[i]`` (body ``body(i)``) at the level's start plus
-        ``offsets[i]`` seconds, whether or not the earlier ones are done, at most
-        ``level.max_connections`` in flight; `done(completed, record)` after each. An open-loop
-        rate level's loop, and a replayed trace's (trace_replay.py)."""
+                            done: Callable[[int, RequestRecord], None] | None = None,
+                            shape: Callable[[int], RequestShape] | None = None) -> None:
+        """Send ``level.requests[i]`` (body ``body(i)``, declaring ``shape(i)``, after the
+        body was made; the scan's shape without it) at the level's start plus ``offsets[i]``
+        seconds, whether or not the earlier ones are done, at most ``level.max_connections``
+        in flight; `done(completed, record)` after each. An open-loop rate level's loop, and a
+        replayed trace's (trace_replay.py)."""
         perf = time.perf_counter
         level.warmup = self._take_warmup()
         gate = asyncio.Semaphore(level.max_connections) if level.max_connections else None
@@ -271,7 +316,9 @@ class ScanLoad:
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                await self._exchange(record, body(record.index), scheduled=True)
+                data = body(record.index)
+                await self._exchange(record, data, scheduled=True,
+                                     shape=shape(record.index) if shape is not None else None)
             finally:
                 in_flight -= 1
                 if gate is not None:
@@ -310,36 +357,42 @@ class ScanLoad:
     async def request(self, record: RequestRecord, *, scheduled: bool = False) -> None:
         """Send one request and fill `record`; `scheduled`: its ``scheduled_at`` is already
         set (a rate level's deadline), else it is now."""
-        await self._exchange(record, self._body(), scheduled=scheduled)
+        data, shape = self._body()
+        await self._exchange(record, data, scheduled=scheduled, shape=shape)
 
     async def _exchange(self, record: RequestRecord, body: bytes, *,
-                        scheduled: bool = False, url_index: int | None = None) -> str:
-        """Send `body` (to the balancer's URL unless `url_index` is given), fill `record`;
-        the reply's content text when kept (else "")."""
+                        scheduled: bool = False, url_index: int | None = None,
+                        shape: RequestShape | None = None) -> StreamParser:
+        """Send `body` (to the balancer's URL unless `url_index` is given), declaring `shape`
+        (the scan's when None), fill `record`; the parser that read the reply (its text and
+        tool calls, when kept)."""
         index = self.balancer.take() if url_index is None else url_index
         if isinstance(record, AgentRecord):
             record.url_index = index
         try:
-            return await self._exchange_at(record, body, self.urls[index], scheduled=scheduled)
+            return await self._exchange_at(record, body, self.urls[index], scheduled=scheduled,
+                                           shape=shape or self.shape)
         finally:
             if url_index is None:
                 self.balancer.release(index)
 
     async def request_at(self, record: RequestRecord, url_index: int) -> None:
         """One request to the plan's URL `url_index` (the preflight's probe of a replica)."""
-        await self._exchange(record, self._body(), url_index=url_index)
+        data, shape = self._body()
+        await self._exchange(record, data, url_index=url_index, shape=shape)
 
     async def _exchange_at(self, record: RequestRecord, body: bytes, url: str, *,
-                           scheduled: bool = False) -> str:
+                           scheduled: bool, shape: RequestShape) -> StreamParser:
         if not scheduled:
             record.scheduled_at = time.perf_counter()
         if isinstance(record, AgentRecord):
-            if self.tools is not None:
+            # Judged only by what it declared: a record of another kind stays None.
+            if shape.tools is not None:
                 record.tool_calls = 0
-            if self.structured_output is not None:
+            if shape.structured_output is not None:
                 record.structured = "unanswered"
         parser = self.parser_class(record, keep_text=self.keep_text,
-                                   keep_tool_calls=self.tools is not None)
+                                   keep_tool_calls=shape.tools is not None)
         try:
             async with asyncio.timeout(self.timeout) as deadline:
                 await self._attempt(record, body, url, deadline, retry_allowed=True,
@@ -359,20 +412,21 @@ class ScanLoad:
                 record.failure = "transport_error"
                 record.error = _short(exc)
         record.ended_at = time.perf_counter()
-        text = "".join(parser.answer_text) if parser.answer_text is not None else ""
         if record.failure is None and isinstance(record, AgentRecord):
-            self._judge(record, parser, text)
-        return text
+            self._judge(record, parser, shape)
+        return parser
 
-    def _judge(self, record: AgentRecord, parser: StreamParser, text: str) -> None:
+    @staticmethod
+    def _judge(record: AgentRecord, parser: StreamParser, shape: RequestShape) -> None:
         """Were the reply's tool calls and JSON what the request declared?"""
-        if self.tools is not None:
+        if shape.tools is not None:
             calls = parser.joined_tool_calls()
             record.tool_calls = len(calls)
             (record.tool_calls_parsed, record.tool_calls_named,
-             record.tool_calls_valid) = self.tools.judge(calls)
-        if self.structured_output is not None and not parser.tool_calls:
-            parsed, valid = self.structured_output.judge(text)
+             record.tool_calls_valid) = shape.tools.judge(calls)
+        if shape.structured_output is not None and not parser.tool_calls:
+            text = "".join(parser.answer_text or ())
+            parsed, valid = shape.structured_output.judge(text)
             record.structured = "valid" if valid else "invalid" if parsed else "unparsed"
 
     async def _attempt(self, record: RequestRecord, body: bytes, url: str,

@@ -2,7 +2,9 @@
 filler that pads a prompt to the length sized for it, and the JSON encoded once per prompt.
 
 A nonce on every prompt, always: ``[SSSSSSSSSS-RRRRRR]`` (ten digits for the scan, six for the
-request) starts each prompt's text, after the shared prefix when there is one. No scan is then
+request) starts each prompt's text, after the shared prefix when there is one. A conversation
+sends the shared prefix once, as its first (system) message, and each turn's user message
+starts at its nonce (``turn_messages``). No scan is then
 served from an earlier scan's prefix cache and no two requests of a scan share a prefix by
 accident. Fixed-width digits keep its token count the same for every request (tokenizers
 split digits into fixed groups).
@@ -80,6 +82,7 @@ class LoadBodies:
         self.spread = spread
         self._templates: dict[int, tuple[bytes, bytes] | None] = {}
         self._spread_templates: dict[int, tuple[bytes, bytes] | None] = {}
+        self._unprefixed: LoadBodies | None = None
 
     def with_changes(self, **changes: Any) -> LoadBodies:
         fields: dict[str, Any] = {"params": self.params, "prefix": self.prefix,
@@ -184,4 +187,18 @@ class LoadBodies:
         if self.dataset is not None:
             return self._messages(nonce_text(self.scan_nonce, request), request)
         return [{"role": "user", "content": self.content(request)}]
+
+    def turn_messages(self, request: int, first: bool) -> list[Mapping[str, Any]]:
+        """A conversation turn's own messages (request `request`): with a shared prefix, the
+        session's `first` turn sends it once, as the system message, then its user message;
+        a later turn only its user message (the history holds the system prompt). Each user
+        message starts at its nonce, which keeps sessions apart behind the shared prompt."""
+        if not self.prefix:
+            return self.messages(request)
+        if self._unprefixed is None:
+            self._unprefixed = self.with_changes(prefix="")
+        own = self._unprefixed.messages(request)
+        if not first:
+            return own
+        return [{"role": "system", "content": self.prefix.rstrip("\n")}, *own]
 

@@ -178,6 +178,9 @@ class ScanPlan:
                 self.open_loop.validate()
             except OpenLoopError as exc:
                 raise PlanError(str(exc)) from None
+            if self.workload.turns > 1:
+                raise PlanError(f"{self.workload.turns_flag} with --rate: conversations run at "
+                                "a concurrency of sessions, not at an open-loop rate")
         try:
             self.workload.validate(self.max_tokens)
         except WorkloadError as exc:
@@ -194,7 +197,7 @@ class ScanPlan:
             return
         w = self.workload
         refused = [name for name, given in (
-            ("--workload", w.preset is not None),
+            (f"--workload {w.preset}", w.preset is not None),
             ("--tools", w.tools is not None),
             ("--json-schema", w.structured_output is not None),
             ("--turns", w.turns > 1),
@@ -227,8 +230,8 @@ class ScanPlan:
         except TraceError as exc:
             raise PlanError(str(exc)) from None
         if self.workload.turns > 1:
-            raise PlanError("--turns with --trace: a trace's requests are single prompts sent "
-                            "at its times, not conversations")
+            raise PlanError(f"{self.workload.turns_flag} with --trace: a trace's requests are "
+                            "single prompts sent at its times, not conversations")
 
     def _validate_target(self) -> None:
         # Every replica is an origin of its own: the same rules as the base URL.

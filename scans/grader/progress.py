@@ -2,7 +2,8 @@
 running TTFT p50 and output rate of its successful requests, and how long the level has left.
 
 `LevelFigures` is one level's running figures (the CLI's bars show them); `ScanProgress` is the
-runner's progress callback for a whole scan (`progress=`, and `.rate` as `rate_progress=`) that
+runner's progress callback for a whole scan (`progress=`, `.rate` as `rate_progress=` and
+`.trace` as `trace_progress=`) that
 keeps the latest figures for another thread to read (`snapshot()`): the site's worker
 publishes them for the scan page (scans/running/live_progress.py). No Django here.
 """
@@ -115,6 +116,10 @@ class ScanProgress:
         self._search = False
         self._rates_started = 0
         self._latency_s: float | None = None  # one request's time at the last closed-loop level
+        # The trace replay, last of all: its span (the last request's due time over the speed)
+        # and when it started.
+        self._trace_span_s: float | None = None
+        self._trace_started: float | None = None
 
     def expect(self, plan: ScanPlan) -> None:
         """Learn the plan (before the first level): its levels ("level 2 of 3") and what each
@@ -126,6 +131,7 @@ class ScanProgress:
             self._rates = tuple((rate, plan.open_loop.requests_at(rate))
                                 for rate in plan.open_loop.rates)
         self._search = bool(plan.find_capacity)
+        self._trace_span_s = plan.trace.span_s if plan.trace is not None else None
 
     def __call__(self, level: int, completed: int, total: int, record=None) -> None:
         self._update("concurrency", level, completed, total, record)
@@ -133,6 +139,10 @@ class ScanProgress:
     def rate(self, rate: float, completed: int, total: int, record=None) -> None:
         """An open-loop rate level's progress (load.RateProgressCallback)."""
         self._update("rate", rate, completed, total, record)
+
+    def trace(self, completed: int, total: int, record=None) -> None:
+        """The trace replay's progress (runner.TraceProgressCallback)."""
+        self._update("trace", 0, completed, total, record)
 
     def _update(self, kind: str, value: float, completed: int, total: int, record) -> None:
         with self._lock:
@@ -143,6 +153,8 @@ class ScanProgress:
                 self._rates_started += kind == "rate"
                 self._kind, self._value = kind, value
                 self._figures = LevelFigures(self._clock)
+                if kind == "trace":
+                    self._trace_started = self._clock()
             elif record is not None and self._figures is not None:
                 self._figures.add(record)
             self._completed, self._total = completed, total
@@ -157,16 +169,28 @@ class ScanProgress:
         if pace is not None:
             self._latency_s = pace * max(1, int(self._value))
 
+    def _trace_left_s(self, latency: float) -> float:
+        """The trace replay's time left while it runs: to its last request's due time, then
+        that request's own time (one request time so far)."""
+        if self._completed >= self._total:
+            return 0.0
+        started = self._trace_started if self._trace_started is not None else self._clock()
+        span = self._trace_span_s or 0.0
+        return max(0.0, span - (self._clock() - started)) + latency
+
     def _scan_eta_s(self, stage: str, level_eta: float | None) -> float | None:
         """Seconds the whole scan has left: the level running (its own estimate, eta_s), then
         each level still to come at one request's time so far (a closed loop of c streams
         sends n requests in about n/c request times; latency that grows with concurrency
-        makes it longer) and each open-loop level at its rate. Not the capacity search, whose
-        levels are not known ahead. None before a request time is known."""
+        makes it longer), each open-loop level at its rate and the trace replay (its span over
+        the speed, then its last request's time). Not the capacity search, whose levels are
+        not known ahead. None before a request time is known."""
         self._keep_latency()
         latency = self._latency_s
         if latency is None:
             return None
+        if stage == "trace":
+            return self._trace_left_s(latency)
         if level_eta is None:  # no request of this level has ended yet: the last level's time
             if self._kind != "concurrency":
                 return None
@@ -180,6 +204,8 @@ class ScanProgress:
         upcoming = self._rates if stage != "rate" else self._rates[self._rates_started:]
         for rate, total in upcoming:
             left += latency * self._warmup + total / rate  # its warm-up runs one at a time
+        if self._trace_span_s is not None:
+            left += latency * self._warmup + self._trace_span_s + latency
         return left
 
     def snapshot(self) -> dict:
@@ -192,8 +218,8 @@ class ScanProgress:
                 return {"phase": "preflight", "elapsed_s": round(elapsed, 1)}
             number = self._levels_started
             planned = len(self.planned_levels)
-            if self._kind == "rate":
-                stage = "rate"
+            if self._kind in ("rate", "trace"):
+                stage = self._kind
             elif number <= planned:
                 stage = "level"
             else:
@@ -202,6 +228,8 @@ class ScanProgress:
             eta = figures.eta_s(self._completed, self._total)
             ttft = figures.ttft_p50_ms
             scan_eta = self._scan_eta_s(stage, eta)
+            if stage == "trace":  # sent on the trace's clock, not at a pace
+                eta = scan_eta
             # The capacity search's levels are not known ahead: the time left is without them.
             excludes = ("the capacity search" if self._search and stage == "level" else
                         "any further search levels" if stage == "search" else "")
@@ -234,6 +262,8 @@ def progress_text(snapshot: dict | None) -> str:
     phase = snapshot["phase"]
     if phase == "rate":
         where = f"Open-loop rate {snapshot['rate_per_s']:g} requests/s"
+    elif phase == "trace":
+        where = "Trace replay"
     elif phase == "search":
         where = f"Capacity search, concurrency {snapshot['concurrency']}"
     else:

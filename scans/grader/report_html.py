@@ -18,6 +18,8 @@ from scans.grader.report_text import (
     RATE_COLUMNS,
     SITE_GPU_REASON,
     SURFACES,
+    agent_figure_rows,
+    agent_shape_text,
     cap_text,
     describe_capacity,
     describe_open_loop,
@@ -210,6 +212,7 @@ def render_html(report: Mapping[str, Any], surface: str = "cli") -> str:
         "slo": _slo_context(report),
         "open_loop": _open_loop_context(report),
         "trace_replay": _trace_context(report),
+        "agent": _agent_context(report),
         "surface": surface,
     }
     return rendering.render("report/report.html", context)
@@ -225,6 +228,18 @@ def _open_loop_context(report: Mapping[str, Any]) -> dict | None:
     return {"text": text[:1].upper() + text[1:],
             "columns": RATE_COLUMNS, "rows": rate_rows(levels),
             "flags": [flag for lv in levels if (flag := rate_flag(lv))]}
+
+
+def _agent_context(report: Mapping[str, Any]) -> dict | None:
+    """report.html's agent-shaped section: the load asked and, per level that sent that shape,
+    its per-turn, tool-call and structured-output figures; None for a scan without one."""
+    agent = ((report.get("plan") or {}).get("workload") or {}).get("agent")
+    levels = [{"concurrency": lv.get("concurrency"), "rows": rows}
+              for lv in report.get("levels") or [] if (rows := agent_figure_rows(lv))]
+    if not isinstance(agent, Mapping) and not levels:
+        return None
+    text = agent_shape_text(agent) if isinstance(agent, Mapping) else ""
+    return {"text": text[:1].upper() + text[1:], "levels": levels}
 
 
 def _trace_context(report: Mapping[str, Any]) -> dict | None:

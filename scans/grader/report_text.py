@@ -15,6 +15,9 @@ __all__ = [
     "RATE_COLUMNS",
     "SITE_GPU_REASON",
     "SURFACES",
+    "agent_figure_rows",
+    "agent_lines",
+    "agent_shape_text",
     "cap_text",
     "cli_notes",
     "comparability",
@@ -184,15 +187,80 @@ def embeddings_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+#: A session kind of a mix (agent_load.SESSION_KINDS) as people read it.
+_KIND_WORDS = {"tools": "tool calls", "structured_output": "JSON schema", "chat": "plain chat"}
+
+
+def _agent(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    agent = ((report.get("plan") or {}).get("workload") or {}).get("agent")
+    return agent if isinstance(agent, Mapping) else None
+
+
+def agent_shape_text(agent: Mapping[str, Any]) -> str:
+    """The agent-shaped load asked, in one line: "sessions of 4 turns, 500 ms think time;
+    tools builtin (tool_choice auto); JSON schema builtin; sessions cycle tool calls → JSON
+    schema → plain chat"."""
+    turns = agent.get("turns")
+    parts = []
+    if isinstance(turns, int) and turns > 1:
+        think = agent.get("think_time_ms")
+        pause = (f", {fmt.number(think, 'ms')} ms think time"
+                 if isinstance(think, int | float) and think else "")
+        parts.append(f"sessions of {turns} turns{pause}")
+    tools = agent.get("tools")
+    if isinstance(tools, Mapping):
+        parts.append(f"tools {tools.get('source')} (tool_choice {tools.get('tool_choice')})")
+    schema = agent.get("structured_output")
+    if isinstance(schema, Mapping):
+        parts.append(f"JSON schema {schema.get('source')}")
+    mix = agent.get("mix")
+    if isinstance(mix, list) and mix:
+        parts.append("sessions cycle " + " → ".join(_KIND_WORDS.get(str(k), str(k))
+                                                    for k in mix))
+    return "; ".join(parts) or "single requests"
+
+
+def _share_text(value: Any) -> str:
+    return fmt.percent(value) if isinstance(value, int | float) else "—"
+
+
+def agent_figure_rows(level: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A level's agent-shaped figures as (what, value) rows (report.html), each measured and
+    not graded; empty when the level sent no such shape."""
+    rows = []
+    for turn in level.get("turns") or []:
+        ttft = ms_texts(turn.get("ttft_ms"))
+        rows.append((f"Turn {turn.get('turn')}",
+                     f"TTFT p50 {ttft['p50']} ms, p95 {ttft['p95']} ms; "
+                     f"{_share_text(turn.get('cached_share'))} of the prompt cached; "
+                     f"{turn.get('succeeded')} of {turn.get('requests')} succeeded"))
+    calls = level.get("tool_calls")
+    if isinstance(calls, Mapping):
+        rows.append(("Tool calls",
+                     f"{calls.get('called')} calls in {calls.get('replies_with_calls')} of "
+                     f"{calls.get('requests')} replies: {_share_text(calls.get('parsed_share'))}"
+                     f" parsed, {_share_text(calls.get('named_share'))} named a declared tool, "
+                     f"{_share_text(calls.get('valid_share'))} valid"))
+    structured = level.get("structured_output")
+    if isinstance(structured, Mapping):
+        rows.append(("JSON replies",
+                     f"Of {structured.get('requests')} replies: "
+                     f"{_share_text(structured.get('parsed_share'))} parsed, "
+                     f"{_share_text(structured.get('valid_share'))} valid for the schema"))
+    return rows
+
+
 def agent_lines(report: Mapping[str, Any]) -> list[str]:
-    """One line per agent-shaped figure of the top level: cached share by turn, tool calls and
-    structured output that were valid (measured, not graded)."""
+    """The agent-shaped load asked (its mix named), then one line per agent-shaped figure of
+    the top level: cached share by turn, tool calls and structured output that were valid
+    (measured, not graded)."""
+    agent = _agent(report)
+    lines = [f"agent-shaped: {agent_shape_text(agent)}"] if agent is not None else []
     levels = report.get("levels") or []
     if not levels:
-        return []
+        return lines
     top = levels[-1]
     at = f"at {top.get('concurrency')}"
-    lines = []
     turns = top.get("turns") or []
     if turns:
         shares = " → ".join(fmt.percent(t["cached_share"])
@@ -217,9 +285,18 @@ def workload_key(report: Mapping[str, Any]) -> dict:
     if not isinstance(work, Mapping):
         return {"api": api, "nonce": False, "input_tokens": None, "input_distribution": None,
                 "output_tokens": None, "shared_prefix_tokens": None, "dataset": None,
-                "max_tokens": plan.get("max_tokens"), "warmup": 0}
+                "max_tokens": plan.get("max_tokens"), "warmup": 0, "preset": None, "turns": 1,
+                "think_time_ms": 0, "tools": None, "json_schema": None, "mix": None}
     dataset = work.get("dataset") or None
     spread = work.get("input_distribution")
+    found = work.get("agent")
+    agent: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    tools = agent.get("tools") if isinstance(agent.get("tools"), Mapping) else None
+    schema = (agent.get("structured_output")
+              if isinstance(agent.get("structured_output"), Mapping) else None)
+    named = work.get("preset")
+    preset: Mapping[str, Any] = named if isinstance(named, Mapping) else {}
+    mix = agent.get("mix")
     return {"api": api, "nonce": True, "input_tokens": work.get("input_tokens"),
             "input_distribution": ({k: spread.get(k) for k in ("kind", "min", "max", "mean", "sd",
                                                                 "seed")}
@@ -228,12 +305,21 @@ def workload_key(report: Mapping[str, Any]) -> dict:
             "shared_prefix_tokens": work.get("shared_prefix_tokens"),
             "dataset": ({"lines": dataset.get("lines"), "sha256": dataset.get("sha256")}
                         if isinstance(dataset, Mapping) else None),
-            "max_tokens": plan.get("max_tokens"), "warmup": work.get("warmup", 0)}
+            "max_tokens": plan.get("max_tokens"), "warmup": work.get("warmup", 0),
+            # The agent shape: a single-turn scan has 1 turn, no think time, neither.
+            "preset": preset.get("name"),
+            "turns": agent.get("turns", 1), "think_time_ms": agent.get("think_time_ms", 0),
+            "tools": (f"{tools.get('source')} (tool_choice {tools.get('tool_choice')})"
+                      if tools else None),
+            "json_schema": schema.get("source") if schema else None,
+            "mix": " → ".join(str(kind) for kind in mix) if isinstance(mix, list) else None}
 
 
 def _key_text(value: Any) -> str:
     """A workload field as a reader reads it ("not set", never Python's None)."""
-    return "not set" if value is None else repr(value)
+    if value is None:
+        return "not set"
+    return value if isinstance(value, str) else repr(value)
 
 
 def comparability(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

@@ -182,9 +182,10 @@ class StreamParser:
     """SSE data payloads in, a ``StreamTally`` out. ``answer_text`` collects the ``content``
     strings when asked (the host agent returns them to the buyer; a conversation resends
     them); ``tool_calls`` the streamed tool calls, by their ``index``: [name, arguments
-    fragments...] (the name as first given, the fragments in arrival order)."""
+    fragments...] (the name as first given, the fragments in arrival order), and
+    ``tool_call_ids`` their ids as first given (a conversation resends them)."""
 
-    __slots__ = ("tally", "answer_text", "tool_calls")
+    __slots__ = ("tally", "answer_text", "tool_calls", "tool_call_ids")
     #: What says a stream of this API is over (``classify_end``'s words for one that is not).
     ENDING = "[DONE] or a finish_reason"
 
@@ -193,11 +194,19 @@ class StreamParser:
         self.tally = tally if tally is not None else StreamTally()
         self.answer_text: list[str] | None = [] if keep_text else None
         self.tool_calls: dict[int, list[str]] | None = {} if keep_tool_calls else None
+        self.tool_call_ids: dict[int, str] = {}
 
     def joined_tool_calls(self) -> list[tuple[str, str]]:
         """Each streamed tool call as (name, arguments joined), in index order."""
         calls = self.tool_calls or {}
         return [(parts[0], "".join(parts[1:])) for _, parts in sorted(calls.items())]
+
+    def received_tool_calls(self) -> list[tuple[str, str, str]]:
+        """Each streamed tool call as (id, name, arguments joined), in index order; a call
+        the server gave no id is named by its index (a client needs one to answer it)."""
+        calls = self.tool_calls or {}
+        return [(self.tool_call_ids.get(index, f"call_{index}"), parts[0],
+                 "".join(parts[1:])) for index, parts in sorted(calls.items())]
 
     def feed(self, payloads: list[bytes], at: float) -> None:
         """The payloads of one network read, all arrived at `at`. Stops at an ``error``
@@ -259,7 +268,11 @@ class StreamParser:
             if type(function) is not dict:
                 continue
             index = call.get("index", 0)
-            parts = self.tool_calls.setdefault(index if type(index) is int else 0, [""])
+            index = index if type(index) is int else 0
+            parts = self.tool_calls.setdefault(index, [""])
+            ident = call.get("id")
+            if type(ident) is str and ident and index not in self.tool_call_ids:
+                self.tool_call_ids[index] = ident
             name = function.get("name")
             if type(name) is str and name and not parts[0]:
                 parts[0] = name

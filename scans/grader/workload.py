@@ -15,12 +15,16 @@ sizing.py asks the server, load_bodies.py builds the requests).
   own length (seeded by its index, normal within ±3 SD or uniform); ``SPREAD_ANCHORS`` lengths
   are sized exactly, those between are interpolated.
 * **Presets** (``--workload chat|rag|long``): input and output lengths after Artificial
-  Analysis's shapes (``PRESETS``), written out in the report.
+  Analysis's shapes (``PRESETS``), written out in the report. ``--workload agent`` is an
+  agent's sessions (``AGENT_PRESET``); ``apply_workload_preset`` is the one place a preset's
+  values are filled in, for the CLI and the site alike.
 * **Conversations** (``--turns N``, ``--think-time-ms T``): sessions of N requests, each
-  resending the history so far (its user messages and the replies actually received), T ms
-  apart; a level's concurrency counts sessions in flight.
+  resending the history so far (the system prompt once, its user messages, the replies
+  actually received and, after a tool call, the call and its result), T ms apart; a level's
+  concurrency counts sessions in flight.
 * **Tool calls and structured output** (``--tools``, ``--tool-choice``, ``--json-schema``):
-  ``tools`` / ``tool_choice`` and ``response_format`` in every body (agent_load.py).
+  ``tools`` / ``tool_choice`` and ``response_format`` in every body (agent_load.py), or with a
+  ``mix`` each in its own kind of session.
 """
 
 from __future__ import annotations
@@ -30,22 +34,35 @@ import json
 import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .agent_load import (
+    CHAT_SESSION,
+    SESSION_KINDS,
+    STRUCTURED_SESSION,
+    TOOL_SESSION,
+    RequestShape,
+)
 
 if TYPE_CHECKING:
     from .agent_load import StructuredOutput, ToolSet
 
 __all__ = [
+    "AGENT",
+    "AGENT_PRESET",
     "MAX_DATASET_BYTES",
     "MAX_DATASET_LINES",
     "PRESETS",
+    "WORKLOAD_PRESETS",
+    "AgentPreset",
     "Dataset",
     "DatasetError",
     "InputSpread",
     "Workload",
     "WorkloadError",
+    "apply_workload_preset",
     "load_dataset",
     "parse_input_tokens",
 ]
@@ -136,11 +153,47 @@ def load_dataset(path: str | Path) -> Dataset:
 #: ``--workload NAME``: (input tokens, output tokens, what it stands for). Chat and long are
 #: Artificial Analysis's 100 → 300 and 10,000 → 1,500; rag is a retrieved context with a short
 #: answer (4,000 → 256) rather than their 1,000 → 1,000 (DECISIONS.md).
+AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class AgentPreset:
+    """``--workload agent``: an agent's sessions. Each session sends the system prompt once,
+    as its first message, then a user message of its own per turn; the sessions cycle, by
+    index, through the kinds of ``mix`` (agent_load.SESSION_KINDS): one declaring the built-in
+    tools (tool_choice auto), one asking for the built-in JSON schema, a plain chat."""
+
+    turns: int = 4
+    think_time_ms: float = 500.0
+    system_prompt_tokens: int = 1_000
+    user_message_tokens: int = 200
+    output_tokens: int = 128
+    tool_choice: str = "auto"
+    mix: tuple[str, ...] = (TOOL_SESSION, STRUCTURED_SESSION, CHAT_SESSION)
+
+    @property
+    def input_tokens(self) -> int:
+        """The first turn's prompt, as sized: the system prompt and the first user message."""
+        return self.system_prompt_tokens + self.user_message_tokens
+
+    def text(self) -> str:
+        return (f"{self.turns} turns {self.think_time_ms:,.0f} ms apart, a "
+                f"{self.system_prompt_tokens:,}-token system prompt, "
+                f"{self.user_message_tokens:,}-token user turns, {self.output_tokens:,}-token "
+                f"replies; sessions mix {', '.join(self.mix)}")
+
+
+AGENT_PRESET = AgentPreset()
+
 PRESETS: dict[str, tuple[int, int, str]] = {
     "chat": (100, 300, "a chat turn (Artificial Analysis's 100 → 300)"),
     "rag": (4_000, 256, "a retrieved context and a short answer (4,000 → 256)"),
     "long": (10_000, 1_500, "a long document (Artificial Analysis's 10,000 → 1,500)"),
+    AGENT: (AGENT_PRESET.input_tokens, AGENT_PRESET.output_tokens,
+            f"an agent's sessions: {AGENT_PRESET.text()}"),
 }
+#: The names ``--workload`` and ``apply_workload_preset`` take.
+WORKLOAD_PRESETS = tuple(PRESETS)
 #: A spread is sized exactly at this many anchor lengths; the lengths between are interpolated.
 SPREAD_ANCHORS = 5
 
@@ -235,27 +288,41 @@ class Workload:
     #: Requests per conversation (1: no history is resent) and the pause between them.
     turns: int = 1
     think_time_ms: float = 0.0
-    #: ``tools`` / ``tool_choice`` and ``response_format`` sent with every request.
+    #: ``tools`` / ``tool_choice`` and ``response_format``: sent with every request, or with
+    #: a `mix` only by the sessions of their kind.
     tools: ToolSet | None = None
     structured_output: StructuredOutput | None = None
+    #: The kinds of session (agent_load.SESSION_KINDS) cycled through by session index (by
+    #: request index for single requests); None: every request is shaped alike.
+    mix: tuple[str, ...] | None = None
+
+    def request_shape(self, session: int) -> RequestShape:
+        """What session `session`'s requests declare besides their messages."""
+        if not self.mix:
+            return RequestShape(self.tools, self.structured_output)
+        kind = self.mix[session % len(self.mix)]
+        if kind == TOOL_SESSION:
+            return RequestShape(tools=self.tools)
+        if kind == STRUCTURED_SESSION:
+            return RequestShape(structured_output=self.structured_output)
+        assert kind == CHAT_SESSION
+        return RequestShape()
 
     def agent_body(self) -> dict:
-        """What every request body carries besides the messages for the agent-shaped load."""
-        extra: dict = {}
-        if self.tools is not None:
-            extra.update(self.tools.body())
-        if self.structured_output is not None:
-            extra.update(self.structured_output.body())
-        return extra
+        """What every request body carries besides the messages (nothing with a mix: each kind
+        of session adds its own, ``request_shape``)."""
+        return self.request_shape(0).body() if not self.mix else {}
 
     def agent_dict(self) -> dict | None:
         """report.json's ``plan.workload.agent``: None for plain single-turn requests."""
-        if self.turns == 1 and self.tools is None and self.structured_output is None:
+        if (self.turns == 1 and self.tools is None and self.structured_output is None
+                and not self.mix):
             return None
         return {"turns": self.turns, "think_time_ms": self.think_time_ms,
                 "tools": self.tools.public_dict() if self.tools else None,
                 "structured_output": (self.structured_output.public_dict()
-                                      if self.structured_output else None)}
+                                      if self.structured_output else None),
+                "mix": list(self.mix) if self.mix else None}
 
     @property
     def longest_input(self) -> int | None:
@@ -287,8 +354,10 @@ class Workload:
             shortest = self.shortest_input
             if shortest is not None and self.shared_prefix_tokens >= shortest:
                 least = " (the shortest of the spread)" if self.input_spread else ""
-                raise WorkloadError(f"--shared-prefix-tokens {self.shared_prefix_tokens} must be "
-                                    f"below --input-tokens {shortest}{least}")
+                what = (" (the agent preset's system prompt, unless given)"
+                        if self.preset == AGENT else "")
+                raise WorkloadError(f"--shared-prefix-tokens {self.shared_prefix_tokens}{what} "
+                                    f"must be below --input-tokens {shortest}{least}")
         if self.input_tokens is not None and self.dataset is not None:
             what = f"--workload {self.preset}" if self.preset else "--input-tokens"
             raise WorkloadError(f"{what} and --dataset exclude each other: a dataset's prompts "
@@ -306,12 +375,54 @@ class Workload:
         if self.think_time_ms and self.turns == 1:
             raise WorkloadError("--think-time-ms needs --turns above 1 (the pause is between "
                                 "a conversation's turns)")
-        if self.turns > 1 and self.tools is not None:
-            # A tool call's turn would need the tool's result sent back, which no tool runs.
-            raise WorkloadError("--turns and --tools exclude each other: a conversation would "
-                                "have to send back results of tools the grader does not run")
+        if self.mix is not None:
+            if not self.mix or any(kind not in SESSION_KINDS for kind in self.mix):
+                raise WorkloadError("a session mix lists kinds among "
+                                    + ", ".join(SESSION_KINDS))
+            if TOOL_SESSION in self.mix and self.tools is None:
+                raise WorkloadError("a mix with tool sessions needs tools")
+            if STRUCTURED_SESSION in self.mix and self.structured_output is None:
+                raise WorkloadError("a mix with structured-output sessions needs a schema")
 
     @property
     def sized(self) -> bool:
         return self.input_tokens is not None or self.shared_prefix_tokens is not None
+
+    @property
+    def turns_flag(self) -> str:
+        """The option a refusal of conversations names: the preset's, when it set them."""
+        return f"--workload {AGENT}" if self.preset == AGENT else "--turns"
+
+
+def apply_workload_preset(workload: Workload, name: str) -> Workload:
+    """`workload` with preset `name`'s values wherever it leaves them unset (None; for turns
+    and think time, their defaults 1 and 0): the lengths of chat, rag and long; for agent also
+    the system prompt (``shared_prefix_tokens``), the turns, the think time, the built-in tools
+    and schema, and the mix. What is set stays: an option given overrides the preset.
+    WorkloadError (one line) for a name not in ``WORKLOAD_PRESETS``."""
+    if name not in PRESETS:
+        raise WorkloadError(f"--workload {name!r}: expected one of {', '.join(PRESETS)}")
+    tokens_in, tokens_out, _ = PRESETS[name]
+    changes: dict[str, Any] = {"preset": name}
+    if workload.input_tokens is None:
+        changes["input_tokens"] = tokens_in
+    if workload.output_tokens is None:
+        changes["output_tokens"] = tokens_out
+    if name == AGENT:
+        from .agent_load import BUILTIN, load_schema, load_tools
+
+        preset = AGENT_PRESET
+        if workload.shared_prefix_tokens is None:
+            changes["shared_prefix_tokens"] = preset.system_prompt_tokens
+        if workload.turns == 1:
+            changes["turns"] = preset.turns
+        if not workload.think_time_ms:
+            changes["think_time_ms"] = preset.think_time_ms
+        if workload.tools is None:
+            changes["tools"] = load_tools(BUILTIN, preset.tool_choice)
+        if workload.structured_output is None:
+            changes["structured_output"] = load_schema(BUILTIN)
+        if workload.mix is None:
+            changes["mix"] = preset.mix
+    return replace(workload, **changes)
 

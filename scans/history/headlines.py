@@ -1,5 +1,6 @@
-"""The headline figures over time (TTFT p50 and p95, tokens per second of the first level), as
-the endpoint page draws them, downsampled as scans/history/downsampling.py says."""
+"""The headline figures over time (TTFT p50 and p95, tokens per second of the first level; the
+shares of valid tool calls and JSON replies of the top level, for an agent-shaped load), as the
+endpoint page draws them, downsampled as scans/history/downsampling.py says."""
 
 from __future__ import annotations
 
@@ -22,14 +23,19 @@ from scans.models import Endpoint
 
 __all__ = ["HEADLINE_FIGURES", "HeadlinePoint", "headline_history"]
 
-# The headline figures the endpoint page draws over time, of each scan's first level (one
-# request at a time): the Scan column each one is stored in (scans/running/worker.py,
-# report_columns). The rollups keep a <key>_sum and <key>_n of each.
+# The headline figures the endpoint page draws over time: the Scan column each one is stored
+# in (scans/running/worker.py, report_columns). The rollups keep a <key>_sum and <key>_n of each.
 HEADLINE_FIGURES = {
+    # of the first level (one request at a time)
     "ttft_p50": "ttft_p50_ms",
     "ttft_p95": "ttft_p95_ms",
     "tokens_per_s": "tokens_per_s",
+    # of the top level, where the load sent tools or a schema (shares from 0 to 1)
+    "tool_calls_valid": "tool_calls_valid_share",
+    "json_valid": "json_valid_share",
 }
+# Shares keep four decimals (a hundredth of a percent); times and rates one.
+_SHARES = ("tool_calls_valid", "json_valid")
 
 
 @dataclass(frozen=True)
@@ -79,10 +85,14 @@ def headline_history(endpoint: Endpoint, since: datetime, until: datetime,
     sums = ["scans", *(f"{part}_{key}" for key in figures for part in ("sum", "n"))]
     merged = rollups.merge([*bucketed, *rolled], sums=sums, key=lambda r: r["bucket"])
     return [HeadlinePoint(at=r["at"], last_at=r["last_at"], scans=r["scans"],
-                          figures={key: as_float(r[f"sum_{key}"] / r[f"n_{key}"]
-                                               if r[f"n_{key}"] else None, 1)
+                          figures={key: _rounded(key, r[f"sum_{key}"] / r[f"n_{key}"]
+                                                 if r[f"n_{key}"] else None)
                                    for key in figures})
             for r in merged]
+
+
+def _rounded(key: str, value: object) -> float | None:
+    return as_float(value, 4 if key in _SHARES else 1)
 
 
 def _rolled_headlines(rolled, since: datetime, width: int) -> list[dict]:

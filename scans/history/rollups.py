@@ -64,6 +64,9 @@ FIGURE_PATHS = {
     "ttft_p50": ("levels", "0", "ttft_ms", "p50"),
     "ttft_p95": ("levels", "0", "ttft_ms", "p95"),
     "tokens_per_s": ("levels", "0", "generation_rate", "median"),
+    # the agent-shaped load's, of the top level (the most loaded)
+    "tool_calls_valid": ("levels", "-1", "tool_calls", "valid_share"),
+    "json_valid": ("levels", "-1", "structured_output", "valid_share"),
 }
 FIGURES = tuple(FIGURE_PATHS)
 _LETTERS = "ARRAY[" + ", ".join(f"'{g}'" for g in GRADES) + "]::varchar[]"
@@ -127,7 +130,8 @@ def _upsert(table: str, key: tuple[str, ...], columns: tuple[str, ...]) -> tuple
 #: The same as scans.history.headlines.HEADLINE_FIGURES (a test holds them equal; history
 #: imports this module, so not the other way round).
 FIGURE_COLUMNS = {"ttft_p50": "ttft_p50_ms", "ttft_p95": "ttft_p95_ms",
-                  "tokens_per_s": "tokens_per_s"}
+                  "tokens_per_s": "tokens_per_s", "tool_calls_valid": "tool_calls_valid_share",
+                  "json_valid": "json_valid_share"}
 
 
 def _column_or_report(column: str, from_report: str, version: int) -> str:

@@ -37,6 +37,17 @@ class EndpointMode(models.TextChoices):
     PUSHED = "pushed", "Pushed (scans uploaded from inside the network)"
 
 
+# The APIs a scan's load can speak (the grader's APIS), as the form offers them.
+API_LABELS = {
+    "chat": "Chat completions (/chat/completions)",
+    "completions": "Completions (/completions)",
+    "responses": "Responses API (/responses)",
+    "messages": "Anthropic Messages API (/messages)",
+    "embeddings": "Embeddings (/embeddings)",
+}
+API_CHOICES = [(name, API_LABELS[name]) for name in APIS]
+
+
 class Endpoint(TeamOwned):
     """An inference endpoint a team tracks. Secrets are stored encrypted (accounts/encryption.py)
     and are write-only: forms and the API never render them back."""
@@ -79,8 +90,7 @@ class Endpoint(TeamOwned):
     # The API the load speaks (scans.grader.APIS) and whether it is an agent's sessions (the
     # grader's agent preset: conversations mixing tool calls and structured output over a
     # shared system prompt); a change of either is a change of load, as the charts show it.
-    api = models.CharField(max_length=16, default="chat",
-                           choices=[(name, name) for name in APIS])
+    api = models.CharField(max_length=16, default="chat", choices=API_CHOICES)
     agent_workload = models.BooleanField(default=False)
     # SLO targets
     slo_grade_floor = models.CharField(max_length=1, choices=GRADE_CHOICES, default="B")

@@ -47,6 +47,11 @@ class ScanRollup(TeamOwned):
     ttft_p95_n = models.PositiveIntegerField()
     tokens_per_s_sum = models.FloatField(null=True)
     tokens_per_s_n = models.PositiveIntegerField()
+    # and of the top level, the agent-shaped load's valid shares (None and 0 where not sent)
+    tool_calls_valid_sum = models.FloatField(null=True)
+    tool_calls_valid_n = models.PositiveIntegerField(default=0)
+    json_valid_sum = models.FloatField(null=True)
+    json_valid_n = models.PositiveIntegerField(default=0)
 
     team_lookup = "endpoint__team"
 

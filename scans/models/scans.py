@@ -136,9 +136,13 @@ class Scan(TeamOwned):
     # in one line ("vLLM 0.11.0 · Qwen3-8B · ctx 32,768"); None and "" when the report has none
     server_identity = models.JSONField(null=True, blank=True)
     server_label = models.CharField(max_length=300, blank=True, default="")
-    # The agent-shaped figures of its top level (report.levels[-1]'s turns, tool_calls and
-    # structured_output, in short); None when the scan sent no agent-shaped load
+    # The agent-shaped figures of each level ({concurrency, turns, tool_calls,
+    # structured_output} as report.json has them); None when the scan sent no such load
     agent_figures = models.JSONField(null=True, blank=True)
+    # and at its top level, the shares of tool calls and of JSON replies that were valid
+    # (the charts' figures; None where not sent)
+    tool_calls_valid_share = models.FloatField(null=True, blank=True)
+    json_valid_share = models.FloatField(null=True, blank=True)
     # Which set of these columns the row holds (REPORT_COLUMNS_VERSION in worker.py); 0: none,
     # a scan stored by a release before them, which `manage.py fill_scan_columns` fills.
     report_columns_version = models.PositiveSmallIntegerField(default=0)

@@ -48,6 +48,7 @@ from scans.grader import (
     check_by_id,
     format_check_value,
     format_number,
+    format_percent,
     nice_ticks,
     tick_decimals,
 )
@@ -783,13 +784,17 @@ def series_chart(name: str, title: str, unit: str, series: Sequence[Series], sin
     keyed."""
     frame = _Frame(width, height, 56.0, width - 16.0, 28.0, height - axis_margin(width), since,
                    until)
-    values = nice_axis([p.value * 1.05 for s in series for p in s.points if p.value is not None])
+    share = unit == "share"  # from 0 to 1, shown as a percentage on an axis up to 100 %
+    values = nice_axis([p.value * 1.05 for s in series for p in s.points if p.value is not None],
+                       floor=1.0 if share else 0.0, cap=1.0 if share else None)
     frame.high = values[-1]
-    ticks = [(v, tick_text(v, "ms" if unit == "ms" else "", values[1] - values[0]))
+    ticks = [(v, tick_text(v, unit if unit in ("ms", "share") else "", values[1] - values[0]))
              for v in values]
     axes = frame.axes(ticks, narrow_y=every_other(values))
 
     def show(value: float) -> str:
+        if share:
+            return format_percent(value)
         return format_number(value, "ms" if unit == "ms" else "rate") + (
             " ms" if unit == "ms" else "")
 

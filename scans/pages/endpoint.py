@@ -32,7 +32,7 @@ from scans.history import slo_windows, state
 from scans.history.capacity_history import capacity_history, latest_capacity
 from scans.history.check_results import check_history, unmeasured_reasons
 from scans.history.grades import grade_history
-from scans.history.headlines import headline_history
+from scans.history.headlines import HeadlinePoint, headline_history
 from scans.history.slo_wording import WindowWords, duration_text
 from scans.liveness import history as probe_history
 from scans.models import Endpoint, EndpointMode, ScanStatus, ScanTrigger, new_badge_key
@@ -194,6 +194,8 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
     # Every chart shades the endpoint's maintenance windows and marks load and URL changes.
     held = maintenance.maintenance_intervals(endpoint, since, until)
     changes = charts.changes(grades, versions=False)
+    headlines = headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
+                                 location=location)
     # Every chart's time axis spans the whole chosen range, so its title tells the truth.
     trends = []
     for check_id in TREND_CHECKS:
@@ -232,7 +234,8 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         "range_label": RANGES[range_key][0],
         "grades": grades,
         "grade_chart": charts.grade_chart(grades, since, until, maintenance=held),
-        "headline_charts": _headline_charts(endpoint, since, until, location, changes, held),
+        "headline_charts": _headline_charts(headlines, since, until, changes, held),
+        "agent": _agent_load(endpoint, headlines, since, until, changes, held),
         "capacity": _capacity(endpoint, since, until, location, changes, held),
         "maintenance_shown": bool(held),
         "locations": locations if len(locations) > 1 else [], "location": location,
@@ -291,13 +294,11 @@ def _refresh_version(endpoint: Endpoint) -> str:
                      f"live:{endpoint.liveness}:{endpoint.liveness_cause}"])
 
 
-def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,
+def _headline_charts(points: Sequence[HeadlinePoint], since: datetime, until: datetime,
                      changes: Sequence[dict] = (),
                      held: Sequence[tuple[datetime, datetime]] = ()) -> list[dict]:
     """TTFT p50/p95 and tokens/s at one request at a time, over the range, beside the checks;
     `changes` (the grade history's load and URL changes) marked, `held` (maintenance) shaded."""
-    points = headline_history(endpoint, since, until, max_points=CHECK_CHART_POINTS,
-                                      location=location)
 
     def series(key: str, label: str, colour: str, dash: str = "") -> charts.Series:
         return charts.Series(key, label, colour, dash, [
@@ -317,6 +318,29 @@ def _headline_charts(endpoint: Endpoint, since: datetime, until: datetime, locat
              [series("tokens_per_s", "tokens/s (median)", "#1f7a3d")], since, until,
              changes=changes, maintenance=held)},
     ]
+
+
+def _agent_load(endpoint: Endpoint, points: Sequence[HeadlinePoint], since: datetime,
+                until: datetime, changes: Sequence[dict],
+                held: Sequence[tuple[datetime, datetime]]) -> dict | None:
+    """An agent-shaped load's figures: each level's of the latest scan that sent one, and the
+    top level's valid tool calls and JSON replies over the range. None when neither the
+    endpoint's profile nor any scan in the range sent such a load."""
+    latest = (endpoint.scans.filter(status=ScanStatus.SUCCEEDED, agent_figures__isnull=False)
+              .order_by("-queued_at").only("public_id", "queued_at", "agent_figures").first())
+    measured = [p for p in points if p.figures["tool_calls_valid"] is not None
+                or p.figures["json_valid"] is not None]
+    if latest is None and not measured and not endpoint.agent_workload:
+        return None
+    series = [charts.Series(key, label, colour, dash, [
+        charts.SeriesPoint(at=p.at, last_at=p.last_at, scans=p.scans, value=p.figures[key],
+                           scan_id=p.scan_id) for p in measured])
+        for key, label, colour, dash in (("tool_calls_valid", "tool calls", "#2e5aac", ""),
+                                         ("json_valid", "JSON replies", "#a86400", "6 3"))]
+    return {"latest": latest, "levels": latest.agent_figures if latest else [],
+            "measured": bool(measured),
+            "chart": charts.series_chart("agent", "Valid at the top level", "share", series,
+                                         since, until, changes=changes, maintenance=held)}
 
 
 def _capacity(endpoint: Endpoint, since: datetime, until: datetime, location: str | None = None,

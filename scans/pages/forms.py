@@ -171,7 +171,7 @@ class EndpointForm(forms.ModelForm):
             "Expected an http(s) URL such as https://host/v1.")
         self.fields["name"].validators.append(validate_one_line)
         self.fields["capacity_search_levels"].required = False  # blank: the default
-        for name in ("probe_interval_s", "confirm_after"):
+        for name in ("probe_interval_s", "confirm_after", "api"):
             self.fields[name].required = False  # blank: the default
         for row in _TABLE_COLUMNS:
             column = Endpoint._meta.get_field(row.name)
@@ -199,8 +199,10 @@ class EndpointForm(forms.ModelForm):
 
     @property
     def workload_fields(self) -> list:
-        """The workload's numbers, in the table's order (the template's "Workload" fieldset)."""
-        return [self[name] for name in profile_fields.names("workload", kind="number")]
+        """The workload's API, agent switch and numbers, in the table's order (the template's
+        "Workload" fieldset; the dataset is a file, shown after them)."""
+        return [self[row.name] for row in profile_fields.group("workload")
+                if row.kind != "dataset"]
 
     @property
     def errors_outside_target(self) -> bool:
@@ -240,6 +242,9 @@ class EndpointForm(forms.ModelForm):
     def clean_capacity_search_levels(self) -> int:
         value = self.cleaned_data.get("capacity_search_levels")
         return DEFAULT_SEARCH_LEVELS if value is None else value
+
+    def clean_api(self) -> str:
+        return self.cleaned_data.get("api") or Endpoint._meta.get_field("api").default
 
     def clean_probe_interval_s(self) -> int:
         value = self.cleaned_data.get("probe_interval_s")

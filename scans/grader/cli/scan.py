@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,7 +60,16 @@ from scans.grader.report import report_from_measurement, write_report
 from scans.grader.report_text import is_down
 from scans.grader.request_log import REQUESTS_FILE, write_requests
 from scans.grader.trace_file import TraceError, TraceReplay, load_trace
-from scans.grader.workload import PRESETS, Workload, WorkloadError, load_dataset, parse_input_tokens
+from scans.grader.workload import (
+    AGENT,
+    AGENT_PRESET,
+    PRESETS,
+    Workload,
+    WorkloadError,
+    apply_workload_preset,
+    load_dataset,
+    parse_input_tokens,
+)
 
 if TYPE_CHECKING:  # rich is imported only when a progress bar is drawn
     from rich.console import Console
@@ -120,9 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", metavar="PRESET", choices=sorted(PRESETS), default=None,
                         help="input and output lengths of a common shape: "
                              + "; ".join(f"{name} {i:,} → {o:,}"
-                                         for name, (i, o, _) in PRESETS.items())
-                             + " (after Artificial Analysis); --input-tokens and "
-                             "--output-tokens override either")
+                                         for name, (i, o, _) in PRESETS.items() if name != AGENT)
+                             + " (after Artificial Analysis); or agent: an agent's sessions, "
+                             f"{AGENT_PRESET.text()} (input tokens "
+                             f"{AGENT_PRESET.input_tokens:,}: the system prompt and the first "
+                             "user message; --shared-prefix-tokens is the system prompt); "
+                             "any option given overrides the preset's value")
     parser.add_argument("--output-tokens", metavar="M", type=int, default=None,
                         help="replies of M tokens: max_tokens M plus ignore_eos and "
                              "min_tokens where the server accepts them (probed first; the "
@@ -273,7 +286,8 @@ class ScanBars:
 
     The time left is the plan's, not the bar's (scans.grader.progress.ScanProgress): the level
     running at its pace so far, then every level still to come (its requests over its
-    concurrency, in request times measured so far) and every open-loop level at its rate.
+    concurrency, in request times measured so far), every open-loop level at its rate and the
+    trace replay (its span over the speed, then one request time).
     A capacity search, whose levels are not known ahead, is named as not counted. Each row is
     laid out to fit an 80-column terminal."""
 
@@ -312,8 +326,9 @@ class ScanBars:
         self._update(f"rate {rate:g}", f"{rate:g}/s", completed, total, record)
 
     def trace(self, completed: int, total: int, record: object = None) -> None:
-        """The trace replay's progress (runner.TraceProgressCallback); last of the scan, so
-        no time is left to count after it."""
+        """The trace replay's progress (runner.TraceProgressCallback): its time left runs on
+        the trace's clock (ScanProgress.trace)."""
+        self._scan.trace(completed, total, record)
         self._update("trace", "trace", completed, total, record)
 
     def left_text(self) -> str:
@@ -426,15 +441,21 @@ def _workload(args: argparse.Namespace) -> Workload:
             input_tokens, spread = parse_input_tokens(str(args.input_tokens))
         except WorkloadError as exc:
             raise UsageError(str(exc)) from None
-    output_tokens = getattr(args, "output_tokens", None)
-    if preset is not None:  # the preset's lengths, unless given
-        input_tokens = PRESETS[preset][0] if input_tokens is None else input_tokens
-        output_tokens = PRESETS[preset][1] if output_tokens is None else output_tokens
-    return Workload(input_tokens=input_tokens, input_spread=spread, preset=preset,
-                    output_tokens=output_tokens,
-                    shared_prefix_tokens=getattr(args, "shared_prefix_tokens", None),
-                    warmup=getattr(args, "warmup", 0) or 0, dataset=dataset,
-                    **_agent_options(args))
+    workload = Workload(input_tokens=input_tokens, input_spread=spread,
+                        output_tokens=getattr(args, "output_tokens", None),
+                        shared_prefix_tokens=getattr(args, "shared_prefix_tokens", None),
+                        warmup=getattr(args, "warmup", 0) or 0, dataset=dataset,
+                        **_agent_options(args))
+    if preset is None:
+        return workload
+    if preset == AGENT and getattr(args, "turns", None) == 1:
+        raise UsageError("--turns 1 with --workload agent: the preset is conversations; "
+                         "give --turns 2 or more, or drop --workload agent")
+    # The preset's values wherever an option was not given
+    workload = apply_workload_preset(workload, preset)
+    if getattr(args, "think_time_ms", None) == 0:  # given as 0: no pause, not the preset's
+        workload = replace(workload, think_time_ms=0.0)
+    return workload
 
 
 def _agent_options(args: argparse.Namespace) -> dict:
@@ -451,7 +472,9 @@ def _agent_options(args: argparse.Namespace) -> dict:
     schema_spec = getattr(args, "json_schema", None)
     turns = getattr(args, "turns", None)
     if choice is not None and tools_spec is None:
-        raise UsageError("--tool-choice needs --tools (the tools to choose from)")
+        if getattr(args, "workload", None) != AGENT:
+            raise UsageError("--tool-choice needs --tools (the tools to choose from)")
+        tools_spec = "builtin"  # the agent preset's tools, with the choice given
     if turns is not None and turns < 1:
         raise UsageError(f"--turns {turns}: expected at least 1")
     if turns is not None and turns > 1 and getattr(args, "rate", None) is not None:

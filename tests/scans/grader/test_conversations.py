@@ -81,7 +81,7 @@ def test_the_cli_writes_turns_in_report_json_and_requests_jsonl(tmp_path: Path) 
 
 @pytest.mark.parametrize("flags", [["--turns", "0"], ["--turns", "-3"],
                                    ["--think-time-ms", "20"],
-                                   ["--turns", "2", "--tools", "builtin"],
+                                   ["--workload", "agent", "--turns", "1"],
                                    ["--turns", "2", "--rate", "1"]])
 def test_bad_conversation_options_exit_2_before_any_request(tmp_path: Path,
                                                               flags: list[str]) -> None:

@@ -17,6 +17,7 @@ from scans.grader.report import report_from_measurement
 from scans.grader.report_text import comparability
 from scans.grader.sizing import tolerance
 from scans.grader.workload import (
+    AGENT,
     PRESETS,
     InputSpread,
     Workload,
@@ -94,7 +95,8 @@ def _said(out: str) -> str:
 # -- presets -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+# The length presets; agent's sessions are test_agent_preset.py's.
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - {AGENT}))
 def test_each_preset_sends_its_lengths_and_is_written_out_in_the_report(name, tmp_path, capsys):
     tokens_in, tokens_out, _ = PRESETS[name]
     out = tmp_path / "r"
