@@ -79,10 +79,14 @@ class ProfileField:
 
 # The agent workload's help: the grader's preset, in the site's words.
 AGENT_HELP = (
-    "Load shaped like an agent's: conversations that resend their history over a shared "
-    f"system prompt ({AGENT_PRESET.text()}; sessions call tools, answer in JSON to a schema "
-    "or chat). The page shows how many tool calls and JSON replies were valid at each level "
-    "(measured, not graded). Lengths left blank take the preset's. Chat API only.")
+    "Load shaped like an agent's: conversations of {turns} turns, {think:,.0f} ms apart, that "
+    "resend their history over one {system:,}-token system prompt; each session calls tools, "
+    "answers in JSON to a schema or chats. The page shows how many tool calls and JSON replies "
+    "were valid at each level (measured, not graded). Prompt and reply lengths left blank take "
+    "the preset's ({first:,} tokens for the first turn, {reply:,} per reply). Chat API only."
+).format(turns=AGENT_PRESET.turns, think=AGENT_PRESET.think_time_ms,
+         system=AGENT_PRESET.system_prompt_tokens, first=AGENT_PRESET.input_tokens,
+         reply=AGENT_PRESET.output_tokens)
 
 # Table order is the order the site checks its maxima in, the workload fieldset's order, and
 # the order a profile error's field is looked up in (the capacity search before its levels:
@@ -91,10 +95,10 @@ FIELDS = (
     ProfileField(
         "api", "the API", "API the load speaks", flag="--api", group="workload", kind="choice",
         choices=APIS,
-        help="Default chat (/chat/completions). completions, responses (OpenAI's Responses "
-             "API), messages (Anthropic's Messages API) or embeddings (latency and throughput; "
-             "an embedding has no first token). Another API is another load: the charts start "
-             "a new line."),
+        help="Default chat completions (/chat/completions); or /completions, OpenAI's "
+             "/responses, Anthropic's /messages, or /embeddings (latency and throughput: an "
+             "embedding has no first token). Another API is another load: the charts start a "
+             "new line."),
     ProfileField(
         "agent_workload", "the agent workload", "Agent workload", flag="--workload agent",
         group="workload", kind="switch", help=AGENT_HELP),

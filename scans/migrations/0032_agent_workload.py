@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='endpoint',
             name='api',
-            field=models.CharField(choices=[('chat', 'Chat completions (/chat/completions)'), ('completions', 'Completions (/completions)'), ('responses', 'Responses API (/responses)'), ('messages', 'Anthropic Messages API (/messages)'), ('embeddings', 'Embeddings (/embeddings)')], default='chat', max_length=16),
+            field=models.CharField(choices=[('chat', 'Chat completions'), ('completions', 'Completions'), ('responses', 'Responses API'), ('messages', 'Anthropic Messages'), ('embeddings', 'Embeddings')], default='chat', max_length=16),
         ),
         migrations.AddField(
             model_name='scan',

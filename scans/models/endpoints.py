@@ -39,11 +39,11 @@ class EndpointMode(models.TextChoices):
 
 # The APIs a scan's load can speak (the grader's APIS), as the form offers them.
 API_LABELS = {
-    "chat": "Chat completions (/chat/completions)",
-    "completions": "Completions (/completions)",
-    "responses": "Responses API (/responses)",
-    "messages": "Anthropic Messages API (/messages)",
-    "embeddings": "Embeddings (/embeddings)",
+    "chat": "Chat completions",
+    "completions": "Completions",
+    "responses": "Responses API",
+    "messages": "Anthropic Messages",
+    "embeddings": "Embeddings",
 }
 API_CHOICES = [(name, API_LABELS[name]) for name in APIS]
 

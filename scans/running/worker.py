@@ -290,6 +290,7 @@ def report_columns(report: dict) -> dict:
         "first_answer_p50_ms": _figure(_at(first, ("time_to_first_answer_ms", "p50"))),
         "thinking_p50_ms": _figure(_at(first, ("thinking_ms", "p50"))),
         "capacity_found": capacity if isinstance(capacity, dict) else None,
+        **agent_columns(levels),
         **server_columns(report.get("server")),
         "report_columns_version": REPORT_COLUMNS_VERSION,
         "load_plan": {f"pf_{name}": _json_text(_at(report.get("plan"), path))
@@ -300,6 +301,23 @@ def report_columns(report: dict) -> dict:
         "failure_summary": _json_text(_at(report.get("failure_summary"), ("sentence",))) or "",
         "preflight_warnings": warnings,
     }
+
+
+#: A level's agent-shaped figures (report.json; scans.grader's agent load).
+AGENT_FIGURES = ("turns", "tool_calls", "structured_output")
+
+
+def agent_columns(levels: Any) -> dict:
+    """Each level's agent-shaped figures, and the top level's valid shares, as the Scan row's
+    columns; all None for a scan that sent no such load."""
+    shaped = [{"concurrency": level.get("concurrency"),
+               **{name: level[name] for name in AGENT_FIGURES if level.get(name) is not None}}
+              for level in (levels if isinstance(levels, list) else [])
+              if isinstance(level, dict) and any(level.get(name) for name in AGENT_FIGURES)]
+    top = levels[-1] if shaped and isinstance(levels[-1], dict) else {}
+    return {"agent_figures": shaped or None,
+            "tool_calls_valid_share": _figure(_at(top, ("tool_calls", "valid_share"))),
+            "json_valid_share": _figure(_at(top, ("structured_output", "valid_share")))}
 
 
 #: The facts of report.server a scan row keeps (not which URL said each, nor what was asked).
@@ -326,7 +344,18 @@ def _json_text(value: Any) -> str | None:
     else as its JSON text (jsonb's spacing: "[1, 4, 16]")."""
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(_in_jsonb_order(value), ensure_ascii=False)
+
+
+def _in_jsonb_order(value: Any) -> Any:
+    """Objects' keys in the order jsonb keeps them (shorter first, then by their bytes), so
+    that a dict's text is the same whether this module or PostgreSQL wrote it."""
+    if isinstance(value, dict):
+        return {key: _in_jsonb_order(value[key])
+                for key in sorted(value, key=lambda k: (len(k.encode()), k.encode()))}
+    if isinstance(value, list):
+        return [_in_jsonb_order(item) for item in value]
+    return value
 
 
 def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:

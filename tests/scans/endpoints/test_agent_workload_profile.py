@@ -45,7 +45,7 @@ def agent_report(api: str = "chat", agent: dict | None = AGENT) -> dict:
 def test_the_form_chooses_the_api_and_the_agent_workload(world):
     client = owner(world)
     page = client.get(reverse("endpoint-create", args=[world.team.slug])).content.decode()
-    assert "API the load speaks" in page and "Responses API (/responses)" in page
+    assert "API the load speaks" in page and "Responses API" in page
     assert "Agent workload" in page and "system prompt" in page
     response = client.post(reverse("endpoint-create", args=[world.team.slug]),
                            form_data(api="responses"))
