@@ -11,6 +11,7 @@ from scans import sla
 from scans.endpoints import scheduling
 from scans.history import retention, rollups
 from scans.liveness import dispatch as probe_dispatch
+from scans.liveness import partitions as probe_partitions
 from scans.liveness import worker as probe_worker
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
@@ -94,13 +95,16 @@ def prove_pushed_report(scan_id: int) -> str:
 @shared_task(acks_late=True)  # idempotent: a pruned scan is not pruned again; row locks only
 def prune_reports() -> str:
     """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
-    (scans/history/retention.py), in batches, for at most a couple of minutes a pass; probe
-    rows past PROBE_RETENTION_DAYS are deleted the same way (their hours stay), and audit log
-    entries past AUDIT_RETENTION_DAYS (audit/retention.py)."""
+    (scans/history/retention.py), in batches, for at most a couple of minutes a pass; the days
+    of probe rows past PROBE_RETENTION_DAYS are dropped (their partitions; their hours stay)
+    and the coming days' partitions made (scans/liveness/partitions.py), and audit log
+    entries past AUDIT_RETENTION_DAYS are deleted (audit/retention.py)."""
+    probe_partitions.ensure_probe_partitions()  # first: the probes' path needs them
     pruned = retention.prune()
-    probes = retention.prune_probes()
+    probe_days = retention.prune_probes()
     audit_entries = audit_retention.prune()  # past AUDIT_RETENTION_DAYS
-    return f"{pruned}; deleted {probes} probe rows and {audit_entries} audit entries"
+    return (f"{pruned}; dropped {probe_days} days of probe rows and deleted {audit_entries} "
+            f"audit entries")
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans

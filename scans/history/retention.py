@@ -211,11 +211,10 @@ def prune(*, batch: int = DEFAULT_BATCH, budget_s: float = DEFAULT_BUDGET_S,
     return result
 
 
-def prune_probes(*, batch: int = 50_000, budget_s: float = DEFAULT_BUDGET_S,
-                 now: datetime | None = None) -> int:
-    """Delete liveness probe rows older than PROBE_RETENTION_DAYS, `batch` per transaction,
-    until none is left or `budget_s` has passed; their hours (ProbeHour) stay. Returns how
-    many were deleted."""
+def prune_probes(*, now: datetime | None = None) -> int:
+    """Drop the days of liveness probes (scans/liveness/partitions.py: a partition per UTC
+    day) that ended more than PROBE_RETENTION_DAYS ago; their hours (ProbeHour) stay. Rows
+    are kept whole days: a probe goes between PROBE_RETENTION_DAYS and one day more after it
+    ran, when its day's partition does. Returns how many partitions were dropped."""
     before = (now or timezone.now()) - timedelta(days=settings.PROBE_RETENTION_DAYS)
-    return aged_rows.delete_older_than("scans_proberesult", "at", before, batch=batch,
-                                       budget_s=budget_s)
+    return len(aged_rows.drop_partitions_before("scans_proberesult", before))

@@ -31,7 +31,7 @@ from scans.endpoints import scheduling
 from scans.grader import PROBE_OUR_SIDE, LivenessResult
 from scans.history import state as endpoint_state
 from scans.history.slo_wording import duration_text
-from scans.liveness import verdict
+from scans.liveness import partitions, verdict
 from scans.models import Endpoint, LivenessState, ProbeResult
 from scans.models.status_pages import incident_news
 from scans.notify import incidents
@@ -70,6 +70,7 @@ def record(location: str, batch: Sequence[Probed]) -> list[int]:
     """Store a batch of one location's results; return the endpoints evaluated again."""
     if not batch:
         return []
+    partitions.ensure_probe_days(p.at for p in batch)  # a day the beat has not created yet
     with transaction.atomic():
         _store_results(location, batch)
         _add_hours(location, batch)

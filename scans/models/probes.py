@@ -12,7 +12,12 @@ from scans.models.endpoints import Endpoint
 
 class ProbeResult(TeamOwned):
     """One probe from one location: the preflight alone (GET /models and one short streamed
-    request). Compact on purpose: a site probes every endpoint every minute."""
+    request). Compact on purpose: a site probes every endpoint every minute.
+
+    The table is partitioned by UTC day of `at` (migration 0033, scans/liveness/partitions.py)
+    so that retention drops whole days. In the database its primary key is (id, at), as a
+    partitioned table's keys must hold the partition key; `id` alone is unique all the same
+    (one sequence), and is the primary key Django knows."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+",
                                  db_index=False)
@@ -33,7 +38,8 @@ class ProbeResult(TeamOwned):
         indexes = [
             # the probe series of an endpoint page and the API, newest first
             models.Index(fields=["endpoint", "-at"], name="probe_history"),
-            # retention deletes by age
+            # by time alone, across endpoints (retention no longer needs it: it drops a day's
+            # partition whole)
             models.Index(fields=["at"], name="probe_age"),
         ]
 

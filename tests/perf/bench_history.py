@@ -19,8 +19,9 @@ rows shaped as the site writes them:
   than REPORT_RETENTION_DAYS), and one CheckResult row per check;
 - rollups: the real rollup pass over those scans, then its rows repeated back in time to cover
   `--rollup-days` (hours and days, as a year of passes would have left them);
-- liveness: a probe a minute (the default interval) for PROBE_RETENTION_DAYS plus one hour,
-  the probe hours of `--rollup-days`, and each endpoint's standing.
+- liveness: a probe a minute (the default interval) for PROBE_RETENTION_DAYS plus a day and
+  an hour (each UTC day its partition), the probe hours of `--rollup-days`, and each
+  endpoint's standing.
 
 Then it measures: the database's size per endpoint-year (measured bytes per row times the rows
 an endpoint-year keeps at the default intervals and retention); p50/p99 (nearest rank) of
@@ -175,12 +176,17 @@ def _repeat_rollups(days: int, rollup_days: int, now) -> None:
 
 
 def _insert_liveness(rollup_days: int, now) -> None:
-    """A probe every probe interval for PROBE_RETENTION_DAYS and one hour (the hourly pass
-    deletes that hour), the probe hours of `rollup_days`, and each endpoint's standing."""
+    """A probe every probe interval for PROBE_RETENTION_DAYS, a day and an hour (the hourly
+    pass drops the oldest UTC day, wholly past retention: its partition), the probe hours of
+    `rollup_days`, and each endpoint's standing."""
     from django.conf import settings
     from django.db import connection
 
-    keep_s = settings.PROBE_RETENTION_DAYS * 86400 + 3600
+    from scans.liveness import partitions
+
+    keep_s = settings.PROBE_RETENTION_DAYS * 86400 + 86400 + 3600
+    partitions.ensure_probe_days(now - timedelta(seconds=s)
+                                 for s in [*range(0, keep_s, 3600), keep_s])
     hour = "date_trunc('hour', %(now)s::timestamptz)"
     with connection.cursor() as cursor:
         cursor.execute("""
@@ -309,8 +315,12 @@ def _table_sizes() -> dict[str, dict[str, int]]:
     sizes = {}
     with connection.cursor() as cursor:
         for table in tables:
-            sql = f"SELECT pg_total_relation_size(%s), (SELECT count(*) FROM {table})"  # noqa: S608
-            cursor.execute(sql, [table])  # our own table names
+            # a partitioned table's size is its partitions' (pg_partition_tree has no row
+            # for a plain table)
+            sql = (f"SELECT COALESCE((SELECT sum(pg_total_relation_size(relid))::bigint FROM "  # noqa: S608
+                   f"pg_partition_tree(%s)), pg_total_relation_size(%s)), "
+                   f"(SELECT count(*) FROM {table})")
+            cursor.execute(sql, [table, table])  # our own table names
             total, rows = cursor.fetchone()
             sizes[table] = {"bytes": total, "rows": rows}
         cursor.execute("SELECT pg_database_size(current_database())")
@@ -481,9 +491,10 @@ def measure_store(report: dict, scans: int, procs: int) -> dict:
 
 
 def measure_retention(days: int) -> dict:
-    """The hourly retention task as the beat runs it (this data set: an hour of probe rows
-    past PROBE_RETENTION_DAYS), then a pruning pass over the oldest day of full reports (the
-    data set holds none past REPORT_RETENTION_DAYS) for its rate per scan."""
+    """The hourly retention task as the beat runs it (this data set: a UTC day of probe rows
+    wholly past PROBE_RETENTION_DAYS, one partition to drop), then a pruning pass over the
+    oldest day of full reports (the data set holds none past REPORT_RETENTION_DAYS) for its
+    rate per scan."""
     from scans import tasks
     from scans.history import retention
 
