@@ -78,15 +78,15 @@ class ProfileField:
 
 
 # The agent workload's help: the grader's preset, in the site's words.
+_PRESET = AGENT_PRESET
 AGENT_HELP = (
-    "Load shaped like an agent's: conversations of {turns} turns, {think:,.0f} ms apart, that "
-    "resend their history over one {system:,}-token system prompt; each session calls tools, "
-    "answers in JSON to a schema or chats. The page shows how many tool calls and JSON replies "
-    "were valid at each level (measured, not graded). Prompt and reply lengths left blank take "
-    "the preset's ({first:,} tokens for the first turn, {reply:,} per reply). Chat API only."
-).format(turns=AGENT_PRESET.turns, think=AGENT_PRESET.think_time_ms,
-         system=AGENT_PRESET.system_prompt_tokens, first=AGENT_PRESET.input_tokens,
-         reply=AGENT_PRESET.output_tokens)
+    f"Load shaped like an agent's: conversations of {_PRESET.turns} turns, "
+    f"{_PRESET.think_time_ms:,.0f} ms apart, that resend their history over one "
+    f"{_PRESET.system_prompt_tokens:,}-token system prompt; each session calls tools, answers in "
+    "JSON to a schema or chats. The page shows how many tool calls and JSON replies were valid "
+    "at each level (measured, not graded). Prompt and reply lengths left blank take the "
+    f"preset's ({_PRESET.input_tokens:,} tokens for the first turn, {_PRESET.output_tokens:,} "
+    "per reply). Chat API only.")
 
 # Table order is the order the site checks its maxima in, the workload fieldset's order, and
 # the order a profile error's field is looked up in (the capacity search before its levels:
