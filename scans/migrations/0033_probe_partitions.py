@@ -17,7 +17,7 @@ Reversible: the reverse makes the plain table again the same way, every row and 
 position kept.
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 
 from django.db import migrations
 
@@ -70,10 +70,18 @@ def _finish(cursor, suffix, foreign_key):
     cursor.execute(f"DROP TABLE {TABLE}_{suffix}")
 
 
-def partition(apps, schema_editor):
-    # The partitions are made as the site makes them later, with the same names and bounds.
-    from scans.liveness import partitions
+def _make_partitions(cursor, days):
+    """A partition for each of `days`, named and bounded as scans/liveness/partitions.py makes
+    them later (a frozen copy: a migration does the same whatever later code says; the table
+    is held ACCESS EXCLUSIVE here anyway, so PARTITION OF costs nothing more)."""
+    for day in sorted(set(days)):
+        start = datetime.combine(day, time(), UTC)
+        cursor.execute(f"CREATE TABLE {TABLE}_p{day:%Y%m%d} PARTITION OF {TABLE} "
+                       f"FOR VALUES FROM ('{start.isoformat()}') "
+                       f"TO ('{(start + timedelta(days=1)).isoformat()}')")
 
+
+def partition(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
         position, foreign_key = _sequence_position(cursor), _foreign_key_name(cursor)
@@ -90,9 +98,10 @@ def partition(apps, schema_editor):
         cursor.execute(f"SELECT setval('{TABLE}_id_partitioned_seq', %s, %s)", position)
         cursor.execute(f"SELECT DISTINCT (at AT TIME ZONE 'UTC')::date "  # noqa: S608
                        f"FROM {TABLE}_unpartitioned")
-        partitions.ensure_probe_days(datetime.combine(day, datetime.min.time(), UTC)
-                                     for (day,) in cursor.fetchall())
-        partitions.ensure_probe_partitions()
+        today = datetime.now(UTC).date()
+        # the days that have rows, today and the three the site keeps ahead
+        _make_partitions(cursor, [*(day for (day,) in cursor.fetchall()),
+                                  *(today + timedelta(days=n) for n in range(4))])
         cursor.execute(f"INSERT INTO {TABLE} ({COLUMNS}) "  # noqa: S608 - constants
                        f"SELECT {COLUMNS} FROM {TABLE}_unpartitioned")
         _finish(cursor, "unpartitioned", foreign_key)  # drops the identity's sequence too
