@@ -251,7 +251,8 @@ def workload_for(endpoint: Endpoint) -> Workload:
         options[field.name] = field.blank_is if value is None else value
     workload = Workload(**options, dataset=dataset)
     # the grader's agent preset fills what the fields leave blank, as `--workload agent` does
-    return apply_workload_preset(workload, "agent") if endpoint.agent_workload else workload
+    return (apply_workload_preset(workload, "agent", api=endpoint.api)
+            if endpoint.agent_workload else workload)
 
 
 def plan_for(endpoint: Endpoint) -> ScanPlan:

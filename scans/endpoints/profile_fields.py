@@ -86,7 +86,8 @@ AGENT_HELP = (
     "JSON to a schema or chats. The page shows how many tool calls and JSON replies were valid "
     "at each level (measured, not graded). Prompt and reply lengths left blank take the "
     f"preset's ({_PRESET.input_tokens:,} tokens for the first turn, {_PRESET.output_tokens:,} "
-    "per reply). Chat API only.")
+    "per reply). Chat completions, the Responses API or Anthropic Messages (which has no JSON "
+    "schema: its sessions call tools or chat).")
 
 # Table order is the order the site checks its maxima in, the workload fieldset's order, and
 # the order a profile error's field is looked up in (the capacity search before its levels:

@@ -26,6 +26,10 @@ resent as it was streamed is found in the cache.
 Other APIs (``tokvera scan --api``): ``/completions``, ``/responses``, ``/messages``
 (Anthropic's, ``anthropic-version`` required) and ``/embeddings``, each in its own wire format
 (demo_apis.py) on the same timing model (an embedding's answer comes whole after ``ttft``).
+Their prompts are counted by the same tokenizer (a completions prompt as its text, the others
+through the chat template, as /tokenize counts ``prompt`` and ``messages``), served by the same
+prefix cache with their replies added after them, and answered with the same tool calls and
+JSON values (the Responses and Messages APIs' own events) when they declare tools or a schema.
 """
 
 from __future__ import annotations
@@ -46,11 +50,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from .demo_apis import (
     ApiRequestError,
+    ToolCall,
+    chat_shape,
     embeddings_answer,
     embeddings_inputs,
     end_events,
     error_body,
     read_request,
+    shaped_events,
     start_events,
     token_events,
 )
@@ -299,6 +306,11 @@ class TargetServer:
         wanted = request.wanted(reasoning + cfg.tokens)
         n_tokens = wanted if request.max_tokens is None else min(wanted, request.max_tokens)
         n_thinking = min(reasoning, n_tokens)
+        finish = "length" if n_tokens < wanted else "stop"
+        shape = chat_shape(api, req)
+        shaped = self._shaped_reply(shape) if shape else None
+        if shaped is not None:  # its own length: the tool call's or the JSON value's tokens
+            n_tokens, n_thinking, finish = _shaped_length(shaped, request.max_tokens)
         async with self._slot():
             prompt = request.prompt_tokens
             cached = (self.prefix_cache.lookup_and_insert(prompt)
@@ -322,8 +334,10 @@ class TargetServer:
                 due = max(due, nominal)
                 await self._sleep_until(due)
                 written_at = time.perf_counter()
-                _write_events(writer, token_events(request, ident, i, _WORDS[i % len(_WORDS)],
-                                                   n_thinking))
+                _write_events(writer, shaped_events(request, ident, i, shaped[0][i])
+                              if shaped is not None else
+                              token_events(request, ident, i, _WORDS[i % len(_WORDS)],
+                                           n_thinking))
                 first_output_at = first_output_at or written_at
                 if i >= n_thinking and first_answer_at is None:
                     first_answer_at = written_at
@@ -331,9 +345,10 @@ class TargetServer:
                                                     first_answer_at))
             usage = {"prompt_tokens": len(prompt), "completion_tokens": n_tokens,
                      "cached": cached, "reasoning": n_thinking}
-            _write_events(writer, end_events(request, ident,
-                                             "length" if n_tokens < wanted else "stop", usage))
+            call = _streamed_call(shaped[0][:n_tokens]) if shaped is not None else None
+            _write_events(writer, end_events(request, ident, finish, usage, call))
             writer.write(b"0\r\n\r\n")
+            self._cache_reply(prompt, shaped, n_thinking, n_tokens, api)
             self._m_requests.labels("200").inc()
             self._m_tokens.inc(n_tokens)
 
@@ -583,9 +598,10 @@ class TargetServer:
         return message
 
     def _cache_reply(self, prompt: list[str], shaped: tuple[list[str], str, str] | None,
-                     n_thinking: int, n_tokens: int) -> None:
+                     n_thinking: int, n_tokens: int, api: str = "chat") -> None:
         """The reply's content after its prompt into the prefix cache, as the chat template
-        renders it when the next turn resends it."""
+        renders it when the next turn resends it (a completions prompt has no template: the
+        reply just follows it)."""
         if self.prefix_cache is None:
             return
         if shaped is not None:
@@ -593,7 +609,8 @@ class TargetServer:
             reply = shaped[2] if whole else "".join(tokenize(shaped[2])[:n_tokens])
         else:
             reply = "".join(_WORDS[i % len(_WORDS)] for i in range(n_thinking, n_tokens))
-        self.prefix_cache.lookup_and_insert(prompt + tokenize(reply + "<|im_end|>\n"))
+        end = "" if api == "completions" else "<|im_end|>\n"
+        self.prefix_cache.lookup_and_insert(prompt + tokenize(reply + end))
 
     def _shaped_reply(self, req: dict) -> tuple[list[str], str, str] | None:
         """A tool call or a JSON value for an agent-shaped request: (each token's delta as
@@ -700,6 +717,17 @@ def _shaped_length(shaped: tuple[list[str], str, str],
     except (TypeError, ValueError):
         n_tokens = len(deltas)
     return n_tokens, 0, natural_finish if n_tokens == len(deltas) else "length"
+
+
+def _streamed_call(deltas: list[str]) -> ToolCall | None:
+    """The tool call an agent-shaped reply streamed (its id, name, arguments), or None."""
+    ident, name, arguments = "", None, ""
+    for text in deltas:
+        for call in json.loads(text).get("tool_calls") or ():
+            ident = ident or str(call.get("id") or "")
+            name = name or call["function"].get("name")
+            arguments += call["function"].get("arguments") or ""
+    return None if name is None else (ident, str(name), arguments)
 
 
 def _joined_message(deltas: list[str]) -> dict:

@@ -101,7 +101,8 @@ class ScanLoad:
         self.balancer = Balancer(len(self.urls), plan.balance)
         self.timeout = plan.timeout_s
         self._next_prompt = 0
-        self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens)
+        self.workload: PreparedWorkload = initial_workload(plan.workload, plan.max_tokens,
+                                                           api=plan.api)
         # Until the workload is prepared (the preflight's probe): the plain body, nonce included.
         self.bodies = LoadBodies(plan.model, plan.max_tokens, self.workload.scan_nonce,
                                  dataset=plan.workload.dataset, prompts=plan.prompts,

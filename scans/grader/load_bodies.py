@@ -2,7 +2,8 @@
 filler that pads a prompt to the length sized for it, and the JSON encoded once per prompt.
 
 A nonce on every prompt, always: ``[SSSSSSSSSS-RRRRRR]`` (ten digits for the scan, six for the
-request) starts each prompt's text, after the shared prefix when there is one. A conversation
+request) starts each prompt's text, after the shared prefix when there is one (which the
+Messages API sends as its ``system`` prompt: ``apis.prompt_messages``). A conversation
 sends the shared prefix once, as its first (system) message, and each turn's user message
 starts at its nonce (``turn_messages``). No scan is then
 served from an earlier scan's prefix cache and no two requests of a scan share a prefix by
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .apis import request_body
+from .apis import prompt_messages, request_body, shape_fields
 from .openai_chat import encode_body
 from .workload import Dataset, InputSpread
 
@@ -94,41 +95,47 @@ class LoadBodies:
         max_tokens = fields.pop("max_tokens")
         return LoadBodies(self.model, max_tokens, self.scan_nonce, **fields)
 
-    def content(self, request: int, index: int | None = None) -> str:
-        """The first message's text of request `request` (prompt `index`, default the same)."""
+    def _own(self, request: int, index: int | None = None) -> str:
+        """Request `request`'s text after the shared prefix: its nonce, then its prompt."""
         index = request if index is None else index
         nonce = nonce_text(self.scan_nonce, request)
         if self.spread is not None:
-            return f"{self.prefix}{nonce} {ASK}{filler(self.words_for(request))}"
+            return f"{nonce} {ASK}{filler(self.words_for(request))}"
         if self.text is not None:
-            return f"{self.prefix}{nonce} {self.text}"
+            return f"{nonce} {self.text}"
         if self.prompts:
-            return f"{self.prefix}{nonce} {self.prompts[index % len(self.prompts)]}"
-        return f"{self.prefix}{nonce} {self.builtin(index)}"
+            return f"{nonce} {self.prompts[index % len(self.prompts)]}"
+        return f"{nonce} {self.builtin(index)}"
+
+    def _prompt(self, own: str) -> list[Mapping[str, Any]]:
+        """A single prompt's messages: the shared prefix where the API keeps it, then `own`."""
+        return list(prompt_messages(self.api, self.prefix, own))
 
     def _messages(self, marker: str, index: int) -> list[Mapping[str, Any]]:
         assert self.dataset is not None
         item = self.dataset.items[index % len(self.dataset.items)]
         first, rest = dict(item[0]), list(item[1:])
-        head = f"{self.prefix}{marker} "
+        *system, own = self._prompt(f"{marker} ")
+        head = own["content"]
         content = first.get("content")
         if isinstance(content, list):
             first["content"] = [{"type": "text", "text": head}, *content]
         else:
             first["content"] = head + str(content)
-        return [first, *rest]
+        return [*system, first, *rest]
 
-    def _body(self, messages: list[Mapping[str, Any]]) -> bytes:
-        body = request_body(self.api, self.model, messages, self.max_tokens)
+    def _body(self, messages: list[Mapping[str, Any]], conversation: bool = False) -> bytes:
+        body = request_body(self.api, self.model, messages, self.max_tokens,
+                            conversation=conversation)
         body.update(self.params)
-        body.update(self.extra)
+        body.update(shape_fields(self.api, self.extra))
         return encode_body(body)
 
     def turn_body(self, history: list[Mapping[str, Any]],
                   messages: list[Mapping[str, Any]]) -> bytes:
         """A conversation's next request: the `history` so far, then `messages` (the turn's
         own prompt, ``messages(request)``). Encoded whole: the history differs per session."""
-        return self._body([*history, *messages])
+        return self._body([*history, *messages], conversation=True)
 
     def _template(self, key: int, messages: list[Mapping[str, Any]]) -> tuple[bytes, bytes] | None:
         if key not in self._templates:
@@ -161,14 +168,13 @@ class LoadBodies:
         if self.spread is not None:
             words = self.words_for(request)
             if words not in self._spread_templates:
-                encoded = self._body([{"role": "user", "content":
-                                       f"{self.prefix}{_MARK} {ASK}{filler(words)}"}])
+                encoded = self._body(self._prompt(f"{_MARK} {ASK}{filler(words)}"))
                 parts = encoded.split(_MARK.encode())
                 self._spread_templates[words] = (parts[0], parts[1]) if len(parts) == 2 else None
             template = self._spread_templates[words]
             if template is not None:
                 return template[0] + nonce + template[1]
-            return self._body([{"role": "user", "content": self.content(request, index)}])
+            return self._body(self._prompt(self._own(request, index)))
         if self.dataset is not None:
             key = index % len(self.dataset.items)
             template = self._template(key, self._messages(_MARK, key))
@@ -176,17 +182,16 @@ class LoadBodies:
                 return self._body(self._messages(nonce.decode(), key))
             return template[0] + nonce + template[1]
         if self.text is not None:
-            template = self._template(-1, [{"role": "user",
-                                            "content": f"{self.prefix}{_MARK} {self.text}"}])
+            template = self._template(-1, self._prompt(f"{_MARK} {self.text}"))
             if template is not None:
                 return template[0] + nonce + template[1]
-        return self._body([{"role": "user", "content": self.content(request, index)}])
+        return self._body(self._prompt(self._own(request, index)))
 
     def messages(self, request: int) -> list[Mapping[str, Any]]:
         """The messages of request `request` (what /tokenize is asked about)."""
         if self.dataset is not None:
             return self._messages(nonce_text(self.scan_nonce, request), request)
-        return [{"role": "user", "content": self.content(request)}]
+        return self._prompt(self._own(request))
 
     def turn_messages(self, request: int, first: bool) -> list[Mapping[str, Any]]:
         """A conversation turn's own messages (request `request`): with a shared prefix, the

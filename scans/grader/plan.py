@@ -15,7 +15,7 @@ from .objective import Slo, SloError
 from .openloop import OpenLoop, OpenLoopError
 from .replicas import BALANCE_POLICIES
 from .trace_file import TraceError, TraceReplay
-from .workload import Workload, WorkloadError
+from .workload import AGENT, Workload, WorkloadError
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -31,6 +31,15 @@ DEFAULT_LEVELS: tuple[int, ...] = (1, 4, 16)
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_TIMEOUT_S = 60.0
 MAX_LEVEL = 4096
+
+
+#: What an API cannot carry (the workload option, why): chat carries everything. Short, so
+#: the one-line refusal fits the terminal.
+_UNCARRIED: dict[str, dict[str, str]] = {
+    "completions": {"--tools": "it has no tools",
+                    "--json-schema": "it has no response_format"},
+    "messages": {"--json-schema": "it has no response_format"},
+}
 
 
 class PlanError(ValueError):
@@ -190,24 +199,34 @@ class ScanPlan:
         return self
 
     def _validate_api(self) -> None:
-        """Workload options only chat completions can carry are refused with another API."""
+        """What an API cannot carry is refused before any request, naming the option, the API
+        and why: embeddings take their input as it is; the completions API has no tools and
+        no response_format, the Messages API no response_format (``_UNCARRIED``)."""
         if self.api not in APIS:
             raise PlanError(f"--api {self.api!r}: expected one of {', '.join(APIS)}")
         if self.api == "chat":
             return
         w = self.workload
-        refused = [name for name, given in (
-            (f"--workload {w.preset}", w.preset is not None),
-            ("--tools", w.tools is not None),
-            ("--json-schema", w.structured_output is not None),
-            ("--turns", w.turns > 1),
-            ("--dataset", w.dataset is not None),
-            ("--input-tokens", w.input_tokens is not None or w.input_spread is not None),
-            ("--shared-prefix-tokens", w.shared_prefix_tokens is not None),
-            ("--trace", self.trace is not None),
-        ) if given]
-        if refused:
-            raise PlanError(f"{refused[0]} with --api {self.api}: only --api chat carries it")
+        if self.api == "embeddings":
+            refused = [name for name, given in (
+                (f"--workload {w.preset}", w.preset is not None),
+                ("--tools", w.tools is not None),
+                ("--json-schema", w.structured_output is not None),
+                ("--turns", w.turns > 1),
+                ("--dataset", w.dataset is not None),
+                ("--input-tokens", w.input_tokens is not None or w.input_spread is not None),
+                ("--shared-prefix-tokens", w.shared_prefix_tokens is not None),
+                ("--trace", self.trace is not None),
+            ) if given]
+            if refused:
+                raise PlanError(f"{refused[0]} with --api embeddings: its inputs are sent as "
+                                "given")
+        uncarried = _UNCARRIED.get(self.api, {})
+        for flag, given in (("--tools", w.tools is not None),
+                            ("--json-schema", w.structured_output is not None)):
+            if given and flag in uncarried:
+                named = f"--workload {w.preset}" if w.preset == AGENT else flag
+                raise PlanError(f"{named} with --api {self.api}: {uncarried[flag]}")
         if self.api != "embeddings":
             return
         if w.output_tokens is not None:

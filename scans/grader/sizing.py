@@ -7,11 +7,15 @@
   fails because of it, and the report says whether the length was enforced.
 * **Prompt length**: each prompt is N tokens as the server counts them, chat template
   included, within ``tolerance(N)``. Counted, preferred first, by the server's ``/tokenize``
-  (vLLM: ``messages``, template included; llama.cpp: ``content``, plus the template overhead
-  measured once with a probe), else by probes (``max_tokens`` 1, ``usage.prompt_tokens``): two
-  counts give the tokens per filler word and the fixed part, then corrections until within
-  tolerance. A server with neither usage nor ``/tokenize`` is refused: a guess would be reported
-  as a length it is not (DECISIONS.md, 2026-12-01).
+  (vLLM: ``messages``, template included, or ``prompt`` for the completions API, which applies
+  none; llama.cpp: ``content``, plus the template overhead measured once with a probe per
+  arrangement of messages), else by probes in the plan's own API (its body with the smallest
+  reply cap, its usage as its parser reads it: ``usage.prompt_tokens``, the Responses API's
+  ``input_tokens``, the Messages API's ``message_start``): two counts give the tokens per
+  filler word and the fixed part, then corrections until within tolerance. What is counted is
+  the prompt as it is sent (the Messages API's shared prefix as its ``system`` prompt). A
+  server with neither usage nor ``/tokenize`` is refused: a guess would be reported as a
+  length it is not (DECISIONS.md, 2026-12-01).
 * **A spread of prompt lengths**: the anchor lengths are sized as above, and each request's
   filler is chosen by a model fitted to every sizing count (tokens = a + b·words +
   c·characters), near the anchors' interpolation.
@@ -31,10 +35,12 @@ from typing import Any
 
 import httpx
 
+from .apis import MAX_TOKENS_FIELDS, probe_max_tokens, prompt_messages, prompt_text, request_body
 from .load_bodies import ASK, LoadBodies, filler, filler_chars, nonce_text
-from .openai_chat import chat_request_body, encode_body
+from .openai_chat import encode_body, user_message
 from .sse import SSEDecoder
 from .stream import StreamParser, StreamTally
+from .stream_apis import parser_class as api_parser_class
 from .workload import PRESETS, Workload, WorkloadError
 
 __all__ = ["PreparedWorkload", "initial_workload", "prepare_workload", "tolerance"]
@@ -124,10 +130,14 @@ class PreparedWorkload:
         }
 
 
-def initial_workload(workload: Workload, max_tokens: int, *,
-                     scan_nonce: int | None = None) -> PreparedWorkload:
+def initial_workload(workload: Workload, max_tokens: int, *, scan_nonce: int | None = None,
+                     api: str = "chat") -> PreparedWorkload:
     prepared = PreparedWorkload(workload, max_tokens,
                                 secrets.randbelow(10**10) if scan_nonce is None else scan_nonce)
+    cap = MAX_TOKENS_FIELDS.get(api)
+    if cap is not None:  # the API's own name for the reply's cap, wherever it is said
+        prepared.sent = [cap]
+        prepared.output_note = prepared.output_note.replace("max_tokens", cap)
     if workload.dataset is not None:
         prepared.sizing = "dataset"
     return prepared
@@ -170,35 +180,40 @@ def _json(body: bytes) -> Any:
         return None
 
 
+PromptMessages = list[dict[str, Any]]
+
+
 class _Sizer:
-    """Counts prompt tokens as the server does, by /tokenize or by probes."""
+    """Counts prompt tokens as the server does, by /tokenize or by probes, each prompt as the
+    plan's API sends it (``count`` takes its messages, ``apis.prompt_messages``)."""
 
     def __init__(self, plan_base: str, model: str, client: httpx.AsyncClient, timeout: float,
-                 bodies: LoadBodies, chat_url: str) -> None:
+                 bodies: LoadBodies, url: str) -> None:
         self.root = _root(plan_base)
         self.model = model
         self.client = client
         self.timeout = timeout
-        self.bodies = bodies.with_changes(max_tokens=1, params={})
-        self.chat_url = chat_url
+        self.api = bodies.api
+        self.url = url  # the plan's API's path, where probes go
         self.method: str | None = None
-        self.flavour = "probe"   # or "vllm" (messages) or "llamacpp" (content)
+        self.flavour = "probe"   # or "vllm" (messages or prompt) or "llamacpp" (content)
         self.detail = ""
-        self.overhead = 0
+        #: llama.cpp: the template's tokens around the content, by the messages' roles.
+        self.overheads: dict[tuple[str, ...], int] = {}
         self.requests = 0
         self.max_model_len: int | None = None
 
-    def _probe_body(self, content: str) -> bytes:
-        return encode_body(chat_request_body(self.model, [{"role": "user", "content": content}],
-                                             1))
+    def _probe_body(self, messages: PromptMessages) -> bytes:
+        return encode_body(request_body(self.api, self.model, messages,
+                                        probe_max_tokens(self.api)))
 
-    async def probe_count(self, content: str) -> int | None:
+    async def probe_count(self, messages: PromptMessages) -> int | None:
         self.requests += 1
-        status, body = await _post(self.client, self.chat_url, self._probe_body(content),
+        status, body = await _post(self.client, self.url, self._probe_body(messages),
                                    self.timeout)
         if status is None or not 200 <= status < 300:
             return None
-        return _usage_of(body).prompt_tokens
+        return _usage_of(body, api_parser_class(self.api)).prompt_tokens
 
     async def _tokenize(self, payload: dict) -> Any:
         self.requests += 1
@@ -206,55 +221,69 @@ class _Sizer:
                                    json.dumps(payload).encode(), self.timeout)
         return _json(body) if status is not None and 200 <= status < 300 else None
 
-    async def detect(self, sample: str) -> None:
+    def _vllm_payload(self, messages: PromptMessages) -> dict:
+        """vLLM's /tokenize request: the completions API applies no chat template, so its
+        prompt is counted as text; every other API's messages with the template."""
+        if self.api == "completions":
+            return {"model": self.model, "prompt": prompt_text(messages)}
+        return {"model": self.model, "add_generation_prompt": True, "messages": messages}
+
+    async def _overhead(self, messages: PromptMessages, raw: int) -> int | None:
+        """llama.cpp's template tokens around messages of these roles: one probe, kept."""
+        roles = tuple(str(m.get("role")) for m in messages)
+        if roles not in self.overheads:
+            counted = await self.probe_count(messages)
+            if counted is None:
+                return None
+            self.overheads[roles] = counted - raw
+        return self.overheads[roles]
+
+    async def detect(self, sample: PromptMessages) -> None:
         """Choose the counting method: vLLM /tokenize, llama.cpp /tokenize, probes."""
-        answer = await self._tokenize({"model": self.model, "add_generation_prompt": True,
-                                       "messages": [{"role": "user", "content": sample}]})
+        answer = await self._tokenize(self._vllm_payload(sample))
         if isinstance(answer, dict) and type(answer.get("count")) is int:
             self.method, self.flavour = "tokenize", "vllm"
             limit = answer.get("max_model_len")
             self.max_model_len = limit if type(limit) is int and limit > 0 else None
-            self.detail = "the server's /tokenize (messages, chat template included)"
+            self.detail = ("the server's /tokenize (prompt)" if self.api == "completions" else
+                           "the server's /tokenize (messages, chat template included)")
             return
-        answer = await self._tokenize({"content": sample})
+        answer = await self._tokenize({"content": prompt_text(sample)})
         if isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
-            raw = len(answer["tokens"])
-            counted = await self.probe_count(sample)
+            overhead = await self._overhead(sample, len(answer["tokens"]))
             self.method, self.flavour = "tokenize", "llamacpp"
-            if counted is not None:
-                self.overhead = counted - raw
+            if overhead is not None:
                 self.detail = (f"the server's /tokenize (content) plus the chat template's "
-                               f"{self.overhead} tokens, measured once")
+                               f"{overhead} tokens, measured once")
             else:
                 self.detail = ("the server's /tokenize (content); the chat template's overhead "
                                "could not be measured (no usage reported)")
             return
         if await self.probe_count(sample) is not None:
             self.method = "probe"
-            self.detail = "probes with max_tokens 1, read from usage.prompt_tokens"
+            self.detail = (f"probes with {MAX_TOKENS_FIELDS.get(self.api, 'max_tokens')} "
+                           f"{probe_max_tokens(self.api)}, read from the usage reported")
             return
         raise WorkloadError("cannot size prompts: the server reports no token usage and has "
                             "no /tokenize endpoint; drop --input-tokens and "
                             "--shared-prefix-tokens (tokvera needs the server's count)")
 
-    async def count(self, content: str) -> int:
+    async def count(self, messages: PromptMessages) -> int:
         if self.method == "tokenize":
             if self.flavour == "llamacpp":
-                answer = await self._tokenize({"content": content})
+                answer = await self._tokenize({"content": prompt_text(messages)})
                 tokens = answer.get("tokens") if isinstance(answer, dict) else None
                 if isinstance(tokens, list):
-                    return len(tokens) + self.overhead
+                    return len(tokens) + (await self._overhead(messages, len(tokens)) or 0)
             else:
-                answer = await self._tokenize({"model": self.model, "add_generation_prompt": True,
-                                               "messages": [{"role": "user",
-                                                             "content": content}]})
+                answer = await self._tokenize(self._vllm_payload(messages))
                 if isinstance(answer, dict) and type(answer.get("count")) is int:
                     return answer["count"]
             raise WorkloadError(f"prompt sizing stopped: {self.root}/tokenize stopped answering")
-        counted = await self.probe_count(content)
+        counted = await self.probe_count(messages)
         if counted is None:
-            raise WorkloadError("prompt sizing stopped: a probe request (max_tokens 1) failed "
-                                "or reported no usage")
+            raise WorkloadError("prompt sizing stopped: a probe request (the shortest reply) "
+                                "failed or reported no usage")
         return counted
 
 
@@ -308,6 +337,7 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
     """Which of ignore_eos / min_tokens the server accepts, by a short probe per choice."""
     m = prepared.workload.output_tokens
     assert m is not None
+    cap = MAX_TOKENS_FIELDS.get(bodies.api, "max_tokens")
     probe_m = min(m, OUTPUT_PROBE_TOKENS)
     tried: list[str] = []
     for params in ({"ignore_eos": True, "min_tokens": probe_m}, {"ignore_eos": True},
@@ -319,7 +349,7 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
         if status is not None and 200 <= status < 300:
             tally = _usage_of(body, parser_class)
             load_params = {k: (m if k == "min_tokens" else v) for k, v in params.items()}
-            prepared.sent = ["max_tokens", *params]
+            prepared.sent = [cap, *params]
             got = tally.completion_tokens
             if got is not None and got < probe_m and tally.finish_reason != "length":
                 prepared.enforced = False
@@ -327,19 +357,19 @@ async def _output_length(prepared: PreparedWorkload, bodies: LoadBodies,
                                         f" but a {probe_m}-token probe stopped at {got}")
             else:
                 prepared.enforced = True
-                prepared.output_note = f"enforced with {' and '.join(params)} (max_tokens {m})"
+                prepared.output_note = f"enforced with {' and '.join(params)} ({cap} {m})"
             return load_params
         if status is None or status >= 500:
             prepared.enforced = False
             prepared.output_note = ("not enforced: the probe for ignore_eos and min_tokens got "
                                     f"{'no answer' if status is None else f'HTTP {status}'}; "
-                                    "max_tokens alone is sent")
+                                    f"{cap} alone is sent")
             return {}
         tried.append(f"HTTP {status}")
     prepared.enforced = False
-    prepared.sent = ["max_tokens"]
+    prepared.sent = [cap]
     prepared.output_note = ("not enforced: the server refused ignore_eos and min_tokens "
-                            f"({', '.join(sorted(set(tried)))}); max_tokens alone is sent, so "
+                            f"({', '.join(sorted(set(tried)))}); {cap} alone is sent, so "
                             "replies may end early")
     return {}
 
@@ -360,14 +390,14 @@ async def _prefix_words(w: Workload, sizer: _Sizer) -> int:
         return 0
 
     async def count_prefix(k: int) -> int:
-        return await sizer.count(filler(k, 7))
+        return await sizer.count(user_message(filler(k, 7)))
     words, _ = await _solve(count_prefix, w.shared_prefix_tokens,
                             "the shared prefix", "--shared-prefix-tokens")
     return words
 
 
 async def _size_spread(prepared: PreparedWorkload, bodies: LoadBodies, sizer: _Sizer,
-                       prompt: Callable[[int, int], str]) -> LoadBodies:
+                       prompt: Callable[[int, int], PromptMessages]) -> LoadBodies:
     """Size an input spread: the shared prefix, then each anchor length exactly (not cached
     between scans: a handful of counts)."""
     w = prepared.workload
@@ -417,20 +447,20 @@ async def prepare_workload(prepared: PreparedWorkload, bodies: LoadBodies, *,
     if not w.sized:
         return bodies
     sizer = _Sizer(base_url, model, client, timeout, bodies, chat_url)
-    sample = f"{nonce_text(prepared.scan_nonce, 0)} {ASK}"
-    await sizer.detect(sample)
+    await sizer.detect(user_message(f"{nonce_text(prepared.scan_nonce, 0)} {ASK}"))
     limit = sizer.max_model_len or await _context_from_models(client, base_url, model,
                                                               min(timeout, 10.0))
     _check_context(prepared, limit)
-    key = (base_url, model, w.input_tokens, w.shared_prefix_tokens, sizer.method)
+    key = (base_url, model, bodies.api, w.input_tokens, w.shared_prefix_tokens, sizer.method)
     prefix = ""
     text = None
     cached = _SIZING_CACHE.get(key)
     sizing_nonce = nonce_text(prepared.scan_nonce, 0)
 
-    def prompt(prefix_words: int, words: int) -> str:
+    def prompt(prefix_words: int, words: int) -> PromptMessages:
+        """A prompt as the API sends it (the shared prefix where it keeps it)."""
         pre = filler(prefix_words, 7) + "\n" if prefix_words else ""
-        return f"{pre}{sizing_nonce} {ASK}{filler(words)}"
+        return prompt_messages(bodies.api, pre, f"{sizing_nonce} {ASK}{filler(words)}")
 
     if w.input_spread is not None:
         return await _size_spread(prepared, bodies, sizer, prompt)

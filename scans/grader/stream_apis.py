@@ -9,11 +9,15 @@ the preflight's probe and ``stream.classify_end`` read every API the same way:
   ``response.reasoning_text.delta`` / ``response.reasoning_summary_text.delta`` (thinking);
   ``response.completed`` / ``response.incomplete`` end the stream with its usage
   (``input_tokens``, ``output_tokens``); ``response.failed`` and ``error`` are errors in the
-  stream.
+  stream. A tool call is a ``function_call`` item: its name (output, as chat's first tool-call
+  delta is) in ``response.output_item.added``, its arguments in the deltas, by
+  ``output_index``.
 * **messages** (Anthropic's Messages API): output is a ``content_block_delta``'s ``text_delta``
   or ``input_json_delta`` (answer) or ``thinking_delta`` (thinking), or a ``tool_use`` block's
   name; ``message_start`` states the prompt's tokens, ``message_delta`` the stop reason and
-  ``usage.output_tokens``; ``message_stop`` ends the stream; ``error`` is an error in it.
+  ``usage.output_tokens``; ``message_stop`` ends the stream; ``error`` is an error in it. A
+  tool call is a ``tool_use`` block (its name and id in ``content_block_start``, its arguments
+  the ``input_json_delta`` fragments), by the block's ``index``.
 
 **embeddings** has no stream: ``read_embeddings`` reads its whole JSON answer (``data[]``
 with an ``embedding`` each, ``usage.prompt_tokens``) into the same tally; ``done_at`` is the
@@ -52,6 +56,11 @@ def _count(value: object) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
+def _index(obj: dict, key: str) -> int:
+    value = obj.get(key)
+    return value if type(value) is int else 0
+
+
 def _error(message: object) -> str:
     if isinstance(message, dict):
         message = message.get("message") or message.get("type") or message
@@ -87,6 +96,7 @@ class CompletionsParser(StreamParser):
 
 _RESPONSES_ANSWER = frozenset({"response.output_text.delta", "response.refusal.delta",
                                "response.function_call_arguments.delta"})
+_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 _RESPONSES_THINKING = frozenset({"response.reasoning_text.delta",
                                  "response.reasoning_summary_text.delta"})
 
@@ -105,6 +115,15 @@ class ResponsesParser(StreamParser):
                 self._output(ANSWER if kind in _RESPONSES_ANSWER else THINKING, at)
                 if self.answer_text is not None and kind == "response.output_text.delta":
                     self.answer_text.append(delta)
+                elif self.tool_calls is not None and kind == _ARGUMENTS_DELTA:
+                    self.tool_calls.setdefault(_index(obj, "output_index"), [""]).append(delta)
+        elif kind == "response.output_item.added":
+            self._item_added(obj, at)
+        elif kind == "response.function_call_arguments.done" and self.tool_calls is not None:
+            # A server that sends the arguments only whole: they are the call's
+            parts = self.tool_calls.setdefault(_index(obj, "output_index"), [""])
+            if len(parts) == 1 and _text(obj.get("arguments")):
+                parts.append(obj["arguments"])
         elif kind in ("response.completed", "response.incomplete"):
             self._finish(obj.get("response"), at)
         elif kind == "response.failed":
@@ -114,6 +133,23 @@ class ResponsesParser(StreamParser):
         elif kind == "error":
             self.tally.stream_error = _error(obj.get("message") or obj.get("error")
                                              or obj.get("code") or "error")
+
+    def _item_added(self, obj: dict, at: float) -> None:
+        """A function call begins: its name is output, and kept with its call id."""
+        item = obj.get("item")
+        if type(item) is not dict or item.get("type") != "function_call":
+            return
+        name = item.get("name")
+        if not _text(name):
+            return
+        self._output(ANSWER, at)
+        if self.tool_calls is not None:
+            index = _index(obj, "output_index")
+            parts = self.tool_calls.setdefault(index, [""])
+            parts[0] = parts[0] or name
+            ident = item.get("call_id")
+            if _text(ident):
+                self.tool_call_ids.setdefault(index, ident)
 
     def _finish(self, response: object, at: float) -> None:
         tally = self.tally
@@ -144,24 +180,15 @@ class MessagesParser(StreamParser):
     def chunk(self, obj: dict, at: float) -> None:
         kind = obj.get("type")
         if kind == "content_block_delta":
-            delta = obj.get("delta")
-            if type(delta) is not dict:
-                return
-            delta_kind = delta.get("type")
-            if delta_kind == "text_delta" and _text(delta.get("text")):
-                self._output(ANSWER, at)
-                if self.answer_text is not None:
-                    self.answer_text.append(delta["text"])
-            elif delta_kind == "input_json_delta" and _text(delta.get("partial_json")):
-                self._output(ANSWER, at)
-            elif delta_kind == "thinking_delta" and _text(delta.get("thinking")):
-                self._output(THINKING, at)
+            self._block_delta(obj, at)
         elif kind == "content_block_start":
             block = obj.get("content_block")
             if type(block) is dict and (
                     (block.get("type") == "tool_use" and _text(block.get("name")))
                     or (block.get("type") == "text" and _text(block.get("text")))):
                 self._output(ANSWER, at)
+                if self.tool_calls is not None and block["type"] == "tool_use":
+                    self._tool_use(_index(obj, "index"), block)
         elif kind == "message_start":
             message = obj.get("message")
             usage = message.get("usage") if type(message) is dict else None
@@ -174,6 +201,30 @@ class MessagesParser(StreamParser):
                 self.tally.done_at = at
         elif kind == "error":
             self.tally.stream_error = _error(obj.get("error") or "error")
+
+    def _block_delta(self, obj: dict, at: float) -> None:
+        delta = obj.get("delta")
+        if type(delta) is not dict:
+            return
+        delta_kind = delta.get("type")
+        if delta_kind == "text_delta" and _text(delta.get("text")):
+            self._output(ANSWER, at)
+            if self.answer_text is not None:
+                self.answer_text.append(delta["text"])
+        elif delta_kind == "input_json_delta" and _text(delta.get("partial_json")):
+            self._output(ANSWER, at)
+            if self.tool_calls is not None:
+                self.tool_calls.setdefault(_index(obj, "index"), [""]).append(
+                    delta["partial_json"])
+        elif delta_kind == "thinking_delta" and _text(delta.get("thinking")):
+            self._output(THINKING, at)
+
+    def _tool_use(self, index: int, block: dict) -> None:
+        assert self.tool_calls is not None
+        parts = self.tool_calls.setdefault(index, [""])
+        parts[0] = parts[0] or block["name"]
+        if _text(block.get("id")):
+            self.tool_call_ids.setdefault(index, block["id"])
 
     def _prompt(self, usage: dict) -> None:
         """Anthropic's ``input_tokens`` leaves out the tokens read from or written to its

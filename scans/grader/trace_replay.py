@@ -35,10 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .apis import request_body, shape_fields
 from .figures import percentile, percentiles, rounded
 from .load_bodies import ASK, filler, filler_chars, nonce_text
 from .measurement import LevelResult, RequestRecord
-from .openai_chat import chat_request_body, encode_body
+from .openai_chat import encode_body, user_message
 from .openloop import (
     SEND_LAG_THRESHOLD_MS,
     e2e_from_schedule_ms,
@@ -117,6 +118,7 @@ class TraceBodies:
     model: str
     scan_nonce: int
     lengths: _Lengths
+    api: str = "chat"
     params: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
@@ -144,10 +146,9 @@ class TraceBodies:
 
     def body(self, i: int) -> bytes:
         max_tokens = self.spec.trace.requests[i].output_tokens
-        body = chat_request_body(self.model, [{"role": "user", "content": self.content(i)}],
-                                 max_tokens)
+        body = request_body(self.api, self.model, user_message(self.content(i)), max_tokens)
         body.update({k: (max_tokens if k == "min_tokens" else v) for k, v in self.params.items()})
-        body.update(self.extra)
+        body.update(shape_fields(self.api, self.extra))
         return encode_body(body)
 
 
@@ -159,24 +160,25 @@ async def prepare_trace(scan: ScanLoad) -> TraceBodies:
     assert spec is not None
     nonce = scan.workload.scan_nonce
     probe = initial_workload(Workload(output_tokens=OUTPUT_PROBE_TOKENS), OUTPUT_PROBE_TOKENS,
-                             scan_nonce=nonce)
-    params = await _output_length(probe, scan.bodies, scan.client, scan.url, scan.timeout)
+                             scan_nonce=nonce, api=plan.api)
+    params = await _output_length(probe, scan.bodies, scan.client, scan.url, scan.timeout,
+                                  scan.parser_class)
     sizer = _Sizer(plan.base_url, plan.model, scan.client, scan.timeout, scan.bodies, scan.url)
     # The sizing's text has its own nonce: counted by probes it lands in the prefix cache,
     # where no request of the load may find it.
     sizing_nonce = (nonce + 1) % 10**10
     tail = f"{nonce_text(sizing_nonce, TRACE_NONCE_BASE)} {ASK}"
-    await sizer.detect(tail)
+    await sizer.detect(user_message(tail))
     limit = sizer.max_model_len or await _context_from_models(
         scan.client, plan.base_url, plan.model, min(scan.timeout, 10.0))
     _check_context(spec, limit)
     lengths = await _measure(sizer, sizing_nonce, tail,
                              any(r.hash_ids for r in spec.trace.requests))
-    bodies = TraceBodies(spec, plan.model, nonce, lengths, params=params,
+    bodies = TraceBodies(spec, plan.model, nonce, lengths, plan.api, params=params,
                          extra=plan.workload.agent_body())
     longest = max(range(len(spec.trace.requests)),
                   key=lambda i: spec.trace.requests[i].input_tokens)
-    counted = await sizer.count(bodies.content(longest, sizing_nonce))
+    counted = await sizer.count(user_message(bodies.content(longest, sizing_nonce)))
     bodies.facts = {
         "sizing": sizer.method or "probe",
         "sizing_detail": sizer.detail,
@@ -188,7 +190,8 @@ async def prepare_trace(scan: ScanLoad) -> TraceBodies:
                   "asked": spec.trace.requests[longest].input_tokens, "counted": counted},
         "output_length": {"enforced": probe.enforced, "sent": list(probe.sent),
                           "note": probe.output_note.replace(
-                              f"max_tokens {OUTPUT_PROBE_TOKENS}", "max_tokens output_length")},
+                              f"{probe.sent[0]} {OUTPUT_PROBE_TOKENS}",
+                              f"{probe.sent[0]} output_length")},
     }
     return bodies
 
@@ -207,7 +210,8 @@ def _check_context(spec: TraceReplay, limit: int | None) -> None:
 async def _measure(sizer: _Sizer, nonce: int, tail: str, blocks: bool) -> _Lengths:
     """The server's counts of the prompt's parts: the fixed part, filler at ``FIT_WORDS``
     lengths (fitted), a block's marker and a full block sized to ``BLOCK_TOKENS``."""
-    points = [(words, await sizer.count(tail + filler(words))) for words in FIT_WORDS]
+    points = [(words, await sizer.count(user_message(tail + filler(words))))
+              for words in FIT_WORDS]
     fixed = points[0][1]
     lengths = _Lengths(fixed)
     lengths.fit = _fit_lengths([(k, t - fixed) for k, t in points])
@@ -216,7 +220,8 @@ async def _measure(sizer: _Sizer, nonce: int, tail: str, blocks: bool) -> _Lengt
         return lengths
 
     async def block(words: int) -> int:
-        return await sizer.count(block_text(nonce, _SIZING_BLOCK, words) + tail) - fixed
+        return (await sizer.count(user_message(block_text(nonce, _SIZING_BLOCK, words) + tail))
+                - fixed)
 
     lengths.marker = await block(0)
     words = lengths.words_for(BLOCK_TOKENS - lengths.marker)

@@ -45,6 +45,7 @@ from .agent_load import (
     TOOL_SESSION,
     RequestShape,
 )
+from .apis import STRUCTURED_OUTPUT_APIS
 
 if TYPE_CHECKING:
     from .agent_load import StructuredOutput, ToolSet
@@ -394,11 +395,13 @@ class Workload:
         return f"--workload {AGENT}" if self.preset == AGENT else "--turns"
 
 
-def apply_workload_preset(workload: Workload, name: str) -> Workload:
+def apply_workload_preset(workload: Workload, name: str, *, api: str = "chat") -> Workload:
     """`workload` with preset `name`'s values wherever it leaves them unset (None; for turns
     and think time, their defaults 1 and 0): the lengths of chat, rag and long; for agent also
     the system prompt (``shared_prefix_tokens``), the turns, the think time, the built-in tools
-    and schema, and the mix. What is set stays: an option given overrides the preset.
+    and schema, and the mix. What is set stays: an option given overrides the preset. Over an
+    `api` with no ``response_format`` (``apis.STRUCTURED_OUTPUT_APIS``) the agent's mix has no
+    structured-output sessions and no schema is sent, unless one was given.
     WorkloadError (one line) for a name not in ``WORKLOAD_PRESETS``."""
     if name not in PRESETS:
         raise WorkloadError(f"--workload {name!r}: expected one of {', '.join(PRESETS)}")
@@ -420,9 +423,11 @@ def apply_workload_preset(workload: Workload, name: str) -> Workload:
             changes["think_time_ms"] = preset.think_time_ms
         if workload.tools is None:
             changes["tools"] = load_tools(BUILTIN, preset.tool_choice)
-        if workload.structured_output is None:
+        schema = api in STRUCTURED_OUTPUT_APIS or workload.structured_output is not None
+        if workload.structured_output is None and schema:
             changes["structured_output"] = load_schema(BUILTIN)
         if workload.mix is None:
-            changes["mix"] = preset.mix
+            changes["mix"] = (preset.mix if schema else
+                              tuple(kind for kind in preset.mix if kind != STRUCTURED_SESSION))
     return replace(workload, **changes)
 

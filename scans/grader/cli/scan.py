@@ -452,7 +452,7 @@ def _workload(args: argparse.Namespace) -> Workload:
         raise UsageError("--turns 1 with --workload agent: the preset is conversations; "
                          "give --turns 2 or more, or drop --workload agent")
     # The preset's values wherever an option was not given
-    workload = apply_workload_preset(workload, preset)
+    workload = apply_workload_preset(workload, preset, api=getattr(args, "api", "chat"))
     if getattr(args, "think_time_ms", None) == 0:  # given as 0: no pause, not the preset's
         workload = replace(workload, think_time_ms=0.0)
     return workload

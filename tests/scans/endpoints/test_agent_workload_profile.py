@@ -94,14 +94,20 @@ def test_the_api_takes_the_api_and_the_agent_workload(world, api):
     url = reverse("api-endpoint-detail", kwargs={"public_id": body["id"]})
     unknown = api.patch(url, {"api": "grpc"}, format="json", **bearer(world.read_write_token))
     assert unknown.status_code == 400 and "api" in unknown.json()
-    refused = api.patch(url, {"api": "messages"}, format="json",
+    refused = api.patch(url, {"api": "completions"}, format="json",
                         **bearer(world.read_write_token))
-    assert refused.status_code == 422  # the agent's tools and schema need chat completions
+    assert refused.status_code == 422  # a prompt API carries no tools
     assert "the agent workload" in " ".join(refused.json()["scan_profile"])
-    moved = api.patch(url, {"api": "messages", "agent_workload": False}, format="json",
+    moved = api.patch(url, {"api": "completions", "agent_workload": False}, format="json",
                       **bearer(world.read_write_token))
     assert moved.status_code == 200, moved.json()
-    assert (moved.json()["api"], moved.json()["agent_workload"]) == ("messages", False)
+    assert (moved.json()["api"], moved.json()["agent_workload"]) == ("completions", False)
+    # Anthropic's Messages API takes the agent's tool and chat sessions (it has no JSON schema)
+    messages = api.patch(url, {"api": "messages", "agent_workload": True}, format="json",
+                         **bearer(world.read_write_token))
+    assert messages.status_code == 200, messages.json()
+    endpoint = Endpoint.dangerously_unscoped.get(public_id=body["id"])
+    assert list(profile.plan_for(endpoint).workload.mix) == ["tools", "chat"]
 
 
 def test_a_refusal_names_the_sites_fields_not_a_longer_option():

@@ -350,9 +350,7 @@ def _counting_server(count: list[int]):
 
 @pytest.mark.parametrize("flags", [
     ("--api", "completions", "--tools", "builtin"),
-    ("--api", "messages", "--turns", "3"),
-    ("--api", "responses", "--json-schema", "builtin"),
-    ("--api", "completions", "--input-tokens", "200"),
+    ("--api", "completions", "--json-schema", "builtin"),
     ("--api", "embeddings", "--turns", "2"),
     ("--api", "embeddings", "--slo", "ttft_p95_ms=500"),
     ("--api", "embeddings", "--stop-on-saturation"),
