@@ -140,6 +140,23 @@ def json_response(status: int, obj: object, reason: bytes = b"Status") -> bytes:
             % (status, reason, len(body))) + body
 
 
+def counting_server(count: list[int]) -> Handler:
+    """A keep-alive server that answers every request 404 and appends 1 to `count` for each:
+    a scan refused before any request leaves `count` empty."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            count.append(1)
+            writer.write(json_response(404, {"error": "not found"}))
+            await writer.drain()
+
+    return handler
+
+
 def stream_server(make_body: Callable[[int], bytes]) -> Handler:
     """A keep-alive server answering every chat request with one chunked SSE body
     (`make_body(request_number)`), and 404 to anything else."""

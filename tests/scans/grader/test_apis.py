@@ -29,6 +29,7 @@ from scans.grader.stream_apis import parser_class
 from tests.helpers.servers import (
     END_CHUNKS,
     SSE_HEAD,
+    counting_server,
     http_chunk,
     json_response,
     raw_server,
@@ -334,19 +335,6 @@ def test_each_parser_reads_the_same_stream_however_its_bytes_are_split(api):
 
 # -- combinations refused ------------------------------------------------------------------------
 
-def _counting_server(count: list[int]):
-    async def handler(reader, writer):
-        while True:
-            try:
-                await read_http_request(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            count.append(1)
-            writer.write(json_response(404, {"error": "not found"}))
-            await writer.drain()
-
-    return handler
-
 
 @pytest.mark.parametrize("flags", [
     ("--api", "completions", "--tools", "builtin"),
@@ -359,7 +347,7 @@ def _counting_server(count: list[int]):
 def test_a_combination_that_makes_no_sense_is_refused_before_any_request(flags, tmp_path,
                                                                          capsys):
     count: list[int] = []
-    with raw_server(_counting_server(count)) as port:
+    with raw_server(counting_server(count)) as port:
         status = main(["scan", f"http://127.0.0.1:{port}/v1", "--model", "m",
                        "--out", str(tmp_path / "out"), *flags])
     assert status == 2 and count == []

@@ -7,7 +7,6 @@ own tokenizer and prefix cache) and a raw server that counts the requests it got
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -27,7 +26,7 @@ from scans.grader.stream_apis import parser_class
 from scans.grader.trace_file import TraceReplay, load_trace
 from scans.grader.workload import Workload, load_dataset, parse_input_tokens
 from tests.helpers.paths import ROOT
-from tests.helpers.servers import json_response, raw_server, read_request, validate_report
+from tests.helpers.servers import counting_server, raw_server, validate_report
 from tokvera_site.cli import main
 
 NONCE = re.compile(r"\[(\d{10})-(\d{6})\]")
@@ -302,19 +301,6 @@ def test_the_agent_preset_runs_over_responses_and_messages(api, mix, tmp_path):
 
 # -- what stays refused ----------------------------------------------------------------------
 
-def _counting_server(count: list[int]):
-    async def handler(reader, writer):
-        while True:
-            try:
-                await read_request(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            count.append(1)
-            writer.write(json_response(404, {"error": "not found"}))
-            await writer.drain()
-
-    return handler
-
 
 @pytest.mark.parametrize(("flags", "option"), [
     (("--api", "completions", "--tools", "builtin"), "--tools"),
@@ -326,7 +312,7 @@ def _counting_server(count: list[int]):
 def test_what_an_api_cannot_carry_is_refused_before_any_request(flags, option, tmp_path: Path,
                                                                  capsys):
     count: list[int] = []
-    with raw_server(_counting_server(count)) as port:
+    with raw_server(counting_server(count)) as port:
         status = main(["scan", f"http://127.0.0.1:{port}/v1", "--model", "m",
                        "--out", str(tmp_path / "out"), *flags])
     assert status == 2 and count == []

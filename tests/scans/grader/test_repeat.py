@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scans.grader.repeat import bootstrap_interval, median_run
-from tests.scans.grader.test_cli_at_80_columns import (
+from tests.helpers.cli import (
     FAST,
     MODEL,
     assert_readable_at_80,

@@ -17,8 +17,8 @@ import jsonschema
 
 from scans.grader.measurement import FAILURE_CLASSES
 from scans.grader.plan import builtin_prompt
+from tests.helpers.cli import FAST, MODEL, TOKVERA, target_process
 from tests.helpers.paths import ROOT
-from tests.scans.grader.test_cli_at_80_columns import FAST, MODEL, TOKVERA, target_process
 
 SCHEMA = json.loads((ROOT / "docs" / "requests.schema.json").read_text())
 KEY = "sk-test-never-written-7f3a9c"
