@@ -142,13 +142,17 @@ def _tool_input(arguments: str) -> dict:
 
 def _anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The non-system chat messages as Anthropic's: an assistant's tool calls as ``tool_use``
-    blocks after its text, tool messages as ``tool_result`` blocks of a user message, and
-    consecutive user messages joined into one, so user and assistant alternate."""
+    blocks after its text, tool messages as ``tool_result`` blocks of a user message, an empty
+    reply left out, and consecutive user messages joined into one, so user and assistant
+    alternate."""
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         if role == "system":
             continue
+        if (role == "assistant" and not message.get("tool_calls")
+                and not _text(message.get("content"))):
+            continue  # Anthropic refuses an empty assistant turn: the user turns around it join
         if role == "tool":
             blocks: list[dict[str, Any]] = [{"type": "tool_result",
                                              "tool_use_id": message.get("tool_call_id"),

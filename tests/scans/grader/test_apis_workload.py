@@ -318,3 +318,17 @@ def test_what_an_api_cannot_carry_is_refused_before_any_request(flags, option, t
     assert status == 2 and count == []
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].count(f"{option} with --api {flags[1]}: ") == 1, err
+
+
+def test_a_conversation_after_an_empty_reply_still_alternates_for_anthropic():
+    """Anthropic's Messages API refuses an empty assistant turn and two user turns in a row:
+    an empty reply is left out of the history and the user turns around it are joined."""
+    from scans.grader.apis import request_body
+
+    history = [{"role": "system", "content": "be brief"},
+               {"role": "user", "content": "first"}, {"role": "assistant", "content": ""},
+               {"role": "user", "content": "second"}]
+    body = request_body("messages", "m", history, 16)
+    assert body["system"] == "be brief"
+    assert [m["role"] for m in body["messages"]] == ["user"]
+    assert [part["text"] for part in body["messages"][0]["content"]] == ["first", "second"]
