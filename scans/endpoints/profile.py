@@ -29,6 +29,7 @@ from scans.endpoints.limits import (
     SITE_MAX_TOKENS_PER_SCAN,
 )
 from scans.grader import (
+    AGENT_PRESET,
     DEFAULT_LEVELS,
     MAX_SEARCH_REQUESTS,
     Dataset,
@@ -55,8 +56,7 @@ def worst_case_duration(endpoint: Endpoint) -> timedelta:
             endpoint.shared_prefix_tokens is not None):
         seconds += 20 * endpoint.timeout_s  # the output-length probes and prompt sizing
     # an agent workload's conversations pause between turns (the grader's preset)
-    think_s = (apply_workload_preset(Workload(), "agent").think_time_ms / 1000
-               if endpoint.agent_workload else 0.0)
+    think_s = AGENT_PRESET.think_time_ms / 1000 if endpoint.agent_workload else 0.0
     for level in endpoint.levels or [1]:
         count = (endpoint.requests_per_level or default_requests(level)) + (endpoint.warmup or 0)
         waves = -(-count // level)

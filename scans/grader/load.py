@@ -128,12 +128,8 @@ class ScanLoad:
         """The next prompt's body and what it declares (its kind's, with a mix)."""
         index = self._next_prompt
         self._next_prompt += 1
-        shape = self._shape_of(index)
+        shape = self.plan.workload.request_shape(index)  # a mix: by request
         return self._bodies_for(shape).body(index), shape
-
-    def _shape_of(self, session: int) -> RequestShape:
-        return self.plan.workload.request_shape(session) if self.plan.workload.mix \
-            else self.shape
 
     def _bodies_for(self, shape: RequestShape) -> LoadBodies:
         """The bodies of requests of `shape`. With a mix, a tool or structured-output kind
@@ -235,7 +231,7 @@ class ScanLoad:
         async def session_turns(session: int, history: list[Mapping[str, Any]],
                                 url_index: int) -> None:
             nonlocal completed
-            shape = self._shape_of(session)
+            shape = self.plan.workload.request_shape(session)
             bodies = self._bodies_for(shape)
             for turn in range(turns):
                 if turn and think_s:
