@@ -6,7 +6,7 @@ time is spent), or, for a table partitioned by time, dropped a whole partition a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -88,7 +88,8 @@ def _detached_leftovers(cursor: CursorWrapper, table: str) -> list[str]:
     return [name for (name,) in cursor.fetchall()]
 
 
-def drop_partitions_before(table: str, before: datetime) -> list[str]:
+def drop_partitions_before(table: str, before: datetime, *,
+                           first: Callable[[str], list[str]] | None = None) -> list[str]:
     """Drop the partitions of `table` (partitioned by range of a time) whose whole range is
     before `before`; returns their names. Rows of a partition that straddles `before` stay
     until their whole partition is old. `table` is the caller's constant, never input.
@@ -100,7 +101,11 @@ def drop_partitions_before(table: str, before: datetime) -> list[str]:
     table detached but not yet dropped. Two passes at once: the second drops nothing (a
     session advisory lock). Inside a caller's transaction, a concurrent detach is impossible:
     each partition is dropped at once, which holds the table (ACCESS EXCLUSIVE) until that
-    transaction ends, and waits at most LOCK_TIMEOUT for it."""
+    transaction ends, and waits at most LOCK_TIMEOUT for it.
+
+    `first(name)` gives SQL run before a partition is detached or dropped: what other tables
+    hold of its rows, let go (nothing new points into a partition past its retention)."""
+    first = first or (lambda _name: [])
     with connection.cursor() as cursor:
         if connection.in_atomic_block:
             aged = [name for name, _pending in _aged_partitions(cursor, table, before)]
@@ -111,6 +116,8 @@ def drop_partitions_before(table: str, before: datetime) -> list[str]:
                     cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
                     cursor.execute("SET CONSTRAINTS ALL DEFERRED")
                 for name in aged:
+                    for sql in first(name):
+                        cursor.execute(sql)
                     cursor.execute(f"DROP TABLE IF EXISTS {name}")
             return aged
         cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
@@ -121,11 +128,15 @@ def drop_partitions_before(table: str, before: datetime) -> list[str]:
             dropped = []
             for name, pending in _aged_partitions(cursor, table, before):
                 how = "FINALIZE" if pending else "CONCURRENTLY"
+                for sql in first(name):
+                    cursor.execute(sql)
                 # each its own statement and transaction: CONCURRENTLY refuses a transaction
                 cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name} {how}")
                 cursor.execute(f"DROP TABLE {name}")
                 dropped.append(name)
             for name in _detached_leftovers(cursor, table):
+                for sql in first(name):
+                    cursor.execute(sql)
                 cursor.execute(f"DROP TABLE IF EXISTS {name}")
                 dropped.append(name)
             return dropped

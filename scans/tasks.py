@@ -13,6 +13,7 @@ from scans.history import retention, rollups
 from scans.liveness import dispatch as probe_dispatch
 from scans.liveness import partitions as probe_partitions
 from scans.liveness import worker as probe_worker
+from scans.models import scan_partitions
 
 # The alert delivery tasks live beside what they deliver; imported here so the worker, which
 # autodiscovers scans.tasks, registers them (names unchanged: scans.tasks.send_alert, ...).
@@ -96,15 +97,19 @@ def prove_pushed_report(scan_id: int) -> str:
 def prune_reports() -> str:
     """Hourly: scans finished more than REPORT_RETENTION_DAYS ago keep only their summary
     (scans/history/retention.py), in batches, for at most a couple of minutes a pass; the days
-    of probe rows past PROBE_RETENTION_DAYS are dropped (their partitions; their hours stay)
-    and the coming days' partitions made (scans/liveness/partitions.py), and audit log
-    entries past AUDIT_RETENTION_DAYS are deleted (audit/retention.py)."""
-    probe_partitions.ensure_probe_partitions()  # first: the probes' path needs them
+    of probe rows past PROBE_RETENTION_DAYS and the months of scans past SCAN_RETENTION_DAYS
+    are dropped (their partitions; their hours and rollups stay) and the coming days' and
+    months' partitions made (scans/liveness/partitions.py, scans/models/scan_partitions.py),
+    and audit log entries past AUDIT_RETENTION_DAYS are deleted (audit/retention.py)."""
+    # first: the probes' and the scans' paths need them
+    probe_partitions.ensure_probe_partitions()
+    scan_partitions.ensure_scan_partitions()
     pruned = retention.prune()
     probe_days = retention.prune_probes()
+    scan_months = len(retention.prune_scans())
     audit_entries = audit_retention.prune()  # past AUDIT_RETENTION_DAYS
-    return (f"{pruned}; dropped {probe_days} days of probe rows and deleted {audit_entries} "
-            f"audit entries")
+    return (f"{pruned}; dropped {probe_days} days of probe rows and {scan_months} months of "
+            f"scans, deleted {audit_entries} audit entries")
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans

@@ -70,6 +70,10 @@ def _load():
         # Days a scan's full report.json is kept after it finished; then only its summary
         # stays (grade, points, checks, each level's figures: scans/history/retention.py). At least 1.
         "REPORT_RETENTION_DAYS": config.positive_integer("REPORT_RETENTION_DAYS", 90),
+        # Days a scan and its check results are kept after the month it belongs to began to
+        # be past them: whole months go (scans/models/scan_partitions.py); the hourly and
+        # daily rollups that charts of long ranges read stay. At least 1.
+        "SCAN_RETENTION_DAYS": config.positive_integer("SCAN_RETENTION_DAYS", 400),
         # Days each liveness probe's own row is kept; its hour (ProbeHour) stays like rollups.
         "PROBE_RETENTION_DAYS": config.positive_integer("PROBE_RETENTION_DAYS", 14),
         # Days an audit log entry is kept (audit/retention.py, by the hourly retention pass).
@@ -91,6 +95,7 @@ SECRET_KEY: str
 FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
 PROBE_RETENTION_DAYS: int
+SCAN_RETENTION_DAYS: int
 AUDIT_RETENTION_DAYS: int
 OUTBOUND_RESOLVE: list[str]
 PERIODIC_TASK_LOG_LEVEL: int

@@ -36,9 +36,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common import aged_rows
+from scans.models import scan_partitions
 
-__all__ = ["LEVEL_LISTS", "LEVEL_SAMPLES", "SINGLE_LEVELS", "PruneResult", "pruned_sentence", "prune",
-           "summary_of", "summary_tables"]
+__all__ = ["LEVEL_LISTS", "LEVEL_SAMPLES", "SINGLE_LEVELS", "PruneResult", "prune",
+           "prune_scans", "pruned_sentence", "summary_of", "summary_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,19 @@ def prune(*, batch: int = DEFAULT_BATCH, budget_s: float = DEFAULT_BUDGET_S,
     if result.scans:
         log.info("retention: %s", result)
     return result
+
+
+def prune_scans(*, now: datetime | None = None) -> list[str]:
+    """Drop the months of scans and their check results (scans/models/scan_partitions.py: a
+    partition per UTC month of each) that ended more than SCAN_RETENTION_DAYS ago; their
+    rollups stay, and an alert that named one of those scans keeps its message without it.
+    Whole months go: a scan is kept between SCAN_RETENTION_DAYS and a month more. Returns the
+    names of the scans' partitions dropped."""
+    before = (now or timezone.now()) - timedelta(days=settings.SCAN_RETENTION_DAYS)
+    checks, scans = scan_partitions.TABLES[1], scan_partitions.TABLES[0]
+    aged_rows.drop_partitions_before(checks, before)
+    return aged_rows.drop_partitions_before(scans, before,
+                                            first=scan_partitions.rows_pointing_into)
 
 
 def prune_probes(*, now: datetime | None = None) -> int:

@@ -60,8 +60,10 @@ class AlertEvent(TeamOwned):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, null=True, blank=True,
                                  related_name="alert_events")
+    # no constraint in the database: scans are partitioned (scans/models/scans.py), and the
+    # retention pass sets this to None before it drops the scan's month
     scan = models.ForeignKey(Scan, on_delete=models.CASCADE, null=True, blank=True,
-                             related_name="+")
+                             related_name="+", db_constraint=False)
     kind = models.CharField(max_length=30)  # "down", "down_recovered", …, "test"
     message = models.JSONField()  # scans.notify.alerts.payload, with how long it lasted
     created_at = models.DateTimeField(auto_now_add=True)

@@ -15,8 +15,9 @@ class PushedReportBody(TeamOwned):
     pushed scan and answers 202; the proof worker (queue "proofs") reads, proves and deletes
     them (scans/running/pushes.py)."""
 
+    # no constraint in the database: scans are partitioned (scans/models/scans.py)
     scan = models.OneToOneField(Scan, on_delete=models.CASCADE, primary_key=True,
-                                related_name="pushed_body")
+                                related_name="pushed_body", db_constraint=False)
     body = models.BinaryField()
 
     team_lookup = "scan__endpoint__team"

@@ -1,16 +1,27 @@
-"""A scan of an endpoint and one row per check it measured."""
+"""A scan of an endpoint and one row per check it measured.
+
+Both tables are partitioned by month in PostgreSQL (scans/models/scan_partitions.py), on
+`partition_month`: retention drops whole months. A partitioned table's unique keys must hold
+its partition key, so the database's primary keys are (id, partition_month) and each unique
+constraint below names partition_month too; `id` comes from one sequence and stays unique,
+and Django keeps it as the primary key. No foreign key in the database points at a scan (it
+would need the pair): Django's own cascade deletes a scan's rows, and the retention pass
+detaches what points into a month before it drops it."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
 
 from accounts.models import Team
 from accounts.tenancy import TeamOwned
+from common.time_partitions import this_month
 from scans.grader import GRADES
 from scans.models.endpoints import Endpoint
+from scans.models.scan_partitions import ensure_scan_month
 
 
 def default_scan_location() -> str:
@@ -50,7 +61,12 @@ class CapacityOutcome(models.TextChoices):
 
 
 class Scan(TeamOwned):
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # unique with partition_month (random: unique alone in practice; looked up alone)
+    public_id = models.UUIDField(default=uuid.uuid4, db_index=True, editable=False)
+    # The UTC month whose partition holds the scan: its slot's for a scheduled scan, so that
+    # one_scan_per_slot_and_location, which must hold it, still allows one scan per slot;
+    # else the month it was queued in. Never changes.
+    partition_month = models.DateField(default=this_month, editable=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="scans")
     trigger = models.CharField(max_length=10, choices=ScanTrigger.choices)
     # The schedule slot this scan fills; unique per endpoint and location so a doubled beat
@@ -173,16 +189,27 @@ class Scan(TeamOwned):
                          condition=Q(status="queued")),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["endpoint", "location", "slot"],
+            models.UniqueConstraint(fields=["endpoint", "location", "slot", "partition_month"],
                                     name="one_scan_per_slot_and_location",
                                     condition=Q(slot__isnull=False)),
-            models.UniqueConstraint(fields=["endpoint", "report_digest"],
+            # a retried upload racing across a month's start is caught by pushes.receive's
+            # lock, which this index cannot see across partitions
+            models.UniqueConstraint(fields=["endpoint", "report_digest", "partition_month"],
                                     name="one_scan_per_pushed_report",
                                     condition=~Q(report_digest="")),
+            models.UniqueConstraint(fields=["public_id", "partition_month"],
+                                    name="one_scan_per_public_id"),
         ]
 
     def __str__(self) -> str:
         return f"scan {self.public_id} of {self.endpoint_id} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            # Its month's partition may not be made yet (a slot from long ago, a beat that
+            # stood still): one catalog read when it is.
+            ensure_scan_month(self.partition_month)
+        super().save(*args, **kwargs)
 
     @property
     def has_letter(self) -> bool:
@@ -194,7 +221,9 @@ class CheckResult(TeamOwned):
     # No single-column FK indexes: one_result_per_check (scan, …) and check_history
     # (endpoint, …) already lead with these columns, and this table holds tens of millions.
     scan = models.ForeignKey(Scan, on_delete=models.CASCADE, related_name="check_results",
-                             db_index=False)
+                             db_index=False, db_constraint=False)
+    # its scan's: a scan and its checks are dropped with one month
+    partition_month = models.DateField()
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+",
                                  db_index=False)
     check_id = models.CharField(max_length=60)
@@ -213,7 +242,8 @@ class CheckResult(TeamOwned):
             models.Index(fields=["endpoint", "check_id", "measured_at"], name="check_history"),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["scan", "check_id"], name="one_result_per_check"),
+            models.UniqueConstraint(fields=["scan", "check_id", "partition_month"],
+                                    name="one_result_per_check"),
         ]
 
     def __str__(self) -> str:

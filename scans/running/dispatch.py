@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
+from common import time_partitions
 from common.system_passes import one_row
 from scans import maintenance
 from scans.endpoints import scheduling
@@ -105,6 +106,7 @@ def _enqueue_slot(endpoint: Endpoint, now: datetime) -> list[int]:
     if maintenance.scans_paused(endpoint, now):
         return []  # a maintenance window pauses its scans: this slot is skipped
     created = []
+    month = time_partitions.month_start(slot)  # one scan per slot: the slot fixes its month
     for location in scheduling.locations_of(endpoint):
         if _still_waiting_or_running(endpoint, location):
             # Its last scan has not ended: the slot is stretched to the next one rather than
@@ -118,7 +120,8 @@ def _enqueue_slot(endpoint: Endpoint, now: datetime) -> list[int]:
                 # The scan belongs to the endpoint's team.
                 scan = Scan.objects.for_team(endpoint.team_id).create(
                     endpoint_id=endpoint.pk, trigger=ScanTrigger.SCHEDULE, slot=slot,
-                    location=location, origin=origin_of(endpoint.base_url),
+                    partition_month=month, location=location,
+                    origin=origin_of(endpoint.base_url),
                     # due to be sent at once (redispatch_due: one per free origin)
                     deadline_at=now + QUEUED_GRACE, redispatch_at=now,
                 )
@@ -224,6 +227,7 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
                            "network (tokvera scan --publish, or POST …/reports), not started here.")
     now = now or timezone.now()
     location = scheduling.locations_of(endpoint)[0]
+    month = time_partitions.month_start(now)
     with transaction.atomic():
         # The caller checked access to `endpoint`; these rows are its team's own.
         endpoints = Endpoint.objects.for_team(endpoint.team_id)
@@ -234,6 +238,7 @@ def scan_now(endpoint: Endpoint, trigger: str, now: datetime | None = None) -> S
             raise ScanRateLimited(previous + MANUAL_SCAN_COOLDOWN - now)
         endpoints.filter(pk=endpoint.pk).update(last_manual_scan_at=now)
         scan = scans.create(endpoint=endpoint, trigger=trigger, location=location,
+                            partition_month=month,
                             origin=origin_of(endpoint.base_url), deadline_at=now + QUEUED_GRACE,
                             redispatch_at=now + REDISPATCH_AFTER)
     try:

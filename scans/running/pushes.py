@@ -49,12 +49,12 @@ from functools import cache
 import jsonschema
 from celery import current_app as celery_app  # the site's app (tokvera_site/celery.py)
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from common import parsers, ratelimit
+from common import parsers, ratelimit, time_partitions
 from scans import origins
 from scans.grader import REPORT_SCHEMA_PATH, ImpossibleReport, ReportDisagrees, prove_report
 from scans.models import (
@@ -231,15 +231,22 @@ def receive_report(endpoint: Endpoint, body: bytes, account_id: int | None = Non
                                   f"{budget_window} s for one account, all its teams together",
                                   retry_after)
     now = timezone.now()
-    try:
-        with transaction.atomic():
-            scan = Scan.objects.for_team(endpoint.team_id).create(
-                endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest,
-                location="pushed", pushed=True, proof_team_id=endpoint.team_id,
-                deadline_at=now + timedelta(seconds=limit("REPORT_PROOF_GRACE_S")))
-            PushedReportBody.objects.for_team(endpoint.team_id).create(scan=scan, body=body)
-    except IntegrityError:  # the same upload, racing this one, won
-        return Received(endpoint.scans.get(report_digest=digest), created=False)
+    month = time_partitions.month_start(now)
+    with transaction.atomic():
+        # The same upload racing this one: they take turns, and the second finds the first's
+        # scan (one_scan_per_pushed_report sees one month's partition only).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                           [f"pushed report {endpoint.pk} {digest}"])
+        already = endpoint.scans.filter(report_digest=digest).first()
+        if already is not None:
+            return Received(already, created=False)
+        scan = Scan.objects.for_team(endpoint.team_id).create(
+            endpoint=endpoint, trigger=ScanTrigger.PUSH, report_digest=digest,
+            location="pushed", pushed=True, proof_team_id=endpoint.team_id,
+            partition_month=month,
+            deadline_at=now + timedelta(seconds=limit("REPORT_PROOF_GRACE_S")))
+        PushedReportBody.objects.for_team(endpoint.team_id).create(scan=scan, body=body)
     try:
         send_proof(scan.pk)
     except BrokerUnreachable as exc:

@@ -80,17 +80,19 @@ _REPORT_SQL = (
     "'object' THEN report -> 'measurements' ELSE '{}'::jsonb END || %s::jsonb)")
 
 # Each check's row, as the worker writes it (one per report check, measured when the scan
-# finished): statuses and the version updated, a check new to the version inserted.
+# finished, in its scan's month): statuses and the version updated, a check new to the
+# version inserted.
 _CHECK_ROWS_SQL = """
 INSERT INTO scans_checkresult
-    (scan_id, endpoint_id, check_id, value, status, counted, measured_at, scoring_version,
-     reason)
-SELECT x.scan_id, x.endpoint_id, x.check_id, x.value, x.status, x.counted, x.measured_at,
-       x.scoring_version, x.reason
+    (scan_id, partition_month, endpoint_id, check_id, value, status, counted, measured_at,
+     scoring_version, reason)
+SELECT x.scan_id, s.partition_month, x.endpoint_id, x.check_id, x.value, x.status, x.counted,
+       x.measured_at, x.scoring_version, x.reason
 FROM jsonb_to_recordset(%s::jsonb) AS x(scan_id bigint, endpoint_id bigint, check_id text,
     value double precision, status text, counted boolean, measured_at timestamptz,
     scoring_version text, reason text)
-ON CONFLICT (scan_id, check_id) DO UPDATE SET
+JOIN scans_scan AS s ON s.id = x.scan_id
+ON CONFLICT (scan_id, check_id, partition_month) DO UPDATE SET
     status = EXCLUDED.status, counted = EXCLUDED.counted,
     scoring_version = EXCLUDED.scoring_version, reason = EXCLUDED.reason
 """

@@ -390,6 +390,7 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
         CheckResult.objects.for_team(team).bulk_create(
             CheckResult(
                 scan_id=scan.pk,
+                partition_month=scan.partition_month,
                 endpoint_id=scan.endpoint_id,
                 check_id=check["id"],
                 value=_numeric(check.get("value")),

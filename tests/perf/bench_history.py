@@ -95,15 +95,21 @@ def _stored_columns(report: dict) -> dict:
 #: The Scan columns that differ from scan to scan; every other column holds what the store
 #: path writes for the report (the model's defaults where it writes nothing).
 _PER_SCAN = ("id", "public_id", "endpoint_id", "trigger", "slot", "location", "status",
-             "queued_at", "started_at", "finished_at", "deadline_at", "heartbeat_at", "report")
+             "queued_at", "started_at", "finished_at", "deadline_at", "heartbeat_at", "report",
+             "partition_month")
 
 
 def _insert_scans(report: dict, days: int, now) -> int:
     """`days` of succeeded scans of every endpoint, one per interval, ending now."""
     from django.db import connection
 
-    from scans.models import Scan
+    from common import time_partitions
+    from scans.models import Scan, scan_partitions
 
+    month = time_partitions.month_start(now - timedelta(days=days + 1))
+    while month <= time_partitions.month_start(now):
+        scan_partitions.ensure_scan_month(month)
+        month = time_partitions.next_month(month)
     row = Scan(**_stored_columns(report))
     fields = [f for f in Scan._meta.concrete_fields if f.column not in _PER_SCAN]
     names = ", ".join(f.column for f in fields)
@@ -113,10 +119,12 @@ def _insert_scans(report: dict, days: int, now) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"""
             INSERT INTO scans_scan (public_id, endpoint_id, trigger, slot, location, status,
-                queued_at, started_at, finished_at, deadline_at, heartbeat_at, report, {names})
+                queued_at, started_at, finished_at, deadline_at, heartbeat_at, report,
+                partition_month, {names})
             SELECT gen_random_uuid(), e.id, 'schedule', t, %(location)s, 'succeeded',
                    t, t + interval '2 s', t + interval '40 s', t + interval '10 min',
-                   t + interval '40 s', %(report)s::jsonb, {values}
+                   t + interval '40 s', %(report)s::jsonb,
+                   date_trunc('month', t AT TIME ZONE 'UTC')::date, {values}
             FROM scans_endpoint AS e,
                  LATERAL generate_series(1, %(days)s * 1440 / e.interval_minutes) AS i,
                  LATERAL (SELECT date_trunc('minute', %(now)s::timestamptz)
@@ -135,9 +143,10 @@ def _insert_check_results(report: dict) -> int:
     fields = _stored_columns(report)
     with connection.cursor() as cursor:
         cursor.execute("""
-            INSERT INTO scans_checkresult (scan_id, endpoint_id, check_id, value, status,
-                counted, measured_at, scoring_version, reason)
-            SELECT s.id, s.endpoint_id, c.check_id, c.value, c.status, c.counted,
+            INSERT INTO scans_checkresult (scan_id, partition_month, endpoint_id, check_id,
+                value, status, counted, measured_at, scoring_version, reason)
+            SELECT s.id, s.partition_month, s.endpoint_id, c.check_id, c.value, c.status,
+                   c.counted,
                    s.finished_at, %s, c.reason
             FROM scans_scan AS s,
                  unnest(%s::text[], %s::float8[], %s::text[], %s::bool[], %s::text[])

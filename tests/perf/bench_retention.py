@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ _SCAN_COLUMNS = """
     public_id, trigger, slot, status, error_reason, queued_at, started_at, finished_at,
     deadline_at, report, grade, points, uncapped_grade, scoring_version, provisional, pushed,
     tool_version, endpoint_id, report_digest, location, origin, down, capacity_outcome,
-    capacity_output_unit, report_pruned_at
+    capacity_output_unit, report_pruned_at, partition_month
 """
 
 
@@ -116,6 +117,13 @@ def _insert_scans(endpoint_id: int, count: int, full: dict, summary: dict, keep_
     with `summary` (marked pruned)."""
     from django.db import connection
 
+    from common import time_partitions
+    from scans.models import scan_partitions
+
+    month = time_partitions.month_start(now - timedelta(minutes=5 * count + 1))
+    while month <= time_partitions.month_start(now):
+        scan_partitions.ensure_scan_month(month)
+        month = time_partitions.next_month(month)
     with connection.cursor() as cursor:
         cursor.execute(f"""
             INSERT INTO scans_scan ({_SCAN_COLUMNS})
@@ -124,7 +132,8 @@ def _insert_scans(endpoint_id: int, count: int, full: dict, summary: dict, keep_
                    CASE WHEN i > %(count)s - %(keep)s THEN %(full)s::jsonb ELSE %(summary)s::jsonb END,
                    'A', 100.0, 'A', '0.9.0', true, false, '0.1.0', %(endpoint)s, '', 'site',
                    'http://127.0.0.1:18931', false, '', '',
-                   CASE WHEN i > %(count)s - %(keep)s OR NOT %(pruned)s THEN NULL ELSE %(now)s END
+                   CASE WHEN i > %(count)s - %(keep)s OR NOT %(pruned)s THEN NULL ELSE %(now)s END,
+                   date_trunc('month', t AT TIME ZONE 'UTC')::date
             FROM generate_series(1, %(count)s) AS i,
                  LATERAL (SELECT %(now)s::timestamptz - (%(count)s - i) * interval '5 min'
                           - interval '1 min' AS t) AS times
@@ -139,12 +148,13 @@ def _insert_check_results(endpoint_id: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("""
             INSERT INTO scans_checkresult (check_id, value, status, counted, measured_at,
-                                           scoring_version, endpoint_id, scan_id)
+                                           scoring_version, endpoint_id, scan_id,
+                                           partition_month)
             SELECT c ->> 'id',
                    CASE jsonb_typeof(c -> 'value') WHEN 'number' THEN (c ->> 'value')::float
                         WHEN 'boolean' THEN (c ->> 'value')::boolean::int::float END,
                    c ->> 'status', (c ->> 'counted')::boolean, s.finished_at, '0.9.0',
-                   s.endpoint_id, s.id
+                   s.endpoint_id, s.id, s.partition_month
             FROM scans_scan s, jsonb_array_elements(s.report -> 'checks') AS c
             WHERE s.endpoint_id = %s
         """, [endpoint_id])
@@ -277,7 +287,9 @@ def main() -> None:
                 conn.execute(f"""INSERT INTO scans_scan ({_SCAN_COLUMNS})
                     SELECT gen_random_uuid(), 'manual', NULL, 'queued', '', now(), NULL, NULL,
                            NULL, NULL, '', NULL, '', '', true, false, '', %s, '', 'site', '',
-                           false, '', '', NULL""", [endpoint.pk])  # noqa: S608
+                           false, '', '', NULL,
+                           date_trunc('month', now() AT TIME ZONE 'UTC')::date""",
+                             [endpoint.pk])  # noqa: S608
                 conn.execute("UPDATE scans_scan SET heartbeat_at = now() WHERE id = %s",
                              [recent])
                 writes.append(time.perf_counter() - t)

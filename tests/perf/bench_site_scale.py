@@ -54,9 +54,10 @@ def build(endpoints: int, days: int, extra_endpoints: int) -> None:
     from django.db import connection
 
     from accounts import teams
+    from common.time_partitions import month_start, next_month
     from scans.grader import scoring
     from scans.grader.scoring import CheckValue
-    from scans.models import Endpoint, Scan
+    from scans.models import Endpoint, Scan, scan_partitions
     from tests.conftest import make_user
 
     if Scan.dangerously_unscoped.exists():
@@ -83,6 +84,10 @@ def build(endpoints: int, days: int, extra_endpoints: int) -> None:
                                     "ttft_p99_load_ratio": CheckValue(1.5)})
             shapes.append(graded)
     hours = days * 24
+    month = month_start(now - timedelta(hours=hours))
+    while month <= month_start(now):
+        scan_partitions.ensure_scan_month(month)
+        month = next_month(month)
     t0 = time.perf_counter()
     with connection.cursor() as cursor:
         raw = cursor.connection
@@ -91,9 +96,10 @@ def build(endpoints: int, days: int, extra_endpoints: int) -> None:
             next_id = cur.fetchone()[0] + 1
             scan_cols = ("id, public_id, endpoint_id, trigger, slot, status, error_reason, "
                          "queued_at, started_at, finished_at, report, grade, points, "
-                         "uncapped_grade, scoring_version, provisional, pushed, tool_version")
+                         "uncapped_grade, scoring_version, provisional, pushed, tool_version, "
+                         "partition_month")
             check_cols = ("scan_id, endpoint_id, check_id, value, status, counted, measured_at, "
-                          "scoring_version")
+                          "scoring_version, partition_month")
             for eid in endpoint_ids:
                 scans, checks = [], []
                 for h in range(hours):
@@ -103,13 +109,13 @@ def build(endpoints: int, days: int, extra_endpoints: int) -> None:
                     scans.append((next_id, uuid.uuid4(), eid, "schedule", at, "succeeded", "",
                                   at, at, at + timedelta(minutes=2), json.dumps({"score": score}),
                                   score["grade"], score["points"], score["uncapped_grade"] or "",
-                                  "0.9.0", True, False, "0.1.0"))
+                                  "0.9.0", True, False, "0.1.0", month_start(at)))
                     for c in graded.checks:
                         value = c["value"]
                         if isinstance(value, bool):
                             value = 1.0 if value else 0.0
                         checks.append((next_id, eid, c["id"], value, c["status"], c["counted"],
-                                       at + timedelta(minutes=2), "0.9.0"))
+                                       at + timedelta(minutes=2), "0.9.0", month_start(at)))
                     next_id += 1
                 with cur.copy(f"COPY scans_scan ({scan_cols}) FROM STDIN") as copy:
                     for row in scans:

@@ -86,7 +86,8 @@ def bulk_scans(endpoint, start: datetime, count: int, step: timedelta, *,
         Scan.dangerously_unscoped.filter(pk=scan.pk).update(queued_at=start + i * step)
     if check_values:
         CheckResult.dangerously_unscoped.bulk_create(
-            CheckResult(scan=scan, endpoint=endpoint, check_id=check_id, value=value,
+            CheckResult(scan=scan, partition_month=scan.partition_month, endpoint=endpoint,
+                        check_id=check_id, value=value,
                         status="pass", counted=True, measured_at=start + i * step,
                         scoring_version=version)
             for i, scan in enumerate(scans)

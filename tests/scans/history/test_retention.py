@@ -293,7 +293,8 @@ def _history_of(endpoint, hours: int, step_minutes: int, *, versions=("0.9.0",))
     finished = dict(Scan.dangerously_unscoped.filter(endpoint=endpoint)
                     .values_list("pk", "finished_at"))
     CheckResult.dangerously_unscoped.bulk_create(
-        CheckResult(scan=s, endpoint=endpoint, check_id=check_id,
+        CheckResult(scan=s, partition_month=s.partition_month, endpoint=endpoint,
+                    check_id=check_id,
                     value=None if (i + k) % 7 == 0 else float((i * (k + 3)) % 500),
                     status=statuses[(i + k) % len(statuses)], counted=True,
                     measured_at=finished[s.pk], scoring_version=s.scoring_version)

@@ -6,10 +6,6 @@ or twice at once; the ORM reads, writes and cascades as before."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 import uuid
 from datetime import UTC, datetime, time, timedelta
@@ -26,9 +22,9 @@ from scans.history import retention
 from scans.liveness import partitions
 from scans.liveness import worker as probe_worker
 from scans.models import Endpoint, ProbeResult
-from tests.conftest import make_user, scratch_database
+from tests.conftest import make_user
 from tests.helpers.factories import make_endpoint
-from tests.helpers.paths import ROOT
+from tests.helpers.migrations import run_migration_script
 
 BEFORE = ("scans", "0032_agent_workload")
 AFTER = ("scans", "0033_probe_partitions")
@@ -36,22 +32,6 @@ AFTER = ("scans", "0033_probe_partitions")
 # Run in another process on a scratch copy of a migrated database (as the other migration
 # tests do): back to BEFORE, a populated probe table, forward, back, forward again.
 SCRIPT = r"""
-import json, sys
-import django
-django.setup()
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
-
-BEFORE, AFTER = tuple(sys.argv[1].split(":")), tuple(sys.argv[2].split(":"))
-
-
-def migrate(target):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target])
-    return executor.loader.project_state(target).apps
-
-
 def rows():
     with connection.cursor() as cursor:
         cursor.execute("SELECT id, endpoint_id, location, at::text, ok, counted, status_code, "
@@ -116,12 +96,7 @@ print(json.dumps({"before": before, "after": after, "back": back,
 
 
 def test_the_migration_keeps_every_probe_and_its_id_each_in_its_days_partition():
-    env = {**os.environ, "DATABASE_URL": scratch_database("probe_partitions", migrated=True),
-           "DJANGO_SETTINGS_MODULE": "tokvera_site.settings"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, ":".join(BEFORE), ":".join(AFTER)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_migration_script("probe_partitions", SCRIPT, BEFORE, AFTER)
 
     before, after = result["before"], result["after"]
     assert len(before) == 2990

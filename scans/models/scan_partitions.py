@@ -1,0 +1,73 @@
+"""Scans and their check results are partitioned by UTC month: scans_scan and scans_checkresult
+are PostgreSQL tables PARTITIONED BY RANGE (partition_month), one partition a month each,
+named scans_scan_pYYYYMM and scans_checkresult_pYYYYMM (common/time_partitions.py). A scan and
+its checks share the month (the scan's slot's, else its queue time's; scans/models/scans.py),
+so retention drops the two partitions of a month together (retention.prune_scans).
+
+The hourly retention pass creates this month's partitions and MONTHS_AHEAD more
+(`ensure_scan_partitions`), as the migration that partitioned the tables did; a scan's first
+save makes sure of its month (`ensure_scan_month`, from Scan.save), so a site whose beat stood
+still for months, or a slot from long ago, is still stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date, datetime
+
+from django.utils import timezone
+
+from common import aged_rows, time_partitions
+
+__all__ = ["MONTHS_AHEAD", "TABLES", "ensure_scan_month", "ensure_scan_partitions",
+           "partition_name", "rows_pointing_into"]
+
+#: A scan's table first: a month's scans are created before their checks.
+TABLES = ("scans_scan", "scans_checkresult")
+#: Months after this one created ahead: DDL stays off the scans' path through a stopped beat.
+MONTHS_AHEAD = 2
+
+def partition_name(table: str, month: date) -> str:
+    return f"{aged_rows.partition_prefix(table)}{month:%Y%m}"
+
+
+def _ensure_months(months: Iterable[date]) -> list[str]:
+    months = set(months)
+    created = []
+    for table in TABLES:
+        created += time_partitions.ensure(table, {
+            partition_name(table, month):
+                (f"'{month.isoformat()}'", f"'{time_partitions.next_month(month).isoformat()}'")
+            for month in months})
+    return created
+
+
+def ensure_scan_partitions(months_ahead: int = MONTHS_AHEAD,
+                           now: datetime | None = None) -> list[str]:
+    """This month's partitions (UTC) and `months_ahead` more, those missing created; returns
+    their names. Idempotent, and safe beside itself and beside scans being stored."""
+    month = time_partitions.month_start(now or timezone.now())
+    months = []
+    for _ in range(months_ahead + 1):
+        months.append(month)
+        month = time_partitions.next_month(month)
+    return _ensure_months(months)
+
+
+def ensure_scan_month(month: date) -> None:
+    """Make sure the partitions of a scan of `month` exist (one catalog read when they do).
+    Inside the caller's transaction, an attach holds the table (SHARE UPDATE EXCLUSIVE, which
+    inserts and reads never wait on) until it ends."""
+    _ensure_months([month])
+
+
+def rows_pointing_into(partition: str) -> list[str]:
+    """SQL that detaches what other tables hold of the scans in `partition` (a partition of
+    scans_scan about to be dropped): an alert keeps its news without its scan, a pushed body
+    goes. `partition` is a catalog name, never input."""
+    return [
+        f"UPDATE scans_alertevent SET scan_id = NULL "  # noqa: S608 - catalog name
+        f"WHERE scan_id IN (SELECT id FROM {partition})",
+        f"DELETE FROM scans_pushedreportbody "  # noqa: S608 - catalog name
+        f"WHERE scan_id IN (SELECT id FROM {partition})",
+    ]
