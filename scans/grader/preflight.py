@@ -27,7 +27,7 @@ from scans.grader.redaction import redact_text
 # The preflight's outcome is part of what a scan measured: its types live with the others.
 from .measurement import AgentRecord, ModelsListing, Preflight, RequestRecord
 from .plan import ScanPlan
-from .server_identity import entry_facts
+from .server_identity import entry_facts, read_at_most
 
 __all__ = [
     "MODELS_BODY_LIMIT",
@@ -157,13 +157,11 @@ async def fetch_models(client: httpx.AsyncClient, base_url: str, model: str,
             async with client.stream("GET", listing.url,
                                      headers={"accept": "application/json"}) as response:
                 listing.status_code = response.status_code
-                body = bytearray()
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) > MODELS_BODY_LIMIT:
-                        listing.detail = (f"HTTP {response.status_code}, an answer over "
-                                          f"{MODELS_BODY_LIMIT // 1024} KiB (not read)")
-                        return listing
+                body = await read_at_most(response, MODELS_BODY_LIMIT)
+                if body is None:
+                    listing.detail = (f"HTTP {response.status_code}, an answer over "
+                                      f"{MODELS_BODY_LIMIT // 1024} KiB (not read)")
+                    return listing
     except TimeoutError:
         listing.detail = f"timeout: no answer within {timeout:g} s"
         return listing
@@ -174,7 +172,7 @@ async def fetch_models(client: httpx.AsyncClient, base_url: str, model: str,
         listing.detail = f"HTTP {listing.status_code}"
         return listing
     try:
-        data = json.loads(bytes(body))
+        data = json.loads(body)
     except ValueError:
         listing.detail = f"HTTP {listing.status_code}, not JSON"
         return listing

@@ -87,6 +87,17 @@ class Statement:
         return {"url": self.url, "answered": self.body is not None, "detail": self.detail}
 
 
+async def read_at_most(response: httpx.Response, limit: int) -> bytes | None:
+    """A streamed answer's body, or None as soon as it passes `limit` bytes (the rest is never
+    read: a hostile server's endless answer costs at most the limit)."""
+    body = bytearray()
+    async for piece in response.aiter_bytes():
+        body += piece
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def _get_json(client: httpx.AsyncClient, url: str, timeout: float) -> Statement:
     """``GET url``: never raises; only a 2xx JSON object within the body limit counts."""
     statement = Statement(url)
@@ -98,13 +109,11 @@ async def _get_json(client: httpx.AsyncClient, url: str, timeout: float) -> Stat
                 if not 200 <= response.status_code < 300:
                     statement.detail = f"HTTP {response.status_code}"
                     return statement
-                body = bytearray()
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) > IDENTITY_BODY_LIMIT:
-                        statement.detail = (f"HTTP {response.status_code}, an answer over "
-                                            f"{IDENTITY_BODY_LIMIT // 1024} KiB (not read)")
-                        return statement
+                body = await read_at_most(response, IDENTITY_BODY_LIMIT)
+                if body is None:
+                    statement.detail = (f"HTTP {response.status_code}, an answer over "
+                                        f"{IDENTITY_BODY_LIMIT // 1024} KiB (not read)")
+                    return statement
     except TimeoutError:
         statement.detail = f"timeout: no answer within {timeout:g} s"
         return statement
@@ -112,7 +121,7 @@ async def _get_json(client: httpx.AsyncClient, url: str, timeout: float) -> Stat
         statement.detail = f"no answer: {type(exc).__name__}"
         return statement
     try:
-        data = json.loads(bytes(body))
+        data = json.loads(body)
     except (ValueError, RecursionError):  # a deeply nested body is refused like a broken one
         statement.detail = f"HTTP {response.status_code}, not JSON"
         return statement
