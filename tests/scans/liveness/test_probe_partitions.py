@@ -144,6 +144,8 @@ def _team_and_endpoint(**fields) -> Endpoint:
 
 
 def _probes(endpoint: Endpoint, times) -> list[ProbeResult]:
+    times = list(times)
+    partitions.ensure_probe_days(times)  # yesterday's, just after midnight (UTC)
     return ProbeResult.dangerously_unscoped.bulk_create([
         ProbeResult(endpoint=endpoint, location="site", at=at, ok=True, ttft_ms=40.0)
         for at in times])
