@@ -182,11 +182,10 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def get_latest_scan(self, endpoint: Endpoint) -> dict | None:
         latest = self.context.get("latest_scans")
-        if latest is not None:  # a list page: fetched for the whole page in one query
-            scan = latest.get(endpoint.pk)
-        else:
-            scan = (endpoint.scans.exclude(status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING])
-                    .defer("report").first())
+        if latest is not None:  # a list page: fetched and serialized for the whole page at once
+            return latest.get(endpoint.pk)
+        scan = (endpoint.scans.exclude(status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING])
+                .defer("report").first())
         return ScanSerializer(scan).data if scan else None
 
     def validate_slo_objective(self, value: float) -> float:
@@ -358,8 +357,13 @@ class EndpointViewSet(
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        latest = self._latest_scans(page)
+        # One serializer for the whole page's scans: a ScanSerializer per endpoint built its
+        # fields again for each (most of the list's time).
+        shown = dict(zip(latest, ScanSerializer(list(latest.values()), many=True).data,
+                         strict=True))
         serializer = self.get_serializer(page, many=True, context={
-            **self.get_serializer_context(), "latest_scans": self._latest_scans(page),
+            **self.get_serializer_context(), "latest_scans": shown,
             "states": endpoint_state.states_for(page or [])})
         return self.get_paginated_response(serializer.data)
 

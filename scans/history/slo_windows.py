@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from functools import cached_property
 
 from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, F, FilteredRelation, Q, Window
@@ -125,7 +126,8 @@ class TargetResult:
 
 @dataclass(frozen=True)
 class SloWindow:
-    """One window's figures; scans/history/slo_wording.py says them in words."""
+    """One window's figures; scans/history/slo_wording.py says them in words. The verdicts
+    are cached on the instance: a page asks for the status of each window several times."""
 
     days: float  # whole days for the pages' windows; any span for an SLA report
     window_s: float
@@ -183,7 +185,7 @@ class SloWindow:
     def long_covered(self, pair: BurnPair) -> float:
         return next((covered for span, _, covered in self.burn_rates if span == pair.long_s), 0.0)
 
-    @property
+    @cached_property
     def judged_after_s(self) -> float:
         """Covered time the window needs before its good share may call it breaching: what the
         fastest pair able to fire at this objective needs (the fastest pair at 100 %)."""
@@ -201,13 +203,13 @@ class SloWindow:
         3 d span holds under 6 h)."""
         return any(self.fires(p, need_coverage=False) for p in BURN_PAIRS)
 
-    @property
+    @cached_property
     def alert_level(self) -> str:
         """"page" while a fast pair fires, "ticket" while only a slow one does, else ""."""
         firing = [p.level for p in BURN_PAIRS if self.fires(p)]
         return "page" if "page" in firing else "ticket" if firing else ""
 
-    @property
+    @cached_property
     def status(self) -> str:
         """breaching, at_risk, meeting or no_data, from the covered time only."""
         if not self.enough:
@@ -220,7 +222,7 @@ class SloWindow:
             return NO_DATA  # too little data yet
         return MEETING
 
-    @property
+    @cached_property
     def below_objective(self) -> bool:
         """The good share of the covered time is under the objective."""
         return bool(self.covered_s) and (
@@ -268,7 +270,7 @@ class SloWindow:
     def mixed_versions(self) -> bool:
         return len(self.versions) > 1
 
-    @property
+    @cached_property
     def _budget(self) -> Fraction:
         # Maintenance time is not the window's to miss: the budget is of the time outside it.
         return (1 - as_fraction(self.objective)) * Fraction(self.counted_s)
@@ -293,6 +295,24 @@ def _value_ok(alias: str, target_field: str) -> Q:
     return (Q(**{f"endpoint__{target_field}__isnull": True})
             | Q(**{f"{alias}__value__isnull": False,
                    f"{alias}__value__lte": F(f"endpoint__{target_field}")}))
+
+
+def _with_target_flags(scans, endpoints: list[Endpoint]):
+    """`scans` with grade_ok, ttft_p95_ok and error_rate_ok. A check's row is joined only
+    where one of the endpoints sets its target: most set none, and the join read two check
+    rows for every scan of the window (with no endpoint setting it, the flag is true)."""
+    joins, flags = {}, {"grade_ok": _flag(_grade_ok())}
+    for flag, alias, check_id, target_field in (
+            ("ttft_p95_ok", "ttft", TTFT_CHECK, "slo_ttft_p95_ms"),
+            ("error_rate_ok", "errors", ERROR_RATE_CHECK, "slo_error_rate")):
+        if any(getattr(e, target_field) is not None for e in endpoints):
+            # LEFT JOIN on the unique (scan, check_id)
+            joins[alias] = FilteredRelation(
+                "check_results", condition=Q(check_results__check_id=check_id))
+            flags[flag] = _flag(_value_ok(alias, target_field))
+        else:
+            flags[flag] = _flag(Q(**{f"endpoint__{target_field}__isnull": True}))
+    return scans.annotate(**joins).annotate(**flags)
 
 
 def _flag(q: Q) -> ExpressionWrapper:
@@ -325,15 +345,7 @@ def windows_for(endpoints: Iterable[Endpoint], days: float, now: datetime | None
         scans = scans.filter(location=location)
     lookback = earliest - timedelta(minutes=longest)
     held = maintenance.intervals_for(endpoints, lookback, now)
-    scans = scans.annotate(
-        # Each scan's two check rows, joined once (LEFT JOIN on the unique (scan, check_id)).
-        ttft=FilteredRelation("check_results", condition=Q(check_results__check_id=TTFT_CHECK)),
-        errors=FilteredRelation("check_results",
-                                condition=Q(check_results__check_id=ERROR_RATE_CHECK)),
-    ).annotate(
-        grade_ok=_flag(_grade_ok()), ttft_p95_ok=_flag(_value_ok("ttft", "slo_ttft_p95_ms")),
-        error_rate_ok=_flag(_value_ok("errors", "slo_error_rate")),
-    )
+    scans = _with_target_flags(scans, endpoints)
     sums = _sums(scans, since, now, held)
     result = {}
     for endpoint in endpoints:

@@ -1,7 +1,8 @@
 """Charts as inline SVG, rendered on the server: no JavaScript library, no CDN.
 
-Geometry is computed here, in Python; the markup lives in templates/charts/ (chart.svg for the
-time charts, sparkline.svg, badge.svg), rendered with Django's autoescaping.
+Geometry is computed here, in Python; the markup of the time charts and the sparkline is written
+by scans/pages/chart_svg.py (string joins, every value escaped: eleven charts of up to 200 marks
+a page were too slow through a template), the badge's by templates/charts/badge.svg.
 
 - `sparkline`: the last grades of an endpoint, evenly spaced (dashboard).
 - `grade_chart`: points over time on 0–100 with the grade bands shaded, capped scans ringed,
@@ -27,6 +28,7 @@ renders the same without the stylesheet.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +56,7 @@ from scans.grader import (
 )
 from scans.history.check_results import CheckPoint
 from scans.history.grades import GradePoint
+from scans.pages import chart_svg
 
 __all__ = ["BAND_COLOURS", "MAINTENANCE_COLOUR", "STATUS_COLOURS", "Series", "SeriesPoint",
            "badge", "changes", "check_chart", "check_label", "grade_chart", "series_chart",
@@ -97,6 +100,11 @@ def _data(attrs: Mapping[str, object]) -> list[tuple[str, str]]:
 def _render(template: str, context: dict) -> SafeString:
     return mark_safe(render_to_string(f"charts/{template}", {"colours": COLOURS, **context})  # noqa: S308 - autoescaped template
                      .strip())
+
+
+def _svg(draw: Callable[[Mapping[str, Any]], str], context: dict) -> SafeString:
+    # chart_svg escapes every value it writes
+    return mark_safe(draw({"colours": COLOURS, **context}))  # noqa: S308
 
 
 # What a chart plots: a grade, a check's value or a point of a drawn series, read by the
@@ -150,7 +158,13 @@ def _iso(at: datetime) -> str:
 
 def _when(at: datetime) -> str:
     """A mark's time in the viewer's zone (Django's active time zone), named."""
-    local = timezone.localtime(at)
+    return _when_in(at, timezone.get_current_timezone())
+
+
+# The charts of one page share their buckets' times, each written for a hover title or two.
+@functools.lru_cache(maxsize=4096)
+def _when_in(at: datetime, zone: tzinfo) -> str:
+    local = at.astimezone(zone)
     return f"{local:%Y-%m-%d %H:%M} {local.tzname() or ''}".rstrip()
 
 
@@ -551,7 +565,7 @@ def sparkline(points: Sequence[GradePoint], width: int = 120, height: int = 28) 
                        **{k: v for k, v in change.items() if k not in ("last", "before", "after")}})
     grades = [p.grade if p.has_letter else "down" if p.down else "none" for p in points]
     label = f"last {n} grades: {', '.join(grades)}" if n else "no scan yet"
-    return _render("sparkline.svg", {
+    return _svg(chart_svg.sparkline, {
         "width": width, "height": height, "label": label, "segments": segments,
         "breaks": breaks,
         "data": _data({"count": n, "grades": " ".join(grades),
@@ -599,11 +613,11 @@ def grade_chart(points: Sequence[GradePoint], since: datetime, until: datetime,
         "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
         "segments": len(runs), "breaks": max(len(runs) - 1, 0),
         "capped": sum(p.capped for p in points), "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "bands": bands, "axes": axes,
-                                 "maintenance": _maintenance(maintenance, frame, axes),
-                                 "segments": segments,
-                                 "breaks": _version_breaks(_changes(runs), frame),
-                                 "empty": None if points else frame.empty()})
+    return _svg(chart_svg.chart, {**context, "bands": bands, "axes": axes,
+                                  "maintenance": _maintenance(maintenance, frame, axes),
+                                  "segments": segments,
+                                  "breaks": _version_breaks(_changes(runs), frame),
+                                  "empty": None if points else frame.empty()})
 
 
 def _grade_mark(point: GradePoint, frame: _Frame) -> dict:
@@ -715,12 +729,12 @@ def check_chart(points: Sequence[CheckPoint], check_id: str, since: datetime, un
         "versions": " ".join(dict.fromkeys(p.scoring_version for p in points)),
         "segments": len(runs), "breaks": max(len(runs) - 1, 0),
         "y_to": frame.high, "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "axes": axes, "bounds": bounds,
-                                 "legend": _legends(legend, frame),
-                                 "maintenance": _maintenance(maintenance, frame, axes),
-                                 "segments": segments,
-                                 "breaks": _version_breaks(_changes(runs), frame),
-                                 "empty": None if points else frame.empty()})
+    return _svg(chart_svg.chart, {**context, "axes": axes, "bounds": bounds,
+                                  "legend": _legends(legend, frame),
+                                  "maintenance": _maintenance(maintenance, frame, axes),
+                                  "segments": segments,
+                                  "breaks": _version_breaks(_changes(runs), frame),
+                                  "empty": None if points else frame.empty()})
 
 
 def _check_mark(point: CheckPoint, check: Check, frame: _Frame,
@@ -828,12 +842,12 @@ def series_chart(name: str, title: str, unit: str, series: Sequence[Series], sin
     context = frame.context(name, f"{title}: {count} points", {
         "count": count, "series": " ".join(s.key for s in series), "y_to": frame.high,
         "breaks": len(breaks), "since": _iso(since), "until": _iso(until)})
-    return _render("chart.svg", {**context, "axes": axes,
-                                 "legend": _legends(legend, frame),
-                                 "maintenance": _maintenance(maintenance, frame, axes),
-                                 "segments": segments,
-                                 "breaks": breaks,
-                                 "empty": None if count else frame.empty()})
+    return _svg(chart_svg.chart, {**context, "axes": axes,
+                                  "legend": _legends(legend, frame),
+                                  "maintenance": _maintenance(maintenance, frame, axes),
+                                  "segments": segments,
+                                  "breaks": breaks,
+                                  "empty": None if count else frame.empty()})
 
 
 # --- badge -----------------------------------------------------------------------------------

@@ -185,7 +185,9 @@ def endpoint_detail(request: SignedInRequest, public_id: UUID) -> HttpResponse:
         range_key = default_range(endpoint, until)
     since = until - RANGES[range_key][1]
     # An endpoint scanned from several locations has one history per location: `?location=`.
-    locations = sorted(set(endpoint.scans.values_list("location", flat=True).distinct()))
+    # (no ordering: the scans' default one made the DISTINCT return every scan)
+    locations = sorted(set(endpoint.scans.order_by().values_list("location", flat=True)
+                           .distinct()))
     location = request.GET.get("location") if len(locations) > 1 else None
     if location not in locations:
         location = None
