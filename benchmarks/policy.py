@@ -34,7 +34,8 @@ DEFAULTS = {
     "NETWORK_LEASE_WAIT_MAX_S": 30,
     # The most calls one web process holds waiting at once; beyond it a lease answers at once
     # (the agent then polls). Under gthread each waiting call holds a thread: keep this well
-    # below the threads per process (docs/operations.md), or waiting hosts starve every call.
+    # below the threads per process (docs/operations.md), or waiting hosts starve every call;
+    # on the host-call server a waiting call holds no thread (host_call_server.py).
     "NETWORK_WAITING_LEASES_PER_PROCESS": 8,
     # The most jobs one host may run at once, whatever it advertises.
     "NETWORK_MAX_SLOTS": 64,

@@ -1,18 +1,7 @@
-"""Host heartbeats as an ASGI application, served apart from the site:
+"""The host-call server under the name it had while it answered heartbeats only, for deployed
+configurations that still start `uvicorn tokvera_site.heartbeats_asgi:application`: the same
+application as tokvera_site/host_calls_asgi.py, which now also answers the job calls."""
 
-    uvicorn tokvera_site.heartbeats_asgi:application --loop uvloop --http httptools
+from tokvera_site.host_calls_asgi import application
 
-benchmarks/heartbeat_server.py says what it answers and why it is a process of its own.
-"""
-
-import os
-
-import django
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokvera_site.settings")
-django.setup()
-
-from benchmarks.network.heartbeat_batches import SteadyWriter, connect_as_django  # noqa: E402
-from benchmarks.network.heartbeat_server import HeartbeatApp  # noqa: E402
-
-application = HeartbeatApp(SteadyWriter(connect_as_django()))
+__all__ = ["application"]

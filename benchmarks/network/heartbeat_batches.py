@@ -1,6 +1,6 @@
 """Steady heartbeats written together: the calls that arrive while one write runs go to the
 database in the next, one statement for the whole batch (hosts.steady_heartbeats_statement), on
-one connection of its own. The heartbeat server (heartbeat_server.py) answers each call from
+one connection of its own. The host-call server (host_call_server.py) answers each call from
 its batch's row.
 
 A dropped connection is opened again and the batch written once more (a heartbeat already

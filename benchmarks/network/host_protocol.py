@@ -1,7 +1,7 @@
 """The host calls' protocol: every answer a host gets, as (status, JSON body, headers), for
 whatever serves the call: the Django views (benchmarks/network/host_api.py), the WSGI fast path
-in front of Django's middleware (benchmarks/network/host_wsgi.py) or the heartbeat server under
-uvicorn (benchmarks/network/heartbeat_server.py). The adapters only read the request and write
+in front of Django's middleware (benchmarks/network/host_wsgi.py) or the host-call server under
+uvicorn (benchmarks/network/host_call_server.py). The adapters only read the request and write
 these answers as bytes.
 
 - The heartbeat: `answer_heartbeat` holds it all (the token's form, the address's failed
@@ -12,7 +12,9 @@ these answers as bytes.
   the DRF views return that. In front of Django, `job_call_answer` adds what DRF does before
   the view (the token, as HostTokenAuthentication answers it; the lease's rate limit) and so
   answers every job call that DRF would answer in its compact JSON; what stays DRF's is the
-  adapter's to say (host_wsgi.py).
+  adapter's to say (host_wsgi.py). A server on an event loop asks it not to wait in its
+  thread (`waits_on_loop`): a lease that would wait is then answered as a LeaseWait, which
+  that server waits out on its loop.
 - Whatever the database does: `answer_safely` (a dropped connection retried once, an outage
   answered 503, anything else 500).
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar, overload
 
 from django.db import InterfaceError, OperationalError, connection
 from prometheus_client import Counter
@@ -37,9 +41,10 @@ from benchmarks.network import hosts, jobs, services
 from common import auth_failures, errors, ratelimit
 
 Answer = tuple[int, dict | list | None, dict[str, str]]
+T = TypeVar("T")
 
 HEARTBEAT = "/v1/hosts/heartbeat"
-# Counted by the adapters that answer it in front of Django (the WSGI path, the heartbeat server).
+# Counted by the adapters that answer it in front of Django (the WSGI path, the host-call server).
 HEARTBEATS = Counter("tokvera_host_heartbeats", "Host heartbeats answered, by HTTP status", ["status"])
 # What Django's middleware adds to a JSON answer that a caller could rely on.
 JSON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
@@ -70,7 +75,7 @@ def answer_heartbeat(authorization: str, read_body: Callable[[int], bytes | None
     authentications are counted per `address` (the client's: common/client_address.py),
     and a failure from an address over that limit is answered 429; a valid token is answered
     from any address (its token is checked before the refusal). `steady_tried`: the caller already tried
-    the steady UPDATE for this call (the heartbeat server's batch), so it is not tried again.
+    the steady UPDATE for this call (the host-call server's batch), so it is not tried again.
     """
     if not authorization:
         return 401, {"detail": "Authentication credentials were not provided."}, _CHALLENGE
@@ -254,8 +259,17 @@ def _lease_limit_reached(retry_after: int) -> Answer:
                  "code": "rate_limited"}, {"Retry-After": str(retry_after)}
 
 
+@overload
 def job_call_answer(call: str, job_id: str | None, authorization: str, address: str,
-                    read_json: Callable[[], object]) -> Callable[[], Answer] | None:
+                    read_json: Callable[[], object],
+                    waits_on_loop: Literal[False] = False) -> Callable[[], Answer] | None: ...
+@overload
+def job_call_answer(call: str, job_id: str | None, authorization: str, address: str,
+                    read_json: Callable[[], object],
+                    waits_on_loop: bool) -> Callable[[], Answer | LeaseWait] | None: ...
+def job_call_answer(call: str, job_id: str | None, authorization: str, address: str,
+                    read_json: Callable[[], object],
+                    waits_on_loop: bool = False) -> Callable[[], Answer | LeaseWait] | None:
     """In front of Django: the work that answers a job call (`call`: lease, start, complete,
     complete_many or fail) as the DRF view does, or None for a body this path leaves to
     Django. `read_json()` gives the body's JSON, a Malformed (the parser's 400) or NOT_SERVED;
@@ -266,7 +280,8 @@ def job_call_answer(call: str, job_id: str | None, authorization: str, address: 
     counts a lease before it reads the body), and a call from an address past its failure
     ceiling whose token has not checked out within the window is answered 429 after one more
     cache read and no database work (common/auth_failures.py). Then, in the work, what DRF
-    does in its order: authenticate, the lease's rate limit, the body."""
+    does in its order: authenticate, the lease's rate limit, the body. `waits_on_loop`: a
+    lease (or lease_next) that would wait is answered as a LeaseWait instead."""
     token = credentials.split_bearer(authorization, hosts.TOKEN_KIND)
     allowed, retry_after, blocked_for = True, 0, None
     if token is not None and call == "lease":
@@ -281,10 +296,10 @@ def job_call_answer(call: str, job_id: str | None, authorization: str, address: 
     data = {} if call == "start" else read_json()
     if data is NOT_SERVED:
         return None
-    answer_for = (read_job_call(call, job_id, data) if not isinstance(data, bodies.Malformed)
-                  else _malformed(data))
+    answer_for = (read_job_call(call, job_id, data, waits_on_loop)
+                  if not isinstance(data, bodies.Malformed) else _malformed(data))
 
-    def serve() -> Answer:
+    def serve() -> Answer | LeaseWait:
         host = authenticate(authorization, address)
         if not isinstance(host, Host):
             return host
@@ -294,7 +309,14 @@ def job_call_answer(call: str, job_id: str | None, authorization: str, address: 
     return serve
 
 
-def read_job_call(call: str, job_id, data: object) -> Callable[[Host], Answer]:
+@overload
+def read_job_call(call: str, job_id, data: object,
+                  waits_on_loop: Literal[False] = False) -> Callable[[Host], Answer]: ...
+@overload
+def read_job_call(call: str, job_id, data: object,
+                  waits_on_loop: bool) -> Callable[[Host], Answer | LeaseWait]: ...
+def read_job_call(call: str, job_id, data: object,
+                  waits_on_loop: bool = False) -> Callable[[Host], Answer | LeaseWait]:
     """A job call's body (parsed JSON; a lease's {} when it sent none) read once: what answers
     it for an authenticated host, or its 400 (host_bodies.py: DRF's words). Read when the call
     arrives: a wait counts from then, so a retry waits only what is left of it."""
@@ -302,14 +324,14 @@ def read_job_call(call: str, job_id, data: object) -> Callable[[Host], Answer]:
         if call == "lease":
             options = bodies.lease_options(data)
             lease_wait = _wait_left(options.wait_s)
-            return lambda host: lease_answer(host, options.start, lease_wait())
+            return lambda host: lease_answer(host, options.start, lease_wait(), waits_on_loop)
         if call == "start":
             return lambda host: start_answer(host, job_id)
         if call == "complete":
             done = bodies.completion_options(data)
             wait = _wait_left(done.wait_s)
             return lambda host: complete_answer(host, job_id, done.figures, done.result,
-                                                done.lease_next, wait())
+                                                done.lease_next, wait(), waits_on_loop)
         if call == "complete_many":
             reports, lease_next = bodies.completions_options(data)
             return lambda host: complete_many_answer(host, reports, lease_next)
@@ -319,7 +341,7 @@ def read_job_call(call: str, job_id, data: object) -> Callable[[Host], Answer]:
         return _malformed(exc)
 
 
-def _malformed(exc: bodies.Malformed) -> Callable[[Host], Answer]:
+def _malformed(exc: bodies.Malformed) -> Callable[[Host], Answer | LeaseWait]:
     return lambda host: (400, exc.detail, {})
 
 
@@ -361,8 +383,43 @@ def _wait_left(wait_s: float) -> Callable[[], float]:
 # --- each job call's answer, for an authenticated host and a well-formed body --------------------
 
 
-def lease_answer(host: Host, start: bool, wait_s: float) -> Answer:
-    job = services.lease(host, start=start, wait_s=wait_s)
+@dataclass(frozen=True)
+class LeaseWait:
+    """A lease (or a completion's lease_next) that found no job and may wait for one, handed to
+    a server that waits on its event loop instead of in a thread (host_call_server.py): it
+    waits for the host's wake-up as wakeup.wait would, runs `look` on a database thread after
+    each, and answers `answer(job)` with what a look found, or `answer(None)` after `seconds`."""
+
+    host_id: int
+    seconds: float  # left of the call's wait
+    look: Callable[[], Job | None]  # one more try: services.lease's own look
+    answer: Callable[[Job | None], Answer]
+
+
+class _NotedWait:
+    """A services.Wait that does not wait: it notes the wait for the caller's event loop."""
+
+    def __init__(self) -> None:
+        self.noted: tuple[int, float, Callable[[], Job | None]] | None = None
+
+    def __call__(self, host_id: int, seconds: float, look: Callable[[], Job | None],
+                 most: int) -> Job | None:
+        self.noted = (host_id, seconds, look)
+        return None
+
+    def then(self, answer: Callable[[Job | None], Answer]) -> LeaseWait | None:
+        return None if self.noted is None else LeaseWait(*self.noted, answer)
+
+
+def lease_answer(host: Host, start: bool, wait_s: float,
+                 waits_on_loop: bool = False) -> Answer | LeaseWait:
+    noted = _NotedWait()
+    job = services.lease(host, start=start, wait_s=wait_s,
+                         wait=noted if waits_on_loop else services.wait_in_thread)
+    return noted.then(_leased) or _leased(job)
+
+
+def _leased(job: Job | None) -> Answer:
     return (204, None, {}) if job is None else (200, job_for_host(job), {})
 
 
@@ -375,13 +432,16 @@ def start_answer(host: Host, job_id) -> Answer:
 
 
 def complete_answer(host: Host, job_id, figures: jobs.Figures, result: object, lease_next: bool,
-                    wait_s: float) -> Answer:
+                    wait_s: float, waits_on_loop: bool = False) -> Answer | LeaseWait:
+    noted = _NotedWait()
     try:
-        job, following = services.complete(host, job_id, figures, result, lease_next=lease_next,
-                                            wait_s=wait_s)
+        job, following = services.complete(
+            host, job_id, figures, result, lease_next=lease_next, wait_s=wait_s,
+            wait=noted if waits_on_loop else services.wait_in_thread)
     except jobs.JobError as exc:
         return _refused(exc)
-    return 200, completed(job, following, lease_next), {}
+    return noted.then(lambda found: (200, completed(job, found, lease_next), {})) or (
+        200, completed(job, following, lease_next), {})
 
 
 def complete_many_answer(host: Host, reports: list, lease_next: bool) -> Answer:
@@ -406,7 +466,7 @@ def _refused(exc: jobs.JobError) -> Answer:
 # --- an answer whatever happens to the database ------------------------------------------------
 
 
-def answer_safely(work: Callable[[], Answer | None]) -> Answer | None:
+def answer_safely(work: Callable[[], T | None]) -> T | Answer | None:
     """`work()`, retried once on a fresh connection when the database dropped this one; a
     database still unreachable is the outage answer (503), anything else raised a 500."""
     try:

@@ -74,7 +74,7 @@ JOB_CALLS = Counter("tokvera_host_job_calls",
 JOB_CALL_MAX_BYTES = host_bodies.MAX_RESULT_BYTES + 64 * 1024
 # What DRF adds to a host view's answer (APIView.default_response_headers; no Vary: Accept, as
 # host views have one renderer).
-_DRF_HEADERS = [("Allow", "POST, OPTIONS")]
+DRF_HEADERS = [("Allow", "POST, OPTIONS")]
 
 
 class HostFastPath:
@@ -88,7 +88,7 @@ class HostFastPath:
         work: Callable[[], Answer | None] | None
         if path == HEARTBEAT:
             call, work = "heartbeat", _heartbeat_work(environ)
-        elif (job_call := _job_call(path)) is not None:
+        elif (job_call := job_call_of(path)) is not None:
             call, work = job_call[0], _job_work(*job_call, environ)
         else:
             return self.django_app(environ, start_response)
@@ -110,7 +110,7 @@ class HostFastPath:
             body = JSONRenderer().render(payload) if drf else json.dumps(payload).encode()
         head = [("Content-Type", "application/json")] if payload is not None else []
         start_response(f"{status} {HTTPStatus(status).phrase}", [
-            *head, ("Content-Length", str(len(body))), *JSON_HEADERS, *(_DRF_HEADERS if drf else []),
+            *head, ("Content-Length", str(len(body))), *JSON_HEADERS, *(DRF_HEADERS if drf else []),
             *headers.items()])
         return [body]
 
@@ -121,7 +121,7 @@ def _heartbeat_work(environ: dict) -> Callable[[], Answer]:
                                     client_address.of_environ(environ))
 
 
-def _job_call(path: str) -> tuple[str, str | None] | None:
+def job_call_of(path: str) -> tuple[str, str | None] | None:
     """(call, job id) for a job call this path serves, else None."""
     if path == LEASE:
         return "lease", None
@@ -135,14 +135,14 @@ def _job_call(path: str) -> tuple[str, str | None] | None:
 
 def _job_work(call: str, job_id: str | None, environ: dict) -> Callable[[], Answer] | None:
     """The protocol's work for a job call that DRF would answer with its compact JSON, else None."""
-    if not _negotiates_json(environ):
+    if not negotiates_json(environ):
         return None
     return protocol.job_call_answer(call, job_id, environ.get("HTTP_AUTHORIZATION", ""),
                                     client_address.of_environ(environ),
-                                    lambda: _json_body(environ, lease=call == "lease"))
+                                    lambda: json_body(environ, lease=call == "lease"))
 
 
-def _negotiates_json(environ: dict) -> bool:
+def negotiates_json(environ: dict) -> bool:
     """No query string (DRF reads ?format=) and an Accept header that DRF answers with its
     compact JSON; anything else DRF negotiates itself (406, indented JSON, HTML)."""
     accept = environ.get("HTTP_ACCEPT", "")
@@ -152,7 +152,7 @@ def _negotiates_json(environ: dict) -> bool:
 _JSON_TYPES = ("application/json", "application/json; charset=utf-8")
 
 
-def _json_body(environ: dict, lease: bool) -> object:
+def json_body(environ: dict, lease: bool) -> object:
     """The request's data as DRF's request gives it to the view: the JSON parsed by the API's
     parser ({} for an empty body; its ParseError as a Malformed), or NOT_SERVED when this path
     leaves the request to Django (no declared length, over the limit, a content type other

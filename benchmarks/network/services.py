@@ -21,6 +21,7 @@ and jobs do not import each other, and only the API views import this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import connection
@@ -42,6 +43,28 @@ def submit_many(team, items: list[jobs.Submission]) -> list[Job]:
     return created
 
 
+# How a lease waits for a job: (host id, seconds, one look, the most calls waiting at once) ->
+# what a look found, or None. wait_in_thread parks the calling thread; an event-loop server
+# passes one that notes the wait and returns None at once, then waits on its loop
+# (benchmarks/network/host_protocol.py, LeaseWait).
+Wait = Callable[[int, float, Callable[[], Job | None], int], Job | None]
+
+
+def wait_in_thread(host_id: int, seconds: float, look: Callable[[], Job | None],
+                   most: int) -> Job | None:
+    """wakeup.wait, holding no database connection between looks: under thread workers each
+    waiting host holds a thread, and PostgreSQL's connections (or the pool's,
+    DB_POOL_MAX_SIZE) are far fewer than threads."""
+    def look_then_release() -> Job | None:
+        found = look()
+        if found is None:
+            _release_connection()
+        return found
+
+    _release_connection()
+    return wakeup.wait(host_id, seconds, look_then_release, most)
+
+
 def heartbeat(token: str, models: list[str], hardware: dict, slots: int) -> hosts.Heartbeat | None:
     """None when the token is not a current host token (401)."""
     return hosts.heartbeat(token, models, hardware, slots)
@@ -54,14 +77,16 @@ def steady_heartbeat(token: str, models: list[str], hardware: dict, slots: int,
 
 
 def lease(host: Host, start: bool = False, wait_s: float = 0.0,
-          now: datetime | None = None, after: Job | None = None) -> Job | None:
+          now: datetime | None = None, after: Job | None = None,
+          wait: Wait = wait_in_thread) -> Job | None:
     """The oldest job a pass already gave this host (optionally started), or None.
 
     Without one: the clocks are enforced (at most once a second across the site), a pass is
     queued when jobs are waiting, and with `wait_s` the call waits up to that long for a pass
     to give this host a job; it holds no lock and runs no query while it waits, only when a
     pass announces work for this host (or every wakeup.POLL_S while Redis cannot announce).
-    `after`: the completed job this lease follows (lease_next), recorded on it."""
+    `after`: the completed job this lease follows (lease_next), recorded on it. `wait`: how
+    it waits (Wait)."""
     now = now or timezone.now()
     if host.suspended:
         return None
@@ -73,22 +98,12 @@ def lease(host: Host, start: bool = False, wait_s: float = 0.0,
     if jobs.any_queued() and tasks.request_pass():
         job = jobs.lease(host, start=start, after=after)  # the pass ran here (eager Celery)
     if job is None and wait_s > 0:
-        def look() -> Job | None:
-            found = jobs.lease(host, start=start, after=after)
-            if found is None:
-                _release_connection()
-            return found
-
-        _release_connection()
-        job = wakeup.wait(host.pk, wait_s, look,
-                          most=policy.value("NETWORK_WAITING_LEASES_PER_PROCESS"))
+        job = wait(host.pk, wait_s, lambda: jobs.lease(host, start=start, after=after),
+                   policy.value("NETWORK_WAITING_LEASES_PER_PROCESS"))
     return job
 
 
 def _release_connection() -> None:
-    """A waiting call holds no database connection between looks: under thread workers each
-    waiting host holds a thread, and PostgreSQL's connections (or the pool's, DB_POOL_MAX_SIZE)
-    are far fewer than threads."""
     if not connection.in_atomic_block:
         connection.close()
 
@@ -98,7 +113,7 @@ def start(host: Host, job_id) -> Job:
 
 
 def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool = False,
-             wait_s: float = 0.0) -> tuple[Job, Job | None]:
+             wait_s: float = 0.0, wait: Wait = wait_in_thread) -> tuple[Job, Job | None]:
     """The completed job and, with `lease_next`, the host's next job already started (or None,
     after waiting up to `wait_s` for one): a busy host then needs one call per job. A
     repeated completion (its answer lost on the way) answers the next job the first one
@@ -106,16 +121,18 @@ def complete(host: Host, job_id, figures: jobs.Figures, result, lease_next: bool
     job, first_time = jobs.complete(host, job_id, figures, result)
     tasks.queue_fold()
     if lease_next:
-        return job, _next_for(host, job, first_time, wait_s)
+        return job, _next_for(host, job, first_time, wait_s, wait)
     if jobs.any_queued():
         tasks.request_pass()  # a slot came free
     return job, None
 
 
-def _next_for(host: Host, completed: Job, first_time: bool, wait_s: float = 0.0) -> Job | None:
+def _next_for(host: Host, completed: Job, first_time: bool, wait_s: float = 0.0,
+              wait: Wait = wait_in_thread) -> Job | None:
     if not first_time:
         return jobs.handed_next(host, completed)
-    return lease(host, start=True, wait_s=wait_s, after=completed)  # finding none queues a pass
+    # finding none queues a pass
+    return lease(host, start=True, wait_s=wait_s, after=completed, wait=wait)
 
 
 def complete_many(host: Host, reports: list[tuple[object, jobs.Figures, object]],

@@ -8,6 +8,10 @@ woken call looks in the database, which alone says whether it has a job, so a wa
 for another site sharing the Redis server, or a repeated one, costs one query and is never
 wrong.
 
+Two ways to wait, the same looks and wake-ups: `wait` parks the calling thread (the web
+process's thread workers), `wait_on_loop` awaits on an event loop, holding no thread between
+looks (the host-call server, benchmarks/network/host_call_server.py).
+
 While the cache is not Redis or Redis is unreachable, waiting calls look every POLL_S instead:
 slower, never wrong. When the subscription (re)connects, every waiting call looks once, so a
 message lost while it was down costs nothing either.
@@ -15,11 +19,13 @@ message lost while it was down costs nothing either.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, TypeVar
 
 import redis
 from django.conf import settings
@@ -69,6 +75,24 @@ def _publisher(url: str) -> redis.Redis:
     return client
 
 
+class Wakeable(Protocol):
+    """What a waiting call gives the listener to wake it: a thread's Event, or a LoopWaiter."""
+
+    def set(self) -> None: ...
+
+
+class LoopWaiter:
+    """A call waiting on an event loop, woken from the listener's thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody to wake
+            self.loop.call_soon_threadsafe(self.event.set)
+
+
 class _Listener:
     """One subscription per process; hands wake-ups to the waiting calls of this process."""
 
@@ -76,14 +100,14 @@ class _Listener:
         self.url = url
         self.connected = threading.Event()
         self._lock = threading.Lock()
-        self._waiting: dict[int, set[threading.Event]] = {}
+        self._waiting: dict[int, set[Wakeable]] = {}
         threading.Thread(target=self._run, name="host-work-listener", daemon=True).start()
 
-    def add(self, host_id: int, event: threading.Event) -> None:
+    def add(self, host_id: int, event: Wakeable) -> None:
         with self._lock:
             self._waiting.setdefault(host_id, set()).add(event)
 
-    def remove(self, host_id: int, event: threading.Event) -> None:
+    def remove(self, host_id: int, event: Wakeable) -> None:
         with self._lock:
             events = self._waiting.get(host_id)
             if events is not None:
@@ -193,3 +217,33 @@ def _wait(host_id: int, seconds: float, look: Callable[[], T | None]) -> T | Non
     finally:
         if listener is not None:
             listener.remove(host_id, event)
+
+
+async def wait_on_loop(host_id: int, seconds: float,
+                       look: Callable[[], Awaitable[T | None]]) -> T | None:
+    """`wait`'s looks and wake-ups for a caller on an event loop: `look` (awaited; it runs the
+    query on a thread of the caller's) once now, then whenever a pass announces work for this
+    host or every POLL_S while no announcement can come, until it finds something or
+    `seconds` have passed. Between looks it holds no thread and no database connection; a
+    caller cancelled while it waits leaves nothing behind. The caller keeps its own limit on
+    calls waiting at once (`wait`'s `most`)."""
+    deadline = time.monotonic() + seconds
+    subscription = _listener()
+    waiter = LoopWaiter()
+    if subscription is not None:
+        subscription.add(host_id, waiter)  # before looking: an announcement after the look wakes us
+    try:
+        while True:
+            found = await look()
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            live = subscription is not None and subscription.connected.is_set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.event.wait(), left if live else min(left, POLL_S))
+            waiter.event.clear()
+    finally:
+        if subscription is not None:
+            subscription.remove(host_id, waiter)

@@ -4,10 +4,12 @@
 
 With no option it runs the production shape of docs/operations.md ("Production"): gunicorn
 gthread, 2 workers x 128 threads, keep-alive 30 s, DB_POOL_MAX_SIZE=16 and
-NETWORK_WAITING_LEASES_PER_PROCESS=96; the heartbeat server (uvicorn
-tokvera_site.heartbeats_asgi, one process) on --port + 1, reached over kept-alive connections
-as the documented nginx upstream keeps them; Celery as production splits it (a folds worker
-and a `passes` worker, one thread each). Its clients: 40,000 heartbeating hosts, and 100 job
+NETWORK_WAITING_LEASES_PER_PROCESS=96; the host-call server (uvicorn
+tokvera_site.host_calls_asgi, one process, NETWORK_WAITING_LEASES_PER_PROCESS=10000) on
+--port + 1, reached over kept-alive connections as the documented nginx upstream keeps them,
+answering every host's calls (heartbeats, leases, completions) while the buyer's submissions
+go to gunicorn; Celery as production splits it (a folds worker and a `passes` worker, one
+thread each). Its clients: 40,000 heartbeating hosts, and 100 job
 hosts of 2 slots that behave as benchmarks/agent does (one lease per host waiting up to 25 s,
 completions asking for the next job without waiting for it, a host's reports sent together
 while one is in flight), fed by a buyer that submits batches of 50. Each option changes one
@@ -23,7 +25,7 @@ uvloop, on 127.0.0.1:
 0. pgbench's single-row UPDATE (`UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE
    aid = :aid`, 32 clients) on the same PostgreSQL, in the same run: the yardstick.
 1. Heartbeats from `--hosts` simulated hosts (steady state: each host already advertised its
-   models once), sent to the heartbeat server (`--heartbeat-server uvicorn`) or to the web
+   models once), sent to the host-call server (`--heartbeat-server uvicorn`) or to the web
    (`web`: gunicorn's fast path): the most heartbeats/s it sustains with 32 callers, then a
    fixed-rate (open-loop) run at 1,000/s for latency p50/p99, measured from each request's
    scheduled time, so a backed-up server is counted, not hidden (each call starts when it is
@@ -35,8 +37,10 @@ uvloop, on 127.0.0.1:
 2. Jobs through submit -> complete: the buyer submits (at most 400 unsettled at a time) while
    the job hosts lease with {"start": true, "wait_s": --lease-wait-s} (held by the coordinator
    until a pass assigns the host a job) and complete with {"lease_next": true} (the next job,
-   when one is already assigned, comes back running). Reports completed jobs/s, the web's CPU
-   per job (gunicorn's workers' CPU over the phase / jobs completed) and, from the database,
+   when one is already assigned, comes back running). The job hosts' calls go to the
+   host-call server (`--job-calls uvicorn`) or to gunicorn (`web`), the buyer's to gunicorn.
+   Reports completed jobs/s, the web's CPU per job (the CPU of gunicorn's workers and of the
+   host-call server over the phase / jobs completed, and each apart) and, from the database,
    the EWMA fold latency (folded_at - completed_at). Goal: >= 200 jobs/s at <= 5 ms of web
    CPU per job, folds within 5 s. Other shapes: --complete-wait-s (a completion waits for the
    slot's next job), --no-complete-batch (each report alone), --submit-batch 1, --server
@@ -44,7 +48,7 @@ uvloop, on 127.0.0.1:
 3. Memory of each gunicorn worker (RSS) before, between and after the phases. Goal: flat.
 
 What limits each figure: every phase reports the CPU seconds, and the share of the box's CPUs,
-of each component (the load generator: this process and pgbench; the heartbeat server;
+of each component (the load generator: this process and pgbench; the host-call server;
 gunicorn's workers; Celery; every `postgres` process; Redis; the rest of the box) and the
 box's idle share. A phase whose load generator used at least 90 % of each of its threads'
 cores could not have sent more: it is marked "limited_by": "client" and its figure is a lower
@@ -112,6 +116,9 @@ PHASE_GRACE_S = 10.0
 PGBENCH_CLIENTS, PGBENCH_THREADS = 32, 2
 # gunicorn's keep-alive of docs/operations.md's command.
 KEEP_ALIVE_S = 30
+# NETWORK_WAITING_LEASES_PER_PROCESS of the host-call server (docs/operations.md): a call
+# waiting on its event loop holds no thread, so it may hold every host's.
+HOST_CALL_WAITING = 10_000
 
 T = TypeVar("T")
 
@@ -322,27 +329,27 @@ class Stack:
 
     gunicorn: subprocess.Popen
     celery: list[subprocess.Popen]
-    heartbeat_server: subprocess.Popen | None
-    heartbeat_workers: int = 1
+    host_call_server: subprocess.Popen | None
+    host_call_workers: int = 1
 
     def roots(self) -> dict[int, str]:
         """The component each process tree counts towards, by its root's pid."""
         roots = {self.gunicorn.pid: "gunicorn_workers"}
         roots.update({worker.pid: "celery" for worker in self.celery})
-        if self.heartbeat_server is not None:
-            roots[self.heartbeat_server.pid] = "heartbeat_server"
+        if self.host_call_server is not None:
+            roots[self.host_call_server.pid] = "host_call_server"
         return roots
 
-    def heartbeat_pids(self) -> list[int]:
-        if self.heartbeat_server is None:
+    def host_call_pids(self) -> list[int]:
+        if self.host_call_server is None:
             return children(self.gunicorn.pid)
-        if self.heartbeat_workers > 1:
-            return children(self.heartbeat_server.pid)
-        return [self.heartbeat_server.pid]
+        if self.host_call_workers > 1:
+            return children(self.host_call_server.pid)
+        return [self.host_call_server.pid]
 
     def stop(self) -> None:
         processes = [self.gunicorn, *self.celery,
-                     *([self.heartbeat_server] if self.heartbeat_server else [])]
+                     *([self.host_call_server] if self.host_call_server else [])]
         for proc in processes:
             proc.terminate()
         for proc in processes:
@@ -354,7 +361,7 @@ class Stack:
                 proc.wait()
 
 
-def start_services(args: argparse.Namespace, heartbeat_port: int | None) -> Stack:
+def start_services(args: argparse.Namespace, host_call_port: int | None) -> Stack:
     worker_class = (["--worker-class", "gthread", "--threads", str(args.threads),
                      "--worker-connections", str(args.worker_connections)]
                     if args.threads > 1 else [])
@@ -370,15 +377,17 @@ def start_services(args: argparse.Namespace, heartbeat_port: int | None) -> Stac
                    "--backlog", "4096", "--log-level", "warning"]
     # Each in a process group of its own, so that stopping one stops its workers too.
     gunicorn = subprocess.Popen(command, cwd=ROOT, env=web_env, start_new_session=True)
-    heartbeats = None
-    if heartbeat_port is not None:  # the heartbeat server (docs/operations.md), on a port of its own
-        heartbeats = subprocess.Popen(
-            [str(Path(sys.executable).parent / "uvicorn"), "tokvera_site.heartbeats_asgi:application",
-             "--host", "127.0.0.1", "--port", str(heartbeat_port), "--loop", "uvloop",
+    host_calls = None
+    if host_call_port is not None:  # the host-call server (docs/operations.md), a port of its own
+        host_calls = subprocess.Popen(
+            [str(Path(sys.executable).parent / "uvicorn"),
+             "tokvera_site.host_calls_asgi:application",
+             "--host", "127.0.0.1", "--port", str(host_call_port), "--loop", "uvloop",
              "--http", "httptools", "--no-access-log", "--no-proxy-headers",
              "--log-level", "warning", "--backlog", "4096",
-             *(["--workers", str(args.heartbeat_workers)] if args.heartbeat_workers > 1 else [])],
-            cwd=ROOT, env=ENV, start_new_session=True)
+             *(["--workers", str(args.host_call_workers)] if args.host_call_workers > 1 else [])],
+            cwd=ROOT, env={**ENV, "NETWORK_WAITING_LEASES_PER_PROCESS": str(HOST_CALL_WAITING)},
+            start_new_session=True)
     # Two threads of Celery in all, so layouts compare fairly. split (production's shape,
     # docs/operations.md): folds (queue `celery`) and assignment passes (queue `passes`) in
     # worker processes of their own, one thread each; shared: one worker process, two threads,
@@ -393,18 +402,18 @@ def start_services(args: argparse.Namespace, heartbeat_port: int | None) -> Stac
             start_new_session=True)
         for n, (queue, concurrency) in enumerate(queues[args.celery])
     ]
-    stack = Stack(gunicorn, celery_workers, heartbeats, args.heartbeat_workers)
+    stack = Stack(gunicorn, celery_workers, host_calls, args.host_call_workers)
     import httpx
 
     deadline = time.monotonic() + 60
     for url in [f"http://127.0.0.1:{args.port}/healthz",
-                *([f"http://127.0.0.1:{heartbeat_port}/v1/hosts/heartbeat"] if heartbeats else [])]:
+                *([f"http://127.0.0.1:{host_call_port}/v1/hosts/heartbeat"] if host_calls else [])]:
         while time.monotonic() < deadline:
             try:
                 httpx.get(url, timeout=2, trust_env=False).raise_for_status()
                 break
             except httpx.HTTPStatusError:
-                break  # answering (the heartbeat server answers a GET 405)
+                break  # answering (the host-call server answers a GET 405)
             except httpx.HTTPError:
                 time.sleep(0.3)
         else:
@@ -435,7 +444,7 @@ def celery_pids(workers: list[subprocess.Popen]) -> list[int]:
 
 # --- CPU per component -----------------------------------------------------------------------
 
-COMPONENTS = ("load_generator", "heartbeat_server", "gunicorn_workers", "celery", "postgresql",
+COMPONENTS = ("load_generator", "host_call_server", "gunicorn_workers", "celery", "postgresql",
               "redis", "other")
 SERVER_COMPONENTS = COMPONENTS[1:-1]
 # A phase's processes are read this often, so one that ends within the phase (pgbench's
@@ -637,8 +646,8 @@ async def heartbeats_open(http: Http, tokens: list[str], seconds: float, rate: f
 async def heartbeats_while_hosts_wait(port: int, heartbeat_port: int, tokens: list[str],
                                       waiting: list[str], seconds: float, callers: int,
                                       deadline: Deadline) -> dict:
-    """Closed-loop heartbeats while `waiting` idle hosts each hold a waiting lease (renewed
-    when it ends): what serving waiting hosts costs the busiest call."""
+    """Closed-loop heartbeats while `waiting` idle hosts each hold a waiting lease on `port`
+    (renewed when it ends): what serving waiting hosts costs the busiest call."""
     stop = time.perf_counter() + seconds
     leases: dict[int, int] = {}
 
@@ -686,13 +695,15 @@ def _summary(statuses, latencies, elapsed) -> dict:
 # --- phase 2: jobs ---------------------------------------------------------------------------
 
 
-async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: float,
-                    submitters: int = 8, max_unsettled: int = 400, poll_s: float = 1.0,
+async def jobs_flow(http: Http, hosts_http: Http, buyer: str, host_tokens: list[str],
+                    seconds: float, submitters: int = 8, max_unsettled: int = 400,
+                    poll_s: float = 1.0,
                     lease_wait_s: float = 0.0, submit_batch: int = 1,
                     complete_batch: bool = False, complete_wait_s: float = 0.0) -> dict:
+    """The buyer's calls on `http`, the job hosts' on `hosts_http`."""
     hb = json.dumps({"models": [JOB_MODEL], "slots": JOB_SLOTS}).encode()
     for token in host_tokens:
-        await http.call("POST", "/v1/hosts/heartbeat", token, hb)
+        await hosts_http.call("POST", "/v1/hosts/heartbeat", token, hb)
     submitted = completed = 0
     statuses: dict[str, dict[int, int]] = {}
     latencies: dict[str, list[float]] = {}
@@ -734,7 +745,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
         nonlocal completed
         while job is not None:
             t0 = time.perf_counter()
-            status, raw = await http.call("POST", f"/v1/jobs/{job['id']}/complete", token,
+            status, raw = await hosts_http.call("POST", f"/v1/jobs/{job['id']}/complete", token,
                                           done_waiting())
             count("complete", status, t0)
             if status != 200:
@@ -748,7 +759,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
         await free.acquire()
         t0 = time.perf_counter()
         wait_s = round(min(lease_wait_s, max(0.0, stop - t0)), 2)  # never past the run
-        status, raw = await http.call("POST", "/v1/hosts/lease", token,
+        status, raw = await hosts_http.call("POST", "/v1/hosts/lease", token,
                                       json.dumps({"start": True, "wait_s": wait_s}).encode())
         count("lease", status, t0)
         if status == 200:
@@ -790,7 +801,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
                 t0 = time.perf_counter()
                 body = {"jobs": [{"id": job["id"], **figures} for job in batch],
                         "lease_next": time.perf_counter() < stop}
-                status, raw = await http.call("POST", "/v1/jobs/complete", token,
+                status, raw = await hosts_http.call("POST", "/v1/jobs/complete", token,
                                               json.dumps(body).encode())
                 count("complete", status, t0)
                 following = []
@@ -816,7 +827,7 @@ async def jobs_flow(http: Http, buyer: str, host_tokens: list[str], seconds: flo
         while stop - time.perf_counter() > 10:  # never sleeping past the end
             await asyncio.sleep(10)
             for token in host_tokens:
-                await http.call("POST", "/v1/hosts/heartbeat", token, hb)
+                await hosts_http.call("POST", "/v1/hosts/heartbeat", token, hb)
 
     await asyncio.gather(*(submitter() for _ in range(submitters)),
                          *((host_reporting_together if complete_batch else host)(t)
@@ -863,7 +874,7 @@ def fold_latency(wait_s: float = 10.0) -> dict:
 # The options that make the configuration (the others say how long and where it runs); their
 # defaults are the production shape of docs/operations.md.
 SHAPE = ("server", "workers", "threads", "worker_connections", "pool", "waiting_per_process",
-         "heartbeat_server", "heartbeat_workers", "heartbeat_connections", "celery",
+         "heartbeat_server", "job_calls", "host_call_workers", "heartbeat_connections", "celery",
          "lease_wait_s", "complete_batch", "complete_wait_s", "submit_batch")
 
 
@@ -889,10 +900,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--waiting-per-process", type=int, metavar="N", default=96,
         help="NETWORK_WAITING_LEASES_PER_PROCESS of the web processes")
     add("--heartbeat-server", choices=["web", "uvicorn"], default="uvicorn",
-        help="uvicorn: heartbeats to the heartbeat server (tokvera_site.heartbeats_asgi); "
+        help="uvicorn: heartbeats to the host-call server (tokvera_site.host_calls_asgi); "
              "web: to the web server (its WSGI fast path)")
-    add("--heartbeat-workers", type=int, metavar="N", default=1,
-        help="processes of the heartbeat server (uvicorn --workers, one port)")
+    add("--job-calls", choices=["web", "uvicorn"], default="uvicorn",
+        help="uvicorn: the job hosts' calls (heartbeats, leases, completions) to the host-call "
+             "server; web: to the web server, as before it served them (the buyer's "
+             "submissions go to the web server either way)")
+    add("--host-call-workers", type=int, metavar="N", default=1,
+        help="processes of the host-call server (uvicorn --workers, one port)")
     add("--heartbeat-connections", choices=["kept", "new"], default="kept",
         help="kept: heartbeats reuse kept-alive connections (a proxy's pooled upstream "
              "connections, docs/operations.md); new: a connection per heartbeat")
@@ -919,8 +934,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--pgbench-scale", type=int, metavar="N", default=10,
         help="pgbench's scale (100,000 accounts a unit)")
     add("--port", type=int, metavar="N", default=8765, help="the web server's port")
-    add("--heartbeat-port", type=int, metavar="N", default=None,
-        help="the heartbeat server's port (default: --port + 1)")
+    add("--host-call-port", type=int, metavar="N", default=None,
+        help="the host-call server's port (default: --port + 1)")
     add("--migrated", action="store_true",
         help="use $BENCH_DB as it is, migrated and empty, instead of recreating it")
     add("--json-out", type=Path, metavar="PATH", default=None,
@@ -940,7 +955,7 @@ def describe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
 
 
 def heartbeat_phases(args: argparse.Namespace, stack: Stack, seeded: dict,
-                     heartbeat_port: int | None, result: dict) -> None:
+                     heartbeat_port: int | None, lease_port: int, result: dict) -> None:
     """The 401 floor, the most heartbeats/s, open-loop runs at 1,000/s and at 80 % of that
     most, and pgbench beside them."""
     hb_tokens = seeded["hb_tokens"]
@@ -962,7 +977,7 @@ def heartbeat_phases(args: argparse.Namespace, stack: Stack, seeded: dict,
     time.sleep(STEADY_GAP_S)
     closed = phase("heartbeats, most per second", args.seconds,
                    lambda http: heartbeats_closed(http, hb_tokens[200:], args.seconds, 32))
-    server = "heartbeat_server" if heartbeat_port else "gunicorn_workers"
+    server = "host_call_server" if heartbeat_port else "gunicorn_workers"
     closed["server_cpu_ms_per_heartbeat"] = round(
         closed["cpu"]["cpu_s"][server] * 1000
         / max(1, sum(n for status, n in closed["statuses"].items() if status)), 3)
@@ -973,7 +988,7 @@ def heartbeat_phases(args: argparse.Namespace, stack: Stack, seeded: dict,
         deadline = Deadline(args.seconds)
         result["heartbeats_while_hosts_wait"] = measured(
             "heartbeats while hosts wait", lambda: run(heartbeats_while_hosts_wait(
-                args.port, heartbeat_port or args.port, hb_tokens[: -args.waiting_hosts],
+                lease_port, heartbeat_port or args.port, hb_tokens[: -args.waiting_hosts],
                 hb_tokens[-args.waiting_hosts:], args.seconds, 32, deadline)),
             stack, deadline=deadline)
         result["rss_mb_while_hosts_waited"] = worker_rss_mb(stack.gunicorn.pid)
@@ -998,8 +1013,8 @@ def heartbeat_phases(args: argparse.Namespace, stack: Stack, seeded: dict,
     if pgbench["updates_per_s"]:
         result["heartbeats_to_pgbench_ratio"] = round(closed["per_s"] / pgbench["updates_per_s"], 3)
     result["rss_mb_after_heartbeats"] = worker_rss_mb(stack.gunicorn.pid)
-    if stack.heartbeat_server is not None:
-        result["heartbeat_server_rss_mb_after_heartbeats"] = rss_mb(stack.heartbeat_pids())
+    if stack.host_call_server is not None:
+        result["host_call_server_rss_mb_after_heartbeats"] = rss_mb(stack.host_call_pids())
 
 
 async def answered_401(http: Http, seconds: float) -> dict:
@@ -1009,15 +1024,19 @@ async def answered_401(http: Http, seconds: float) -> dict:
     return figures
 
 
-def jobs_phases(args: argparse.Namespace, stack: Stack, seeded: dict, result: dict) -> None:
-    """--jobs-runs identical jobs runs, the fold latency of the first, memory after each."""
+def jobs_phases(args: argparse.Namespace, stack: Stack, seeded: dict, host_call_port: int | None,
+                result: dict) -> None:
+    """--jobs-runs identical jobs runs, the fold latency of the first, memory after each. The
+    job hosts call the host-call server at `host_call_port` (None: gunicorn)."""
     celery = celery_pids(stack.celery)
     result["celery_rss_mb_before_jobs"] = rss_mb(celery)
     for n in range(1, args.jobs_runs + 1):
         deadline = Deadline(args.seconds)
 
         def one_run(deadline: Deadline = deadline) -> dict:
-            return run(jobs_flow(Http(args.port, deadline, keep_alive=args.threads > 1),
+            web = Http(args.port, deadline, keep_alive=args.threads > 1)
+            hosts_http = Http(host_call_port, deadline) if host_call_port is not None else web
+            return run(jobs_flow(web, hosts_http,
                                  seeded["buyer_token"], seeded["job_tokens"], args.seconds,
                                  lease_wait_s=args.lease_wait_s, submit_batch=args.submit_batch,
                                  complete_batch=args.complete_batch,
@@ -1025,10 +1044,13 @@ def jobs_phases(args: argparse.Namespace, stack: Stack, seeded: dict, result: di
 
         jobs = measured("jobs, submit -> complete" + (f" (run {n})" if n > 1 else ""), one_run,
                         stack, deadline=deadline)
-        # The web's CPU per job: gunicorn's workers' CPU over the phase / jobs completed.
-        for component, key in (("gunicorn_workers", "web_cpu_ms_per_job"),
-                               ("celery", "celery_cpu_ms_per_job")):
-            jobs[key] = round(jobs["cpu"]["cpu_s"][component] * 1000 / max(1, jobs["completed"]), 2)
+        # The web's CPU per job: both servers' CPU over the phase / jobs completed.
+        for components, key in ((("gunicorn_workers", "host_call_server"), "web_cpu_ms_per_job"),
+                                (("gunicorn_workers",), "gunicorn_cpu_ms_per_job"),
+                                (("host_call_server",), "host_call_server_cpu_ms_per_job"),
+                                (("celery",), "celery_cpu_ms_per_job")):
+            cpu_s = sum(jobs["cpu"]["cpu_s"][component] for component in components)
+            jobs[key] = round(cpu_s * 1000 / max(1, jobs["completed"]), 2)
         if n == 1:
             result["jobs"] = jobs
             result["fold_latency"] = fold_latency()
@@ -1048,9 +1070,10 @@ def main() -> None:
     if not args.migrated:
         recreate_database()
     seeded = seed(args.hosts)
-    heartbeat_port = ((args.heartbeat_port or args.port + 1)
-                      if args.heartbeat_server == "uvicorn" else None)
-    stack = start_services(args, heartbeat_port)
+    host_call_port = ((args.host_call_port or args.port + 1)
+                      if "uvicorn" in (args.heartbeat_server, args.job_calls) else None)
+    heartbeat_port = host_call_port if args.heartbeat_server == "uvicorn" else None
+    stack = start_services(args, host_call_port)
     result: dict = {"configuration": configuration}
     try:
         time.sleep(1)
@@ -1059,15 +1082,17 @@ def main() -> None:
         warm = Deadline(2)
         run(heartbeats_closed(Http(args.port, warm, args.threads > 1), seeded["hb_tokens"][:200],
                               2, 8))
-        if heartbeat_port is not None:
-            run(heartbeats_closed(Http(heartbeat_port, warm), seeded["hb_tokens"][:200], 2, 8))
+        if host_call_port is not None:
+            run(heartbeats_closed(Http(host_call_port, warm), seeded["hb_tokens"][:200], 2, 8))
         result["rss_mb_warm"] = worker_rss_mb(stack.gunicorn.pid)
-        if stack.heartbeat_server is not None:
-            result["heartbeat_server_rss_mb_warm"] = rss_mb(stack.heartbeat_pids())
+        if stack.host_call_server is not None:
+            result["host_call_server_rss_mb_warm"] = rss_mb(stack.host_call_pids())
         if not args.only_jobs:
-            heartbeat_phases(args, stack, seeded, heartbeat_port, result)
+            lease_port = host_call_port if args.job_calls == "uvicorn" else None
+            heartbeat_phases(args, stack, seeded, heartbeat_port, lease_port or args.port, result)
         if not args.skip_jobs:
-            jobs_phases(args, stack, seeded, result)
+            jobs_phases(args, stack, seeded, host_call_port if args.job_calls == "uvicorn"
+                        else None, result)
     finally:
         stack.stop()
         with contextlib.suppress(Exception):  # made only when the heartbeat phases ran
@@ -1084,7 +1109,7 @@ def main() -> None:
 # --- what it prints (80 columns) -------------------------------------------------------------
 
 WIDTH = 80
-LABELS = {"load_generator": "client", "heartbeat_server": "heartbeat server",
+LABELS = {"load_generator": "client", "host_call_server": "host-call server",
           "gunicorn_workers": "gunicorn workers", "celery": "Celery", "postgresql": "PostgreSQL",
           "redis": "Redis", "other": "other"}
 
@@ -1109,9 +1134,11 @@ def configuration_lines(configuration: dict) -> list[str]:
               else "")
            + f", DB_POOL_MAX_SIZE={s['pool']}, "
            f"NETWORK_WAITING_LEASES_PER_PROCESS={s['waiting_per_process']}")
-    processes = s["heartbeat_workers"]
-    heartbeats = (f"the uvicorn heartbeat server, {processes} process{'es' if processes > 1 else ''}"
-                  if s["heartbeat_server"] == "uvicorn" else "the web server's path")
+    processes = s["host_call_workers"]
+    server = f"the uvicorn host-call server, {processes} process{'es' if processes > 1 else ''}"
+    heartbeats = server if s["heartbeat_server"] == "uvicorn" else "the web server's path"
+    job_calls = ("the host-call server" if s["job_calls"] == "uvicorn"
+                 else "the web server's path")
     clients = (f"{s['hosts']:,} heartbeating hosts ({s['heartbeat_connections']} connections); "
                f"{configuration['job_hosts']} job hosts x {configuration['slots_per_job_host']} "
                f"slots, leases waiting {s['lease_wait_s']:g} s, reports "
@@ -1120,6 +1147,7 @@ def configuration_lines(configuration: dict) -> list[str]:
                   else ", completions not waiting")
                + f"; buyer batches of {s['submit_batch']}")
     return wrapped(f"configuration: {shape}.", f"  web: {web}.", f"  heartbeats: {heartbeats}.",
+                   f"  job hosts' calls: {job_calls}.",
                    f"  Celery: {CELERY_LAYOUTS[s['celery']]}.", f"  clients: {clients}.",
                    f"  phases of {s['seconds']:g} s on {configuration['cpus']} CPUs; pgbench "
                    f"{configuration['pgbench_clients']} clients, scale {s['pgbench_scale']}.")
@@ -1206,7 +1234,9 @@ def summary_lines(result: dict) -> list[str]:
         lines += wrapped(
             f"jobs: {_headline(jobs)} submit -> complete (goal >= 200/s), "
             f"{jobs['http_calls_per_job']} calls and {jobs['web_cpu_ms_per_job']} ms of web CPU "
-            f"(gunicorn's workers) a job (goal <= 5 ms); folds p99 {fold.get('p99_ms')} ms, "
+            f"a job (goal <= 5 ms: gunicorn's workers {jobs['gunicorn_cpu_ms_per_job']}, the "
+            f"host-call server {jobs['host_call_server_cpu_ms_per_job']}); folds p99 "
+            f"{fold.get('p99_ms')} ms, "
             f"{fold.get('within_5s_share')} within 5 s; {jobs['celery_cpu_ms_per_job']} ms of "
             f"Celery CPU a job; Celery RSS {result.get('celery_rss_mb_before_jobs')} -> "
             f"{result.get('celery_rss_mb_after_second_jobs_run') or result['celery_rss_mb_after_jobs']}"

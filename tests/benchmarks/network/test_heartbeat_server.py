@@ -1,7 +1,8 @@
-"""The heartbeat server (benchmarks/network/heartbeat_server.py, under uvicorn): every heartbeat answered
-as the Django view answers it, steady ones written together in one UPDATE and each answered
-for its own host, a dropped database connection survived, an unreachable database answered as
-the site's outage, its calls counted where the web's /metrics shows them."""
+"""The host-call server's heartbeats (benchmarks/network/host_call_server.py, under uvicorn):
+every heartbeat answered as the Django view answers it, steady ones written together in one
+UPDATE and each answered for its own host, a dropped database connection survived, an
+unreachable database answered as the site's outage, its calls counted where the web's /metrics
+shows them."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from accounts import teams
 from benchmarks.models import Host
 from benchmarks.network import heartbeat_batches, hosts
 from benchmarks.network.heartbeat_batches import SteadyWriter, connect_as_django
-from benchmarks.network.heartbeat_server import HeartbeatApp
+from benchmarks.network.host_call_server import HostCallApp
 from tests.conftest import free_port, make_user
 from tests.helpers.network import assert_heartbeats_answered_as_the_view, make_catalog
 from tests.helpers.processes import accepts, gunicorn, running, wait_for
@@ -46,7 +47,7 @@ def _steady_host(team, name: str, **facts) -> tuple[Host, str]:
     return host, token
 
 
-def _served(app: HeartbeatApp, calls: list[tuple[str, bytes]]) -> list[httpx.Response]:
+def _served(app: HostCallApp, calls: list[tuple[str, bytes]]) -> list[httpx.Response]:
     """Each (token, body) posted at once to the app in this process (httpx's ASGI transport)."""
     async def post_all():
         transport = httpx.ASGITransport(app=app, client=("192.0.2.10", 4000))
@@ -103,8 +104,8 @@ def test_uvicorn_answers_every_heartbeat_case_as_the_view_and_web_metrics_count_
             assert_heartbeats_answered_as_the_view(server, token, revoked)
             not_allowed = server.get("/v1/hosts/heartbeat")  # as Django's require_POST answers it
             assert not_allowed.status_code == 405 and not_allowed.headers["Allow"] == "POST"
-            elsewhere = server.post("/v1/hosts/lease", headers={"Authorization": f"Bearer {token}"})
-            assert elsewhere.status_code == 404 and "heartbeats only" in elsewhere.json()["detail"]
+            elsewhere = server.post("/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+            assert elsewhere.status_code == 404 and "host calls only" in elsewhere.json()["detail"]
             # Two Authorization headers are one, joined with a comma, as gunicorn reads them:
             # anything then a valid token is no valid token (neither the first nor the last wins).
             doubled = server.post("/v1/hosts/heartbeat", content=BEAT, headers=[
@@ -140,7 +141,7 @@ def test_steady_heartbeats_arriving_together_are_written_in_one_statement_each_f
     changed, changed_token = _steady_host(operators, "rig-changed")
     gone, gone_token = _steady_host(operators, "rig-gone")
     hosts.revoke_token(gone)
-    app = HeartbeatApp(_counting_writer())
+    app = HostCallApp(_counting_writer())
     sent_before = timezone.now()
 
     def beat(i: int) -> bytes:
@@ -182,7 +183,7 @@ def test_steady_heartbeats_arriving_together_are_written_in_one_statement_each_f
 def test_a_host_whose_row_is_locked_holds_up_no_other_hosts_heartbeat(operators):
     locked, locked_token = _steady_host(operators, "rig-locked")
     others = [_steady_host(operators, f"rig-{i}") for i in range(3)]
-    app = HeartbeatApp(_counting_writer())
+    app = HostCallApp(_counting_writer())
     admin_params = {k: v for k, v in connection.get_connection_params().items()
                     if k not in ("cursor_factory", "context")}
 
@@ -219,7 +220,7 @@ def test_past_its_bounds_a_call_is_answered_busy_and_a_stopped_writer_answers_ev
         await asyncio.Event().wait()
         raise AssertionError("never")
 
-    app = HeartbeatApp(SteadyWriter(a_database_that_never_answers, waiting_max=2))
+    app = HostCallApp(SteadyWriter(a_database_that_never_answers, waiting_max=2))
 
     async def flood():
         transport = httpx.ASGITransport(app=app)
@@ -244,7 +245,7 @@ def test_past_its_bounds_a_call_is_answered_busy_and_a_stopped_writer_answers_ev
 
 def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the_outage(operators):
     host, token = _steady_host(operators, "rig-1")
-    app = HeartbeatApp(_counting_writer())
+    app = HostCallApp(_counting_writer())
 
     async def beat_drop_beat():
         transport = httpx.ASGITransport(app=app)
@@ -275,7 +276,7 @@ def test_a_dropped_connection_is_opened_again_and_an_unreachable_database_is_the
         return await psycopg.AsyncConnection.connect(host="127.0.0.1", port=closed_port,
                                                      connect_timeout=2)
 
-    outage = _served(HeartbeatApp(SteadyWriter(nowhere)), [(token, BEAT)])[0]
+    outage = _served(HostCallApp(SteadyWriter(nowhere)), [(token, BEAT)])[0]
     assert outage.status_code == 503 and outage.headers["Retry-After"] == "30"
     assert outage.json()["detail"] == "The site's database is unreachable; try again shortly."
 
@@ -295,7 +296,7 @@ def test_a_write_slower_than_its_bound_is_the_outage_and_is_not_run_again(operat
                     if k not in ("cursor_factory", "context")}
     with psycopg.connect(**admin_params) as migration:  # e.g. a migration holding the table
         migration.execute(f"LOCK TABLE {Host._meta.db_table} IN ACCESS EXCLUSIVE MODE")
-        outage = _served(HeartbeatApp(SteadyWriter(counted)), [(token, BEAT)])[0]
+        outage = _served(HostCallApp(SteadyWriter(counted)), [(token, BEAT)])[0]
         migration.rollback()
     assert outage.status_code == 503 and outage.headers["Retry-After"] == "30"
     assert len(opened) == 1  # dropped, not tried again on a database already this slow
