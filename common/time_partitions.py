@@ -53,7 +53,7 @@ def ensure(table: str, bounds: Mapping[str, tuple[str, str]]) -> list[str]:
                 lower, upper = bounds[name]
                 # A table left by an earlier detach is attached again, its rows kept.
                 cursor.execute(f"CREATE TABLE IF NOT EXISTS {name} "
-                               f"(LIKE {table} INCLUDING CONSTRAINTS)")
+                               f"(LIKE {table} INCLUDING CONSTRAINTS INCLUDING COMPRESSION)")
                 cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {name} "
                                f"FOR VALUES FROM ({lower}) TO ({upper})")
     return missing

@@ -16,11 +16,17 @@ Each change is recorded once (an AlertEvent) and sent to the endpoint's notifica
 channels, a delivery row each, retried as rows (scans/notify/channels/): email to the team's owners
 and admins, signed webhooks, chat and paging services through Apprise, all outbound through
 the site's guard. The tasks of before channels keep their scans.tasks.* names here.
+
+This runs after every stored scan, so most scans read little: the last few scans' down flags
+(their states only when one was down), and the SLO windows only while a burn alert is sent or a
+recent scan missed a target (_burn_quiet).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -87,45 +93,73 @@ def _errored_streak(endpoint: Endpoint, limit: int) -> int:
     return streak
 
 
-def _held_scans(endpoint: Endpoint, states: list[state.EndpointState]) -> set:
-    """Public ids of the scans among `states` whose run overlapped a maintenance window."""
-    runs = list(Scan.objects.for_team(endpoint.team_id).filter(
-        public_id__in=[s.scan_id for s in states]).values_list("public_id", "queued_at",
-                                                               "finished_at"))
-    flags = maintenance.covering_for(endpoint, [(start, end) for _, start, end in runs])
-    return {run[0] for run, flag in zip(runs, flags, strict=True) if flag}
-
-
 def _down_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     """("down", cause) when this scan finds the endpoint down and the scan before it (errored
     scans skipped: they say nothing about the endpoint) did not; ("down_recovered", …) the
     other way round. At most once per scan, even if this runs again (a cache key)."""
-    states = state.state_history(endpoint, n=DOWN_LOOKBACK)
-    mine = next((i for i, s in enumerate(states) if s.scan_id == scan.public_id), None)
+    # Only what tells down from not is read (state.py's rule: a succeeded scan whose row says
+    # down; an errored one is neither); the state's words only when there is news.
+    runs = list(Scan.objects.for_team(endpoint.team_id)
+                .filter(endpoint=endpoint, status__in=[ScanStatus.SUCCEEDED, ScanStatus.ERRORED])
+                .order_by("-queued_at", "-pk")
+                .values_list("public_id", "status", "down", "queued_at", "finished_at")
+                [:DOWN_LOOKBACK])
+    mine = next((i for i, run in enumerate(runs) if run[0] == scan.public_id), None)
     if mine is None:
         return None
+    earlier = runs[mine + 1:]
+    now_down = _found_down(runs[mine])
+    if not now_down and not any(_found_down(run) for run in earlier):
+        return None  # no news, whichever of them a maintenance window held
     # Scans held by a maintenance window are skipped too: after the window, a scan compares
     # with the last one before it (still down afterwards: "down" goes out then).
-    held = _held_scans(endpoint, states[mine + 1:])
-    before = next((s for s in states[mine + 1:]
-                   if s.state != state.ERRORED and s.scan_id not in held), None)
-    now_down = states[mine].state == state.DOWN
-    was_down = before is not None and before.state == state.DOWN
+    held = maintenance.covering_for(endpoint, [(queued, finished)
+                                               for *_, queued, finished in earlier])
+    before = next((run for run, run_held in zip(earlier, held, strict=True)
+                   if run[1] != ScanStatus.ERRORED and not run_held), None)
+    was_down = before is not None and _found_down(before)
     if now_down == was_down or (before is None and not now_down):
         return None
     if not cache.add(f"tokvera:down-alert:{scan.public_id}", 1, timeout=7 * 86400):
         return None  # already sent for this scan
+    current = state.of_scan(endpoint, scan)
     if now_down:
-        return ("down", f"the endpoint is down: {states[mine].cause}")
-    return ("down_recovered", f"the endpoint answers again ({states[mine].label})")
+        return ("down", f"the endpoint is down: {current.cause}")
+    return ("down_recovered", f"the endpoint answers again ({current.label})")
+
+
+def _found_down(run: tuple) -> bool:
+    """A run of _down_change's (public_id, status, down, …) found the endpoint down."""
+    return run[1] == ScanStatus.SUCCEEDED and bool(run[2])
 
 
 # --- SLO burn-rate alerts (scans/history/slo_windows.py's BURN_PAIRS; docs/slo_windows.md) ----------------
-# The window whose figures an SLO message carries (the dashboard's); the pairs' rates do not
-# depend on it (their spans are at most 3 days).
+# The window whose figures an SLO message carries (the dashboard's). The pairs' rates do not
+# depend on it: whether one fires is read off the shortest window that holds their spans.
 SLO_ALERT_WINDOW_DAYS = 7
+BURN_WINDOW_DAYS = math.ceil(max(slo_windows.BURN_SPANS_S) / 86400)
+# A pair fires only on bad time within its short span (every threshold is over zero): with no
+# alert sent, scans over the longest short span are all that can start one.
+LONGEST_SHORT_SPAN = timedelta(seconds=max(pair.short_s for pair in slo_windows.BURN_PAIRS))
 SLO_EVENTS = {"page": "slo_breaching", "ticket": "slo_at_risk", "": "slo_recovered"}
 _BURN_RANK = {"": 0, "ticket": 1, "page": 2}
+
+
+def _burn_quiet(endpoint: Endpoint, scan: Scan) -> bool:
+    """No burn-rate alert is sent and none can start with this scan: none of the endpoint's
+    scans that stand for time in the longest short span missed its grade floor. An endpoint
+    with a TTFT or error-rate target is not judged here (its misses are in check rows, which
+    the SLO window reads)."""
+    if (endpoint.slo_burn_alert or endpoint.slo_ttft_p95_ms is not None
+            or endpoint.slo_error_rate is not None):
+        return False
+    # A scan stands for at most one interval from its start (slo_windows.py).
+    since = ((scan.finished_at or timezone.now()) - LONGEST_SHORT_SPAN
+             - timedelta(minutes=endpoint.interval_minutes))
+    grades = (Scan.objects.for_team(endpoint.team_id)
+              .filter(endpoint=endpoint, status=ScanStatus.SUCCEEDED, queued_at__gt=since)
+              .order_by().values_list("grade", flat=True).distinct())
+    return not any(is_below_floor(grade, endpoint.slo_grade_floor) for grade in grades)
 
 
 def _slo_burn_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
@@ -134,16 +168,19 @@ def _slo_burn_change(endpoint: Endpoint, scan: Scan) -> tuple[str, str] | None:
     threshold any more after one fired.
     Once per episode: a calmer level while still burning (page → ticket) sends nothing, and a
     conditional UPDATE of Endpoint.slo_burn_alert lets one caller send each change."""
-    current = slo_windows.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
-    level, sent = current.alert_level, endpoint.slo_burn_alert
+    if _burn_quiet(endpoint, scan):
+        return None
+    burning = slo_windows.window(endpoint, BURN_WINDOW_DAYS, now=scan.finished_at)
+    level, sent = burning.alert_level, endpoint.slo_burn_alert
     if level == sent or (level and _BURN_RANK[level] < _BURN_RANK[sent]):
         return None
-    if sent and not level and current.still_burning:
+    if sent and not level and burning.still_burning:
         return None  # the episode goes on: a recovery only when no pair's rates reach it
     won = Endpoint.objects.for_team(endpoint.team_id).filter(
         pk=endpoint.pk, slo_burn_alert=sent).update(slo_burn_alert=level)
     if not won:
         return None  # another scan's alert got there first
+    current = slo_windows.window(endpoint, SLO_ALERT_WINDOW_DAYS, now=scan.finished_at)
     measured = (f"{current.share:.1%} of the covered time of the last {current.days} days "
                 f"was good (objective {current.objective:.1%})" if current.enough else
                 WindowWords(current).empty_message)
@@ -213,9 +250,9 @@ def capacity_message(scan: Scan) -> dict:
 
 
 def after_scan(scan: Scan) -> None:
-    # Read again (its alert states may have just changed), within the scan's own team.
-    endpoint = (Endpoint.objects.for_team(scan.endpoint.team_id).select_related("team")
-                .get(pk=scan.endpoint_id))
+    # Read again (its alert states may have just changed), within the scan's own team; the
+    # team's row only when a message names it.
+    endpoint = Endpoint.objects.for_team(scan.endpoint.team_id).get(pk=scan.endpoint_id)
     if maintenance.in_maintenance(endpoint, scan.queued_at, scan.finished_at):
         # A maintenance window holds every alert: nothing flips, so the first scan after the
         # window sends whatever still holds then (scans/maintenance.py).

@@ -364,8 +364,10 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
     fields = score_fields(report)
     finished = timezone.now()
     team = scan.endpoint.team_id
+    # Its month names the partition that holds the row (by id alone, each one is searched).
+    this_scan = Scan.objects.for_team(team).filter(partition_month=scan.partition_month)
     with transaction.atomic():
-        updated = Scan.objects.for_team(team).filter(
+        updated = this_scan.filter(
             pk=scan.pk, status__in=[ScanStatus.QUEUED, ScanStatus.RUNNING]
         ).update(
             status=ScanStatus.SUCCEEDED,
@@ -402,9 +404,16 @@ def store_report(scan: Scan, report: dict, *, pushed: bool = False) -> Scan:
             )
             for check in report["checks"]
         )
-    scan.refresh_from_db()
+    # The report just written is not read back (it was most of the read): it is deferred, loaded
+    # only if the caller asks. The endpoint is not either, so its cached row stays.
+    scan.refresh_from_db(from_queryset=this_scan, fields=_READ_BACK)
+    vars(scan).pop("report", None)
     alerts.after_scan(scan)
     return scan
+
+
+_READ_BACK = [field.attname for field in Scan._meta.concrete_fields
+              if field.name not in ("report", "endpoint")]
 
 
 def check_reason(check: dict) -> str:
