@@ -21,12 +21,13 @@ LOCK_TIMEOUT = "5s"
 
 
 def delete_older_than(table: str, column: str, before: datetime, *, batch: int,
-                      budget_s: float) -> int:
-    """Delete the rows of `table` whose `column` is before `before`, `batch` per transaction,
-    across every team (by age alone: nothing of the rows leaves the database); returns how
-    many were deleted. `table` and `column` are the caller's constants, never input."""
+                      budget_s: float, where: str = "TRUE") -> int:
+    """Delete the rows of `table` whose `column` is before `before` (and that meet `where`),
+    `batch` per transaction, across every team (by age alone: nothing of the rows leaves the
+    database); returns how many were deleted. `table`, `column` and `where` are the caller's
+    constants, never input."""
     sql = (f"DELETE FROM {table} WHERE id IN "  # noqa: S608 - constant identifiers only
-           f"(SELECT id FROM {table} WHERE {column} < %s LIMIT %s)")
+           f"(SELECT id FROM {table} WHERE {column} < %s AND ({where}) LIMIT %s)")
     deleted, started = 0, time.monotonic()
     while time.monotonic() - started < budget_s:
         with transaction.atomic(), connection.cursor() as cursor:

@@ -100,16 +100,18 @@ def prune_reports() -> str:
     of probe rows past PROBE_RETENTION_DAYS and the months of scans past SCAN_RETENTION_DAYS
     are dropped (their partitions; their hours and rollups stay) and the coming days' and
     months' partitions made (scans/liveness/partitions.py, scans/models/scan_partitions.py),
-    and audit log entries past AUDIT_RETENTION_DAYS are deleted (audit/retention.py)."""
+    hourly rollups past HOURLY_ROLLUP_RETENTION_DAYS and audit log entries past
+    AUDIT_RETENTION_DAYS are deleted (scans/history/rollups.py, audit/retention.py)."""
     # first: the probes' and the scans' paths need them
     probe_partitions.ensure_probe_partitions()
     scan_partitions.ensure_scan_partitions()
     pruned = retention.prune()
     probe_days = retention.prune_probes()
     scan_months = len(retention.prune_scans())
+    rollup_hours = rollups.prune_hours()  # past HOURLY_ROLLUP_RETENTION_DAYS; days stay
     audit_entries = audit_retention.prune()  # past AUDIT_RETENTION_DAYS
     return (f"{pruned}; dropped {probe_days} days of probe rows and {scan_months} months of "
-            f"scans, deleted {audit_entries} audit entries")
+            f"scans, deleted {rollup_hours} hourly rollups and {audit_entries} audit entries")
 
 
 @shared_task(acks_late=True)  # idempotent: each touched bucket is recomputed from its scans

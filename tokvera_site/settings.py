@@ -74,6 +74,11 @@ def _load():
         # be past them: whole months go (scans/models/scan_partitions.py); the hourly and
         # daily rollups that charts of long ranges read stay. At least 1.
         "SCAN_RETENTION_DAYS": config.positive_integer("SCAN_RETENTION_DAYS", 400),
+        # Days hourly rollups are kept (daily ones stay): a chart range that starts earlier
+        # is drawn in whole days (scans/history/rollups.py). At least 1; the endpoint page's
+        # longest range is 90 days.
+        "HOURLY_ROLLUP_RETENTION_DAYS": config.positive_integer("HOURLY_ROLLUP_RETENTION_DAYS",
+                                                                92),
         # Days each liveness probe's own row is kept; its hour (ProbeHour) stays like rollups.
         "PROBE_RETENTION_DAYS": config.positive_integer("PROBE_RETENTION_DAYS", 14),
         # Days an audit log entry is kept (audit/retention.py, by the hourly retention pass).
@@ -96,6 +101,7 @@ FIELD_ENCRYPTION_KEYS: list[str]
 OUTBOUND_ALLOW: list[str]
 PROBE_RETENTION_DAYS: int
 SCAN_RETENTION_DAYS: int
+HOURLY_ROLLUP_RETENTION_DAYS: int
 AUDIT_RETENTION_DAYS: int
 OUTBOUND_RESOLVE: list[str]
 PERIODIC_TASK_LOG_LEVEL: int

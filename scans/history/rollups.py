@@ -23,6 +23,11 @@ day or wider: whole UTC days) and reads rollup rows for the buckets the last pas
 and raw rows after that, merged per chart bucket (scans/history/downsampling.py). Grids are aligned whether or
 not rollups exist, so the series are the same either way.
 
+Keeping: daily rows are kept for good; hourly rows HOURLY_ROLLUP_RETENTION_DAYS (the pages'
+longest range and a margin), then deleted (`prune_hours`, from the hourly retention pass). A
+range that starts before then is laid on whole UTC days whatever its width, so it reads daily
+rows where hourly ones are gone, and draws the same series with scans or rollups.
+
 Rollup rows are written system-wide (every team's rows, like the reaper) and read through the
 scoped manager like any team-owned row.
 """
@@ -36,15 +41,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from common import aged_rows
 from scans.endpoints import profile as load_profile
 from scans.grader import CHECKS, GRADES, INSUFFICIENT_EVIDENCE
 from scans.models import CheckRollup, RollupPeriod, RollupWatermark, ScanRollup
 
-__all__ = ["HOUR_S", "DAY_S", "OVERLAP", "LongRange", "RollUpResult", "long_range", "roll_up"]
+__all__ = ["DAY_S", "HOUR_S", "OVERLAP", "LongRange", "RollUpResult", "hours_kept_since",
+           "long_range", "prune_hours", "roll_up"]
 
 HOUR_S, DAY_S = 3600, 86400
 #: Scans that finished this long before the watermark are read again by the next pass: a
@@ -386,17 +394,41 @@ class LongRange:
         return self._rolled(rows.filter(location=location) if location else rows)
 
 
+def hours_kept_since(now: datetime | None = None) -> datetime:
+    """The start of the oldest UTC day whose hourly rollups are kept: whole days go, so a day
+    recomputed from its hours never misses some of them."""
+    kept = timedelta(days=settings.HOURLY_ROLLUP_RETENTION_DAYS)
+    return _floor((now or timezone.now()) - kept, DAY_S)
+
+
 def long_range(since: datetime, until: datetime, width_s: int) -> LongRange | None:
-    """The grid for a range whose narrowest bucket would be `width_s`; None under an hour."""
+    """The grid for a range whose narrowest bucket would be `width_s`; None under an hour.
+    Whole UTC days for a range that starts before the hourly rollups kept."""
     if width_s < HOUR_S:
         return None
-    step = DAY_S if width_s >= DAY_S else HOUR_S
+    step = DAY_S if width_s >= DAY_S or since < hours_kept_since() else HOUR_S
     aligned = _floor(since, step)
     done = complete_until()
     rolled = aligned if done is None else max(aligned, min(done, _floor(until, HOUR_S)))
     days = _floor(rolled, DAY_S) if step == DAY_S else aligned
     return LongRange(since=aligned, until=until, step_s=step, rolled_until=rolled,
                      days_until=max(aligned, days))
+
+
+def prune_hours(*, now: datetime | None = None, batch: int = 5000,
+                budget_s: float = DEFAULT_BUDGET_S) -> int:
+    """Delete the hourly scan and check rollups older than HOURLY_ROLLUP_RETENTION_DAYS (their
+    days stay), `batch` rows a transaction, until none is left or `budget_s` has passed (the
+    next pass goes on); returns how many rows went. Idempotent: a deleted hour is never
+    recomputed, as no scan finishes in it any more."""
+    before, started, deleted = hours_kept_since(now), time.monotonic(), 0
+    for table in (CheckRollup._meta.db_table, ScanRollup._meta.db_table):
+        left = budget_s - (time.monotonic() - started)
+        if left <= 0:
+            break
+        deleted += aged_rows.delete_older_than(table, "bucket_start", before, batch=batch,
+                                               budget_s=left, where="period = 'hour'")
+    return deleted
 
 
 def rolled_plan(row: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ ranges read instead of the scans (scans/history/rollups.py writes them)."""
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 
 from accounts.tenancy import TeamOwned
 from scans.models.endpoints import Endpoint
@@ -62,6 +63,11 @@ class ScanRollup(TeamOwned):
                 fields=["endpoint", "period", "bucket_start", "location", "scoring_version",
                         "plan", "target_url"], name="one_scan_rollup_per_group"),
         ]
+        indexes = [
+            # retention deletes the hours past HOURLY_ROLLUP_RETENTION_DAYS, oldest first
+            models.Index(fields=["bucket_start"], name="scan_rollup_hour_age",
+                         condition=Q(period="hour")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.period} {self.bucket_start:%Y-%m-%d %H:%M} of {self.endpoint_id}"
@@ -100,6 +106,10 @@ class CheckRollup(TeamOwned):
                 fields=["endpoint", "check_id", "period", "bucket_start", "location",
                         "scoring_version", "plan", "target_url"],
                 name="one_check_rollup_per_group"),
+        ]
+        indexes = [
+            models.Index(fields=["bucket_start"], name="check_rollup_hour_age",
+                         condition=Q(period="hour")),
         ]
 
     def __str__(self) -> str:

@@ -38,9 +38,6 @@ class ProbeResult(TeamOwned):
         indexes = [
             # the probe series of an endpoint page and the API, newest first
             models.Index(fields=["endpoint", "-at"], name="probe_history"),
-            # by time alone, across endpoints (retention no longer needs it: it drops a day's
-            # partition whole)
-            models.Index(fields=["at"], name="probe_age"),
         ]
 
     def __str__(self) -> str:

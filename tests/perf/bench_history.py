@@ -364,20 +364,29 @@ def endpoint_year(report: dict, sizes: dict, endpoints: int, rollup_days: int) -
     scan_row = (sizes["scans_scan"]["bytes"] - report_total) / max(sizes["scans_scan"]["rows"], 1)
     per_endpoint_day = {t: sizes[t]["rows"] / endpoints / rollup_days
                         for t in ("scans_scanrollup", "scans_checkrollup", "scans_probehour")}
+    # Rollup rows a year keeps: daily ones for good, hourly ones HOURLY_ROLLUP_RETENTION_DAYS.
+    rollup_rows_a_year = {}
+    with connection.cursor() as cursor:
+        for table in ("scans_scanrollup", "scans_checkrollup"):
+            cursor.execute(f"SELECT count(*) FILTER (WHERE period = 'hour'), "  # noqa: S608
+                           f"count(*) FILTER (WHERE period = 'day') FROM {table}")
+            hours, days = cursor.fetchone()
+            hour_days = min(settings.HOURLY_ROLLUP_RETENTION_DAYS, 365)
+            rollup_rows_a_year[table] = (hours * hour_days + days * 365) / endpoints / rollup_days
     checks = len(report["checks"])
 
     def parts(interval_min: int) -> dict[str, float]:
-        year_scans = 365 * 1440 / interval_min
-        full_scans = min(settings.REPORT_RETENTION_DAYS, 365) * 1440 / interval_min
+        year_scans = min(settings.SCAN_RETENTION_DAYS, 365) * 1440 / interval_min
+        full_scans = min(settings.REPORT_RETENTION_DAYS, settings.SCAN_RETENTION_DAYS,
+                         365) * 1440 / interval_min
         return {
             "scans (row and indexes)": year_scans * scan_row,
             "full reports": full_scans * full_report,
             "report summaries": (year_scans - full_scans) * summary_report,
             "check results": year_scans * checks * per_row["scans_checkresult"],
             # an hour's rollup rows do not grow with the scans in it
-            "scan rollups": 365 * per_endpoint_day["scans_scanrollup"]
-            * per_row["scans_scanrollup"],
-            "check rollups": 365 * per_endpoint_day["scans_checkrollup"]
+            "scan rollups": rollup_rows_a_year["scans_scanrollup"] * per_row["scans_scanrollup"],
+            "check rollups": rollup_rows_a_year["scans_checkrollup"]
             * per_row["scans_checkrollup"],
             "probe results": settings.PROBE_RETENTION_DAYS * 86400 / DEFAULT_PROBE_INTERVAL_S
             * per_row["scans_proberesult"],
@@ -396,10 +405,12 @@ def endpoint_year(report: dict, sizes: dict, endpoints: int, rollup_days: int) -
         "parts_mb": {k: round(v / 1e6, 2) for k, v in default.items()},
         "parts_mb_at_5_min_scans": {k: round(v / 1e6, 2) for k, v in fast.items()},
         "assumes": f"a scan every {interval_min} min (the default; also 5 min), a probe every "
-                   f"{DEFAULT_PROBE_INTERVAL_S} s from one location, full reports "
+                   f"{DEFAULT_PROBE_INTERVAL_S} s from one location, scans "
+                   f"{settings.SCAN_RETENTION_DAYS} days, full reports "
                    f"{settings.REPORT_RETENTION_DAYS} days then summaries, probe rows "
-                   f"{settings.PROBE_RETENTION_DAYS} days, {checks} checks a scan, rollups "
-                   f"and probe hours a year",
+                   f"{settings.PROBE_RETENTION_DAYS} days, {checks} checks a scan, hourly "
+                   f"rollups {settings.HOURLY_ROLLUP_RETENTION_DAYS} days, daily rollups and "
+                   f"probe hours a year",
         "bytes_per_row": {"full report": round(full_report), "report summary":
                           round(summary_report), "scan without report": round(scan_row),
                           **{t: round(per_row[t]) for t in per_row if t != "database"}},

@@ -383,6 +383,47 @@ def test_ranges_of_many_months_read_daily_rollups_with_the_same_series(world):
         _same(a, b)
 
 
+def test_hourly_rollups_past_retention_go_and_a_range_reaching_them_is_drawn_in_days(
+        world, settings):
+    settings.HOURLY_ROLLUP_RETENTION_DAYS = 20
+    endpoint = make_endpoint(world.team)
+    _history_of(endpoint, hours=40 * 24, step_minutes=5 * 60)
+    now = timezone.now()
+    rollups.roll_up(now=now)
+    kept_since = rollups.hours_kept_since(now)
+    assert kept_since.hour == 0 and kept_since <= now - timedelta(days=20)
+    hours = ScanRollup.dangerously_unscoped.filter(endpoint=endpoint, period="hour")
+    days = list(ScanRollup.dangerously_unscoped.filter(endpoint=endpoint, period="day")
+                .order_by("bucket_start").values_list("bucket_start", "scans"))
+    assert hours.filter(bucket_start__lt=kept_since).count() > 50
+
+    deleted = rollups.prune_hours(now=now, batch=37)  # several batches
+    assert deleted > 50 and rollups.prune_hours(now=now) == 0  # a second pass deletes nothing
+    assert not hours.filter(bucket_start__lt=kept_since).exists()
+    assert not CheckRollup.dangerously_unscoped.filter(
+        endpoint=endpoint, period="hour", bucket_start__lt=kept_since).exists()
+    assert hours.filter(bucket_start__gte=kept_since).count() > 50  # the recent hours stay
+    assert list(ScanRollup.dangerously_unscoped.filter(endpoint=endpoint, period="day")
+                .order_by("bucket_start").values_list("bucket_start", "scans")) == days
+
+    # 30 days in 120 points would be 6-hour buckets: it starts before the hours kept, so it is
+    # drawn in whole days, from the daily rows where the hours are gone, as scans draw it.
+    since = now - timedelta(days=30)
+    span = rollups.long_range(since, now, 6 * 3600)
+    assert span is not None and span.step_s == 86400
+    rolled = _series(endpoint, since, now, max_points=120)
+    assert all(p["at"] >= span.since for p in rolled[0])
+    # a point a UTC day of each series (the history changes URL for a stretch)
+    assert all(p["at"].date() == p["last_at"].date() for p in rolled[0])
+    assert len({(p["at"].date(), p["url"]) for p in rolled[0]}) == len(rolled[0])
+    RollupWatermark.objects.all().delete()  # scans only, for the reference
+    for a, b in zip(rolled, _series(endpoint, since, now, max_points=120), strict=True):
+        assert len(a) >= 25
+        _same(a, b)
+    # A range within the hours kept still reads hourly buckets.
+    assert rollups.long_range(now - timedelta(days=10), now, 3 * 3600).step_s == 3600
+
+
 def test_a_late_scan_in_an_old_hour_is_counted_after_the_next_pass(world):
     endpoint = make_endpoint(world.team)
     _history_of(endpoint, hours=10 * 24, step_minutes=180)
