@@ -108,6 +108,7 @@ def prune_reports() -> str:
     pruned = retention.prune()
     probe_days = retention.prune_probes()
     scan_months = len(retention.prune_scans())
+    scan_partitions.analyze_if_stale()  # the parents' statistics: autovacuum skips them
     rollup_hours = rollups.prune_hours()  # past HOURLY_ROLLUP_RETENTION_DAYS; days stay
     audit_entries = audit_retention.prune()  # past AUDIT_RETENTION_DAYS
     return (f"{pruned}; dropped {probe_days} days of probe rows and {scan_months} months of "

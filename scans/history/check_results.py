@@ -111,9 +111,10 @@ def check_history(endpoint: Endpoint, check_id: str, since: datetime | None = No
         results = results.filter(scan__location=location)
     since, until = range_bounds(since, until,
                            lambda: results.aggregate(t=Min("measured_at"))["t"])
-    rows = results.filter(measured_at__gte=since, measured_at__lte=until).annotate(
-        **load_profile.plan_columns("scan__"), target_url=F("scan__target_url"))
-    if rows.count() <= max_points:
+    in_range = results.filter(measured_at__gte=since, measured_at__lte=until)
+    rows = in_range.annotate(**load_profile.plan_columns("scan__"),
+                             target_url=F("scan__target_url"))
+    if in_range.count() <= max_points:  # counted without the join to the scans
         return [
             CheckPoint(
                 at=r["measured_at"], last_at=r["measured_at"], scans=1, value=r["value"],

@@ -13,19 +13,23 @@ still for months, or a slot from long ago, is still stored.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from common import aged_rows, time_partitions
 
-__all__ = ["MONTHS_AHEAD", "TABLES", "ensure_scan_month", "ensure_scan_partitions",
-           "partition_name", "rows_pointing_into"]
+__all__ = ["MONTHS_AHEAD", "TABLES", "analyze_if_stale", "ensure_scan_month",
+           "ensure_scan_partitions", "partition_name", "rows_pointing_into"]
 
 #: A scan's table first: a month's scans are created before their checks.
 TABLES = ("scans_scan", "scans_checkresult")
 #: Months after this one created ahead: DDL stays off the scans' path through a stopped beat.
 MONTHS_AHEAD = 2
+#: How old a partitioned table's own statistics may get: autovacuum analyzes each partition as
+#: it changes but never the parent, whose statistics plan every query across months.
+STATISTICS_MAX_AGE = timedelta(days=1)
 
 def partition_name(table: str, month: date) -> str:
     return f"{aged_rows.partition_prefix(table)}{month:%Y%m}"
@@ -71,3 +75,19 @@ def rows_pointing_into(partition: str) -> list[str]:
         f"DELETE FROM scans_pushedreportbody "  # noqa: S608 - catalog name
         f"WHERE scan_id IN (SELECT id FROM {partition})",
     ]
+
+
+def analyze_if_stale(now: datetime | None = None) -> list[str]:
+    """ANALYZE each partitioned table whose own statistics are older than STATISTICS_MAX_AGE
+    (or missing); returns their names. A sample of each: seconds, whatever the table's size."""
+    now = now or timezone.now()
+    analyzed = []
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relid = "
+                           "%s::regclass", [table])
+            row = cursor.fetchone()
+            if row is None or row[0] is None or row[0] < now - STATISTICS_MAX_AGE:
+                cursor.execute(f"ANALYZE {table}")
+                analyzed.append(table)
+    return analyzed

@@ -365,14 +365,16 @@ def endpoint_year(report: dict, sizes: dict, endpoints: int, rollup_days: int) -
     per_endpoint_day = {t: sizes[t]["rows"] / endpoints / rollup_days
                         for t in ("scans_scanrollup", "scans_checkrollup", "scans_probehour")}
     # Rollup rows a year keeps: daily ones for good, hourly ones HOURLY_ROLLUP_RETENTION_DAYS.
+    # Counted from the hours of the last days kept: the retention pass may have run already.
     rollup_rows_a_year = {}
+    hour_days = min(settings.HOURLY_ROLLUP_RETENTION_DAYS, rollup_days, 365)
     with connection.cursor() as cursor:
         for table in ("scans_scanrollup", "scans_checkrollup"):
-            cursor.execute(f"SELECT count(*) FILTER (WHERE period = 'hour'), "  # noqa: S608
-                           f"count(*) FILTER (WHERE period = 'day') FROM {table}")
-            hours, days = cursor.fetchone()
-            hour_days = min(settings.HOURLY_ROLLUP_RETENTION_DAYS, 365)
-            rollup_rows_a_year[table] = (hours * hour_days + days * 365) / endpoints / rollup_days
+            cursor.execute(f"SELECT count(*) FILTER (WHERE period = 'hour' AND bucket_start >= "  # noqa: S608
+                           f"now() - %s * interval '1 day'), "
+                           f"count(*) FILTER (WHERE period = 'day') FROM {table}", [hour_days])
+            hours_kept, days = cursor.fetchone()
+            rollup_rows_a_year[table] = (hours_kept + days * 365 / rollup_days) / endpoints
     checks = len(report["checks"])
 
     def parts(interval_min: int) -> dict[str, float]:

@@ -291,3 +291,11 @@ def test_the_beat_pass_makes_this_month_and_the_months_ahead_once():
             assert scan_partitions.partition_name(table, month) in _attached(table)
         month = (month.replace(day=28) + timedelta(days=4)).replace(day=1)
     assert scan_partitions.ensure_scan_partitions(now=now) == []
+
+
+@pytest.mark.django_db
+def test_the_parents_statistics_are_made_again_once_a_day():
+    # The migration analyzed both parents: fresh statistics are left alone.
+    assert scan_partitions.analyze_if_stale() == []
+    later = timezone.now() + scan_partitions.STATISTICS_MAX_AGE + timedelta(hours=1)
+    assert scan_partitions.analyze_if_stale(now=later) == list(scan_partitions.TABLES)
