@@ -21,7 +21,7 @@ from django.utils import timezone
 from common import aged_rows, time_partitions
 
 __all__ = ["MONTHS_AHEAD", "TABLES", "analyze_if_stale", "ensure_scan_month",
-           "ensure_scan_partitions", "partition_name", "rows_pointing_into"]
+           "ensure_scan_partitions", "partition_name", "rows_pointing_into", "stale_parents"]
 
 #: A scan's table first: a month's scans are created before their checks.
 TABLES = ("scans_scan", "scans_checkresult")
@@ -30,6 +30,8 @@ MONTHS_AHEAD = 2
 #: How old a partitioned table's own statistics may get: autovacuum analyzes each partition as
 #: it changes but never the parent, whose statistics plan every query across months.
 STATISTICS_MAX_AGE = timedelta(days=1)
+#: Rows below which the parents are left to the planner's guesses (stale_parents).
+STATISTICS_MIN_ROWS = 100_000
 
 def partition_name(table: str, month: date) -> str:
     return f"{aged_rows.partition_prefix(table)}{month:%Y%m}"
@@ -77,17 +79,33 @@ def rows_pointing_into(partition: str) -> list[str]:
     ]
 
 
-def analyze_if_stale(now: datetime | None = None) -> list[str]:
-    """ANALYZE each partitioned table whose own statistics are older than STATISTICS_MAX_AGE
-    (or missing); returns their names. A sample of each: seconds, whatever the table's size."""
+def stale_parents(now: datetime | None = None, min_rows: int = STATISTICS_MIN_ROWS) -> list[str]:
+    """The partitioned tables whose own statistics are older than STATISTICS_MAX_AGE (or
+    missing) and whose partitions hold at least `min_rows` rows (as their own statistics
+    count them): on a small table the planner's guesses serve, and statistics taken of a
+    nearly empty one would mislead it once rows arrive."""
     now = now or timezone.now()
-    analyzed = []
+    stale = []
     with connection.cursor() as cursor:
         for table in TABLES:
-            cursor.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relid = "
-                           "%s::regclass", [table])
-            row = cursor.fetchone()
-            if row is None or row[0] is None or row[0] < now - STATISTICS_MAX_AGE:
-                cursor.execute(f"ANALYZE {table}")
-                analyzed.append(table)
-    return analyzed
+            cursor.execute("""
+                SELECT (SELECT last_analyze FROM pg_stat_user_tables WHERE relid = %s::regclass),
+                       (SELECT COALESCE(sum(GREATEST(c.reltuples, 0)), 0) FROM pg_inherits AS i
+                        JOIN pg_class AS c ON c.oid = i.inhrelid
+                        WHERE i.inhparent = %s::regclass)
+            """, [table, table])
+            analyzed_at, rows = cursor.fetchone()
+            if rows >= min_rows and (analyzed_at is None
+                                     or analyzed_at < now - STATISTICS_MAX_AGE):
+                stale.append(table)
+    return stale
+
+
+def analyze_if_stale(now: datetime | None = None) -> list[str]:
+    """ANALYZE each of `stale_parents` (a sample of each: seconds, whatever the table's size);
+    returns their names."""
+    stale = stale_parents(now)
+    with connection.cursor() as cursor:
+        for table in stale:  # one of TABLES, never input
+            cursor.execute(f"ANALYZE {table}")
+    return stale
