@@ -197,6 +197,16 @@ def wait(host_id: int, seconds: float, look: Callable[[], T | None], most: int) 
         slots.release()
 
 
+def _pause(deadline: float, listener: _Listener | None) -> float | None:
+    """How long a waiting call waits before its next look (None: its wait is over): until its
+    deadline, or POLL_S while no announcement can come."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    live = listener is not None and listener.connected.is_set()
+    return left if live else min(left, POLL_S)
+
+
 def _wait(host_id: int, seconds: float, look: Callable[[], T | None]) -> T | None:
     deadline = time.monotonic() + seconds
     listener = _listener()
@@ -208,11 +218,9 @@ def _wait(host_id: int, seconds: float, look: Callable[[], T | None]) -> T | Non
             found = look()
             if found is not None:
                 return found
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if (pause := _pause(deadline, listener)) is None:
                 return None
-            live = listener is not None and listener.connected.is_set()
-            event.wait(left if live else min(left, POLL_S))
+            event.wait(pause)
             event.clear()
     finally:
         if listener is not None:
@@ -237,12 +245,10 @@ async def wait_on_loop(host_id: int, seconds: float,
             found = await look()
             if found is not None:
                 return found
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if (pause := _pause(deadline, subscription)) is None:
                 return None
-            live = subscription is not None and subscription.connected.is_set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter.event.wait(), left if live else min(left, POLL_S))
+                await asyncio.wait_for(waiter.event.wait(), pause)
             waiter.event.clear()
     finally:
         if subscription is not None:
